@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the test control plane (etcd, kube-apiserver, kube-controller-manager)
+# from the Go module proxy into bin/, and tofu when no terraform is on PATH.
+# A binary is rebuilt only when its recorded version differs from the wanted one.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${CAPTF_BIN_DIR:-${ROOT}/bin}
+TOOLS=${ROOT}/hack/tools
+KUBE_VERSION=v1.37.2
+mkdir -p "${BIN}"
+
+tools_version() { (cd "${TOOLS}" && go list -m -f '{{.Version}}' "$1"); }
+
+# build NAME PACKAGE VERSION [LDFLAGS]
+build() {
+  local name=$1 pkg=$2 version=$3 ldflags=${4:-}
+  local stamp="${BIN}/.${name}.version" want="${version} $(go env GOVERSION)"
+  if [[ -x "${BIN}/${name}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
+    echo "${name} ${version}: up to date"
+    return
+  fi
+  echo "building ${name} ${version} ..."
+  local start=${SECONDS}
+  (cd "${TOOLS}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${ldflags}" -o "${BIN}/${name}" "${pkg}")
+  echo "${want}" > "${stamp}"
+  echo "built ${name} in $((SECONDS - start))s"
+}
+
+kube_ldflags="-X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
+
+build etcd go.etcd.io/etcd/server/v3 "$(tools_version go.etcd.io/etcd/server/v3)"
+build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_VERSION}" "${kube_ldflags}"
+build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_VERSION}" "${kube_ldflags}"
+
+if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
+  "${ROOT}/hack/build-tofu.sh"
+fi

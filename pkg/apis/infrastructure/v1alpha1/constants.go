@@ -1,0 +1,38 @@
+package v1alpha1
+
+// Annotations users put on CAPTF objects. RBAC patch on the object is the
+// right to approve.
+const (
+	// AnnotationApprovePlan approves exactly the plan whose hash it names.
+	AnnotationApprovePlan = "captf.io/approve-plan"
+	// AnnotationApproveDestructivePlan approves a plan that deletes or
+	// replaces resources, by its hash.
+	AnnotationApproveDestructivePlan = "captf.io/approve-destructive-plan"
+	// AnnotationRestoreState names a state backup to make current, once.
+	AnnotationRestoreState = "captf.io/restore-state"
+	// AnnotationAbandonInfrastructure set to "true" lets a delete proceed
+	// without destroy; the state is kept, orphaned and labelled.
+	AnnotationAbandonInfrastructure = "captf.io/abandon-infrastructure"
+)
+
+// Condition types. Ready, Paused and the approval and drift types are fixed
+// names; the others are documented in docs/troubleshooting.md.
+const (
+	ConditionReady                  = "Ready"
+	ConditionPaused                 = "Paused"
+	ConditionPlanAwaitingApproval   = "PlanAwaitingApproval"
+	ConditionDestructivePlanBlocked = "DestructivePlanBlocked"
+	ConditionDrifted                = "Drifted"
+)
+
+// Finalizers, one per kind that runs Terraform, as Cluster API providers name
+// them.
+const (
+	TerraformClusterFinalizer     = "terraformcluster.infrastructure.cluster.x-k8s.io"
+	TerraformMachineFinalizer     = "terraformmachine.infrastructure.cluster.x-k8s.io"
+	TerraformMachinePoolFinalizer = "terraformmachinepool.infrastructure.cluster.x-k8s.io"
+)
+
+// LabelRunnerServiceAccount on a ServiceAccount lets spec.jobs.serviceAccountName
+// name it.
+const LabelRunnerServiceAccount = "captf.io/runner"
