@@ -72,7 +72,9 @@ type ConfigMapModule struct {
 }
 
 // Variable is one input variable of the module.
-// +kubebuilder:validation:XValidation:rule="has(self.value) != has(self.valueFrom)",message="exactly one of value or valueFrom must be set"
+//
+// Exactly one of value and valueFrom is set: the webhook checks it, as CEL
+// cannot see a schemaless value.
 type Variable struct {
 	// Name of the Terraform variable.
 	// +required
@@ -128,7 +130,7 @@ const (
 
 // JobPolicy says how the Jobs that run Terraform are run. Every field is
 // optional; an unset field is inherited.
-// +kubebuilder:validation:XValidation:rule="!has(self.lockTimeout) || !has(self.activeDeadlineSeconds) || duration(self.lockTimeout) < duration(string(self.activeDeadlineSeconds) + 's')",message="lockTimeout must be shorter than activeDeadlineSeconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.lockTimeout) || !has(self.activeDeadlineSeconds) || duration(self.lockTimeout).getSeconds() < self.activeDeadlineSeconds",message="lockTimeout must be shorter than activeDeadlineSeconds"
 type JobPolicy struct {
 	// Resources of the runner container. Default: requests 250m CPU and 512Mi
 	// memory, a 2Gi memory limit and no CPU limit.
@@ -143,6 +145,7 @@ type JobPolicy struct {
 	// LockTimeout is how long a run waits for the state lock. Default 5m.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	LockTimeout *metav1.Duration `json:"lockTimeout,omitempty"`
 
@@ -209,6 +212,7 @@ type DriftPolicy struct {
 	// --drift-default-interval (30m).
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="must be between 1s and 168h"
 	Interval *metav1.Duration `json:"interval,omitempty"`

@@ -1,0 +1,159 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// CAPIVersion is the Cluster API release whose CRDs the tests install.
+const CAPIVersion = "v1.14.2"
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+var authnTokenRequest = authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}
+
+// RepoRoot finds the CAPTF module's root from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(b, []byte("module github.com/captf/captf\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the CAPTF repository")
+		}
+		dir = parent
+	}
+}
+
+// CAPICRDDir is the directory of Cluster API's core CRDs in the module cache;
+// it downloads the module once when it is not there yet.
+func CAPICRDDir() (string, error) {
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMODCACHE: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "cluster-api@"+CAPIVersion, "core", "config", "crd", "bases")
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	cmd := exec.Command("go", "mod", "download", "sigs.k8s.io/cluster-api@"+CAPIVersion)
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("downloading cluster-api %s: %v: %s", CAPIVersion, err, out)
+	}
+	return dir, nil
+}
+
+// InstallCRDs creates every CRD in the YAML files of dirs (server-side: some
+// are too big for client-side apply) and waits until all are established.
+func (cp *ControlPlane) InstallCRDs(ctx context.Context, dirs ...string) error {
+	var names []string
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil {
+			return err
+		}
+		if len(files) == 0 {
+			return fmt.Errorf("no CRDs in %s", dir)
+		}
+		for _, f := range files {
+			crds, err := readObjects(f)
+			if err != nil {
+				return err
+			}
+			for _, crd := range crds {
+				if crd.GetKind() != "CustomResourceDefinition" {
+					continue
+				}
+				_, err := cp.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{FieldManager: "captf-test"})
+				if err != nil && !apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("creating CRD %s from %s: %w", crd.GetName(), f, err)
+				}
+				names = append(names, crd.GetName())
+			}
+		}
+	}
+	for _, name := range names {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			crd, err := cp.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not established: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// readObjects decodes every object of a multi-document YAML file.
+func readObjects(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// ToUnstructured converts a typed object for the dynamic client.
+func ToUnstructured(obj any) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	return u, u.UnmarshalJSON(b)
+}
+
+func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,61 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Main runs a test package against one shared control plane: it starts the
+// plane, runs the tests, stops every process it started (also on SIGINT or
+// SIGTERM) and fails the run when a process outlives it.
+func Main(m *testing.M, opts Options, plane **ControlPlane) {
+	os.Exit(run(m, opts, plane))
+}
+
+func run(m *testing.M, opts Options, plane **ControlPlane) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	start := time.Now()
+	cp, err := Start(ctx, opts)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "control plane up in %s at %s (kubeconfig %s)\n", time.Since(start).Round(time.Millisecond), cp.URL(), cp.KubeconfigFile)
+	*plane = cp
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "%s: stopping the control plane\n", sig)
+		cp.Stop()
+		os.Exit(1)
+	}()
+
+	code := m.Run()
+	dir := cp.Dir
+	cp.Stop()
+	signal.Stop(signals)
+	if left := waitNoProcesses(dir, 10*time.Second); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "processes outlived the test run: %v\n", left)
+		return 1
+	}
+	return code
+}
+
+func waitNoProcesses(dir string, timeout time.Duration) []int {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := ProcessesUsing(dir)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
