@@ -261,10 +261,14 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	script.WriteString("set -e\n")
 	var created []string
 	target := func(path string, file bool) {
-		if _, err := os.Lstat(path); err == nil {
-			return
+		// Remember every level mkdir -p makes, deepest first, to remove them
+		// when no pod uses them any more.
+		for p := path; p != "/"; p = filepath.Dir(p) {
+			if _, err := os.Lstat(p); err == nil {
+				break
+			}
+			created = append(created, p)
 		}
-		created = append(created, path)
 		if file {
 			fmt.Fprintf(&script, "mkdir -p %s; [ -e %s ] || : > %s\n", shellQuote(filepath.Dir(path)), shellQuote(path), shellQuote(path))
 		} else {

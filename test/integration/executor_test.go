@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/captf/captf/test/framework"
+)
+
+var (
+	executorOnce sync.Once
+	executor     *framework.Executor
+	executorErr  error
+)
+
+// startExecutor starts the package's executor once; it runs until the plane
+// stops (TestMain checks that no process outlives the run).
+func startExecutor(t *testing.T) *framework.Executor {
+	t.Helper()
+	executorOnce.Do(func() {
+		executor, executorErr = plane.StartExecutor(context.Background(), framework.ExecutorOptions{})
+	})
+	if executorErr != nil {
+		t.Fatal(executorErr)
+	}
+	return executor
+}
+
+// newJobNamespace makes a namespace with a ServiceAccount "runner" that may
+// read ConfigMaps and nothing else.
+func newJobNamespace(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	if _, err := plane.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-configmaps"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "runner"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-configmaps"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func shellJob(name, script string, mutate ...func(*batchv1.Job)) *batchv1.Job {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr(int32(0)),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy:      corev1.RestartPolicyNever,
+				ServiceAccountName: "runner",
+				Containers: []corev1.Container{{
+					Name: "main", Image: "local", Command: []string{"/bin/sh", "-c", script},
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				}},
+			}},
+		},
+	}
+	for _, m := range mutate {
+		m(job)
+	}
+	return job
+}
+
+// waitJob waits until the Job has a condition of the given type set to True.
+func waitJob(t *testing.T, ns, name string, condition batchv1.JobConditionType, timeout time.Duration) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if job, err = plane.Kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		for _, c := range job.Status.Conditions {
+			if c.Type == condition && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("Job %s never got %s: %v; status %+v", name, condition, err, job.Status)
+	}
+	return job
+}
+
+func jobPod(t *testing.T, ns, job string) *corev1.Pod {
+	t.Helper()
+	pods, err := plane.Kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Fatalf("Job %s has %d pods, want 1", job, len(pods.Items))
+	}
+	return &pods.Items[0]
+}
+
+func TestExecutorJobCompletes(t *testing.T) {
+	ex := startExecutor(t)
+	ctx := context.Background()
+	ns := newJobNamespace(t)
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"password": "s3cret", "file.txt": "from a secret volume"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
+		Data: map[string]string{"REGION": "eu-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+echo "password=$PASSWORD region=$REGION pod=$POD_NAME"
+cat /etc/creds/file.txt; echo
+test -s /var/run/secrets/kubernetes.io/serviceaccount/token
+echo -n done > /dev/termination-log`
+	job := shellJob("ok", script, func(j *batchv1.Job) {
+		c := &j.Spec.Template.Spec.Containers[0]
+		c.Env = []corev1.EnvVar{
+			{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "password"}}},
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		}
+		c.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/etc/creds", ReadOnly: true}}
+		j.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
+	})
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ns, "ok", batchv1.JobComplete, time.Minute)
+	pod := jobPod(t, ns, "ok")
+	if pod.Status.Phase != corev1.PodSucceeded || pod.Spec.NodeName != framework.NodeName {
+		t.Errorf("pod phase %s on node %q, want Succeeded on %q", pod.Status.Phase, pod.Spec.NodeName, framework.NodeName)
+	}
+	if term := pod.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 0 || term.Message != "done" {
+		t.Errorf("terminated state = %+v, want exit 0 and message done", term)
+	}
+	logs, err := ex.Logs(ns, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"password=s3cret region=eu-1 pod=" + pod.Name, "from a secret volume"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs %q do not contain %q", logs, want)
+		}
+	}
+}
+
+func TestExecutorJobFails(t *testing.T) {
+	startExecutor(t)
+	ctx := context.Background()
+	ns := newJobNamespace(t)
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, shellJob("fail", "echo something broke >&2; exit 3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ns, "fail", batchv1.JobFailed, time.Minute)
+	term := jobPod(t, ns, "fail").Status.ContainerStatuses[0].State.Terminated
+	if term == nil || term.ExitCode != 3 || !strings.Contains(term.Message, "something broke") {
+		t.Errorf("terminated state = %+v, want exit code 3 and the log tail as message", term)
+	}
+}
+
+func TestExecutorDeadlineKills(t *testing.T) {
+	ex := startExecutor(t)
+	ctx := context.Background()
+	ns := newJobNamespace(t)
+	job := shellJob("slow", "trap 'echo got SIGTERM; exit 143' TERM; sleep 300 & wait", func(j *batchv1.Job) {
+		j.Spec.ActiveDeadlineSeconds = ptr(int64(3))
+		j.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr(int64(5))
+	})
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failed := waitJob(t, ns, "slow", batchv1.JobFailed, time.Minute)
+	var reason string
+	for _, c := range failed.Status.Conditions {
+		if c.Type == batchv1.JobFailed {
+			reason = c.Reason
+		}
+	}
+	if reason != batchv1.JobReasonDeadlineExceeded {
+		t.Errorf("Job failed with reason %q, want %q", reason, batchv1.JobReasonDeadlineExceeded)
+	}
+	// The pod is deleted by the Job controller; its process got SIGTERM and
+	// the pod object goes once it stopped.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pods, err := plane.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=slow"})
+		return err == nil && len(pods.Items) == 0, err
+	})
+	if err != nil {
+		t.Fatalf("the deadline-killed pod is still there: %v", err)
+	}
+	if ex.Running() != 0 {
+		t.Errorf("%d processes still run after the deadline", ex.Running())
+	}
+}
+
+func TestExecutorJobDeletionCollectsPods(t *testing.T) {
+	startExecutor(t)
+	ctx := context.Background()
+	ns := newJobNamespace(t)
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, shellJob("gc", "exit 0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ns, "gc", batchv1.JobComplete, time.Minute)
+	podName := jobPod(t, ns, "gc").Name
+	if err := plane.Kube.BatchV1().Jobs(ns).Delete(ctx, "gc", metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := plane.Kube.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the garbage collector never removed pod %s of the deleted Job", podName)
+	}
+}
+
+// TestExecutorTokenIsRBACChecked runs a pod that calls the API server with
+// its ServiceAccount token: reading ConfigMaps is allowed, Secrets are not.
+func TestExecutorTokenIsRBACChecked(t *testing.T) {
+	ex := startExecutor(t)
+	ctx := context.Background()
+	ns := newJobNamespace(t)
+	script := fmt.Sprintf(`sa=/var/run/secrets/kubernetes.io/serviceaccount
+call() { curl -s -o /dev/null -w '%%{http_code}' --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat $sa/namespace)/$1"; }
+echo "configmaps=$(call configmaps) secrets=$(call secrets)"
+test "$(cat $sa/namespace)" = %q`, ns)
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, shellJob("rbac", script), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ns, "rbac", batchv1.JobComplete, time.Minute)
+	logs, err := ex.Logs(ns, jobPod(t, ns, "rbac").Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs, "configmaps=200 secrets=403") {
+		t.Errorf("pod saw %q, want configmaps=200 secrets=403", logs)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
