@@ -1,0 +1,34 @@
+# CAPTF. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+GO ?= go
+# Packages whose tests need the local control plane run one at a time: the
+# machines this runs on have two cores.
+TEST_FLAGS ?= -p 1 -timeout 60m
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: controlplane
+controlplane: ## Build etcd, kube-apiserver and kube-controller-manager into bin/ (skipped when up to date)
+	./hack/build-controlplane.sh
+
+.PHONY: local-up
+local-up: controlplane ## Run the local management plane with the CRDs installed
+	$(GO) run ./test/cmd/local-up
+
+.PHONY: test
+test: controlplane ## Run every test, against a real local control plane
+	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: generate
+generate: ## Regenerate clients, listers, informers, deepcopy and CRDs
+	./hack/update-codegen.sh
+
+.PHONY: verify
+verify: ## Fail on stale generated code or CRDs, gofmt, vet or go.mod drift
+	./hack/verify-codegen.sh
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	cd hack/tools && $(GO) mod tidy -diff
