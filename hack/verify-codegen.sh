@@ -9,8 +9,6 @@ trap 'rm -rf "${TMP}"' EXIT
 # Generate into a copy of the tree so a stale tree is reported, not changed.
 mkdir -p "${TMP}/src"
 (cd "${ROOT}" && tar --exclude=./bin --exclude=./.git -cf - .) | tar -C "${TMP}/src" -xf -
-mkdir -p "${TMP}/src/bin" && ln -s "${ROOT}/bin/tools" "${TMP}/src/bin/tools" 2>/dev/null || true
-rm -rf "${TMP}/src/bin/tools"
 (cd "${TMP}/src" && ./hack/update-codegen.sh >/dev/null)
 if ! diff -ruN "${ROOT}/pkg" "${TMP}/src/pkg" || ! diff -ruN "${ROOT}/manifests/crd" "${TMP}/src/manifests/crd"; then
   echo "generated files are stale: run hack/update-codegen.sh" >&2
