@@ -15,7 +15,8 @@ controlplane: ## Build etcd, kube-apiserver and kube-controller-manager into bin
 
 .PHONY: local-up
 local-up: controlplane ## Run the local management plane with the CRDs installed
-	$(GO) run ./test/cmd/local-up
+	$(GO) build -o bin/local-up ./test/cmd/local-up
+	exec bin/local-up
 
 .PHONY: test
 test: controlplane ## Run every test, against a real local control plane
