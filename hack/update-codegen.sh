@@ -9,7 +9,9 @@ MODULE=github.com/captf/captf
 export GOBIN=${ROOT}/bin/tools
 mkdir -p "${GOBIN}"
 
+(cd hack/tools && go mod download k8s.io/code-generator)
 CODEGEN_PKG=${CODEGEN_PKG:-$(cd hack/tools && go list -m -f '{{.Dir}}' k8s.io/code-generator)}
+[[ -f "${CODEGEN_PKG}/kube_codegen.sh" ]] || { echo "code-generator not found (got '${CODEGEN_PKG}')" >&2; exit 1; }
 # shellcheck source=/dev/null
 source "${CODEGEN_PKG}/kube_codegen.sh"
 
