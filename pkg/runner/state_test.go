@@ -1,0 +1,109 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/captf/captf/pkg/names"
+)
+
+func newStore(client *fake.Clientset, backups, chunk int) *StateStore {
+	t0 := time.Date(2026, 11, 29, 22, 0, 0, 0, time.UTC)
+	n := 0
+	return &StateStore{
+		Client: client, Namespace: "ns", Object: names.Object{Kind: "tfc", Name: "c"},
+		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}, Backups: backups, ChunkSize: chunk,
+		Now: func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) },
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	random := make([]byte, 300<<10) // incompressible: three 128 KiB chunks
+	if _, err := rand.Read(random); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		state      []byte
+		wantChunks int
+	}{
+		"small, inline":   {state: []byte(`{"version":4,"serial":1}`), wantChunks: 0},
+		"big, in chunks":  {state: random, wantChunks: 3},
+		"compressible 5M": {state: bytes.Repeat([]byte(`{"resource":"x"},`), 300_000), wantChunks: 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			s := newStore(client, 5, 128<<10)
+			if got, err := s.Read(ctx); err != nil || got != nil {
+				t.Fatalf("Read of no state = %q, %v; want nil, nil", got, err)
+			}
+			if err := s.Write(ctx, tc.state); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tc.state) {
+				t.Fatalf("read %d bytes, wrote %d", len(got), len(tc.state))
+			}
+			head, _ := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+			if _, chunks := chunkInfo(head); chunks != tc.wantChunks {
+				t.Errorf("chunks = %d, want %d", chunks, tc.wantChunks)
+			}
+			// A second write replaces the chunks of the first.
+			if err := s.Write(ctx, append(tc.state, ' ')); err != nil {
+				t.Fatal(err)
+			}
+			list, _ := client.CoreV1().Secrets("ns").List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=" + names.SecretTypeStateChunk})
+			if len(list.Items) != tc.wantChunks {
+				t.Errorf("%d chunk secrets after a rewrite, want %d", len(list.Items), tc.wantChunks)
+			}
+		})
+	}
+}
+
+func TestBackupsRotate(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	var names []string
+	// Each run (a new store) backs up the state it found, once.
+	for run := range 8 {
+		s := newStore(client, 3, 0)
+		s.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, run, 0, time.UTC) }
+		for write := range 2 {
+			if err := s.Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, run*10+write)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if run > 0 && s.BackupsMade != 1 {
+			t.Fatalf("run %d made %d backups, want 1", run, s.BackupsMade)
+		}
+	}
+	head, _ := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+	if err := json.Unmarshal([]byte(head.Annotations[annotationBackups]), &names); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"tfc-c-backup-20260101-000007", "tfc-c-backup-20260101-000006", "tfc-c-backup-20260101-000005"}
+	if fmt.Sprint(names) != fmt.Sprint(want) {
+		t.Fatalf("backups = %v, want %v (newest first)", names, want)
+	}
+	s := newStore(client, 3, 0)
+	got, err := s.ReadBackup(ctx, want[0])
+	if err != nil || string(got) != `{"serial":61}` {
+		t.Fatalf("newest backup = %s, %v; want the last state of run 6", got, err)
+	}
+	list, _ := client.CoreV1().Secrets("ns").List(ctx, metav1.ListOptions{})
+	if len(list.Items) != 4 {
+		t.Errorf("%d secrets, want the state and 3 backups", len(list.Items))
+	}
+}
