@@ -1,0 +1,63 @@
+package util
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/captf/captf/pkg/names"
+)
+
+// RunnerAccess keeps the captf-runner ServiceAccount and RoleBinding (to the
+// captf-runner ClusterRole) in each namespace the manager runs Jobs in.
+type RunnerAccess struct {
+	Client kubernetes.Interface
+
+	mu   sync.Mutex
+	done map[string]bool
+}
+
+// Ensure makes sure namespace has them; it checks once per namespace per
+// manager process, with reads, and writes only what is missing.
+func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
+	a.mu.Lock()
+	done := a.done[namespace]
+	a.mu.Unlock()
+	if done {
+		return nil
+	}
+	labels := map[string]string{names.LabelManagedBy: names.ManagedByValue}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: names.RunnerServiceAccount, Namespace: namespace, Labels: labels}}
+	if _, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, sa.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if _, err := a.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, sa.Name, err)
+		}
+	} else if err != nil {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: names.RunnerServiceAccount, Namespace: namespace, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: names.RunnerClusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: names.RunnerServiceAccount, Namespace: namespace}},
+	}
+	if _, err := a.Client.RbacV1().RoleBindings(namespace).Get(ctx, rb.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if _, err := a.Client.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating RoleBinding %s/%s: %w", namespace, rb.Name, err)
+		}
+	} else if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if a.done == nil {
+		a.done = map[string]bool{}
+	}
+	a.done[namespace] = true
+	a.mu.Unlock()
+	return nil
+}

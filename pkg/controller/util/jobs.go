@@ -1,0 +1,249 @@
+package util
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Policy is a job policy with every default filled in.
+type Policy struct {
+	infrav1.JobPolicy
+	ActiveDeadlineSeconds      int64
+	LockTimeout                time.Duration
+	SuccessfulJobsHistoryLimit int32
+	FailedJobsHistoryLimit     int32
+}
+
+// EffectivePolicy merges the object's policy over its cluster's defaults
+// over CAPTF's defaults, field by field.
+func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
+	p := Policy{ActiveDeadlineSeconds: 3600, LockTimeout: 5 * time.Minute, SuccessfulJobsHistoryLimit: 3, FailedJobsHistoryLimit: 3}
+	p.Resources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+	}
+	for _, src := range []*infrav1.JobPolicy{clusterDefaults, own} {
+		if src == nil {
+			continue
+		}
+		if src.Resources != nil {
+			p.Resources = src.Resources.DeepCopy()
+		}
+		if src.ActiveDeadlineSeconds != nil {
+			p.ActiveDeadlineSeconds = *src.ActiveDeadlineSeconds
+		}
+		if src.LockTimeout != nil {
+			p.LockTimeout = src.LockTimeout.Duration
+		}
+		if src.SuccessfulJobsHistoryLimit != nil {
+			p.SuccessfulJobsHistoryLimit = *src.SuccessfulJobsHistoryLimit
+		}
+		if src.FailedJobsHistoryLimit != nil {
+			p.FailedJobsHistoryLimit = *src.FailedJobsHistoryLimit
+		}
+		if src.PodSecurityContext != nil {
+			p.PodSecurityContext = src.PodSecurityContext.DeepCopy()
+		}
+		if src.SecurityContext != nil {
+			p.SecurityContext = src.SecurityContext.DeepCopy()
+		}
+		if src.NodeSelector != nil {
+			p.NodeSelector = src.NodeSelector
+		}
+		if src.Tolerations != nil {
+			p.Tolerations = src.Tolerations
+		}
+		if src.Env != nil {
+			p.Env = src.Env
+		}
+		if src.EnvFrom != nil {
+			p.EnvFrom = src.EnvFrom
+		}
+		if src.ServiceAccountName != "" {
+			p.ServiceAccountName = src.ServiceAccountName
+		}
+	}
+	return p
+}
+
+// JobSpec is what one runner Job does.
+type JobSpec struct {
+	Owner       metav1.Object
+	OwnerGVK    schema.GroupVersionKind
+	Operation   infrav1.Operation
+	InputsHash  string
+	Attempt     int
+	Image       string
+	Policy      Policy
+	Backups     int
+	DurableOnly bool // run with the durable inputs (destroy)
+}
+
+// RunnerCommand is the runner's entrypoint in the image.
+const RunnerCommand = "/captf"
+
+// BuildJob makes the runner Job. Pods meet Pod Security "baseline" and, when
+// the image runs as non-root, "restricted".
+func BuildJob(s JobSpec) *batchv1.Job {
+	obj := names.Object{Kind: runner.ShortKind(s.OwnerGVK.Kind), Name: s.Owner.GetName()}
+	name := obj.Job(string(s.Operation), s.InputsHash, s.Attempt)
+	labels := runner.ObjectLabels(s.OwnerGVK.Kind, s.Owner.GetName(), s.Owner.GetUID())
+	labels[names.LabelOperation] = string(s.Operation)
+	labels[names.LabelInputsHash] = s.InputsHash
+	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)
+	sa := names.RunnerServiceAccount
+	if s.Policy.ServiceAccountName != "" {
+		sa = s.Policy.ServiceAccountName
+	}
+	podSC := s.Policy.PodSecurityContext
+	if podSC == nil {
+		podSC = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	}
+	sc := s.Policy.SecurityContext
+	if sc == nil {
+		sc = &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}
+	}
+	args := []string{"runner",
+		"--namespace=" + s.Owner.GetNamespace(),
+		"--object-kind=" + s.OwnerGVK.Kind,
+		"--object-name=" + s.Owner.GetName(),
+		"--object-uid=" + string(s.Owner.GetUID()),
+		"--object-api-version=" + s.OwnerGVK.GroupVersion().String(),
+		"--operation=" + string(s.Operation),
+		"--job=" + name,
+		"--workdir=/workspace",
+		fmt.Sprintf("--state-backups=%d", s.Backups),
+		"--lock-timeout=" + s.Policy.LockTimeout.String(),
+	}
+	if s.DurableOnly {
+		args = append(args, "--durable-inputs")
+	}
+	env := []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
+	env = append(env, s.Policy.Env...)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: s.Owner.GetNamespace(), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(s.Owner, s.OwnerGVK)},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr(int32(0)), // the manager retries, with backoff and a new name
+			ActiveDeadlineSeconds: &s.Policy.ActiveDeadlineSeconds,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: sa,
+					RestartPolicy:      corev1.RestartPolicyNever,
+					// Time for terraform to stop gracefully and write its state.
+					TerminationGracePeriodSeconds: ptr(int64(120)),
+					SecurityContext:               podSC,
+					NodeSelector:                  s.Policy.NodeSelector,
+					Tolerations:                   s.Policy.Tolerations,
+					Containers: []corev1.Container{{
+						Name:                     "runner",
+						Image:                    s.Image,
+						Command:                  []string{RunnerCommand},
+						Args:                     args,
+						Env:                      env,
+						EnvFrom:                  s.Policy.EnvFrom,
+						WorkingDir:               "/workspace",
+						Resources:                *s.Policy.Resources,
+						SecurityContext:          sc,
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+						VolumeMounts:             []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				},
+			},
+		},
+	}
+}
+
+// JobFinished returns whether job is done and whether it succeeded.
+func JobFinished(job *batchv1.Job) (finished, succeeded bool) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, true
+		case batchv1.JobFailed:
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// JobFailureMessage says why a finished Job failed.
+func JobFailureMessage(job *batchv1.Job) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("Job %s failed: %s: %s", job.Name, c.Reason, c.Message)
+		}
+	}
+	return "Job " + job.Name + " failed"
+}
+
+// Attempt is the attempt number a Job's label carries.
+func Attempt(job *batchv1.Job) int {
+	n, _ := strconv.Atoi(job.Labels[names.LabelAttempt])
+	return n
+}
+
+// SortJobs orders Jobs newest first.
+func SortJobs(jobs []*batchv1.Job) {
+	sort.Slice(jobs, func(i, j int) bool {
+		ti, tj := jobs[i].CreationTimestamp, jobs[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return tj.Before(&ti)
+		}
+		return jobs[i].Name > jobs[j].Name
+	})
+}
+
+// Backoff is the wait before retrying after failures consecutive failed
+// attempts: 10s doubling, at most 10m.
+func Backoff(failures int) time.Duration {
+	d := 10 * time.Second
+	for i := 1; i < failures && d < 10*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Minute)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// JobsByObjectUID indexes runner Jobs by the UID of their Terraform* object.
+const JobsByObjectUID = "captf-object-uid"
+
+// JobIndexers are the indexers the controllers need on the Job informer.
+var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error) {
+	job, ok := obj.(*batchv1.Job)
+	if !ok {
+		return nil, nil
+	}
+	if uid := job.Labels[names.LabelObjectUID]; uid != "" {
+		return []string{uid}, nil
+	}
+	return nil, nil
+}}

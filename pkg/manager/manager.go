@@ -1,0 +1,320 @@
+// Package manager is `captf manager`: flags, leader election, informers,
+// controllers, probes and metrics.
+package manager
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/captf/captf/pkg/controller/terraformcluster"
+	"github.com/captf/captf/pkg/controller/util"
+	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/generated/informers/externalversions"
+	"github.com/captf/captf/pkg/metrics"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/version"
+)
+
+// Options are the manager's flags.
+type Options struct {
+	Kubeconfig                 string
+	Namespace                  string
+	LeaderElect                bool
+	LeaseDuration              time.Duration
+	RenewDeadline              time.Duration
+	RetryPeriod                time.Duration
+	ClusterConcurrency         int
+	MachineConcurrency         int
+	MachinePoolConcurrency     int
+	MachineTemplateConcurrency int
+	SyncPeriod                 time.Duration
+	DriftDefaultInterval       time.Duration
+	StateBackups               int
+	RunnerImage                string
+	WebhookPort                int
+	WebhookCertDir             string
+	WebhookCertName            string
+	WebhookKeyName             string
+	MetricsBindAddress         string
+	HealthProbeBindAddress     string
+	QPS                        float64
+	Burst                      int
+}
+
+func (o *Options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
+	fs.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "run controllers only while holding the leader Lease in $POD_NAMESPACE")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long non-leaders wait before taking over")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leading")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "wait between leader election attempts")
+	fs.IntVar(&o.ClusterConcurrency, "terraformcluster-concurrency", 10, "TerraformClusters synced at once")
+	fs.IntVar(&o.MachineConcurrency, "terraformmachine-concurrency", 10, "TerraformMachines synced at once")
+	fs.IntVar(&o.MachinePoolConcurrency, "terraformmachinepool-concurrency", 10, "TerraformMachinePools synced at once")
+	fs.IntVar(&o.MachineTemplateConcurrency, "terraformmachinetemplate-concurrency", 10, "TerraformMachineTemplates synced at once")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Minute, "how often every object is synced even without a change")
+	fs.DurationVar(&o.DriftDefaultInterval, "drift-default-interval", 30*time.Minute, "drift check interval of objects that set none")
+	fs.IntVar(&o.StateBackups, "state-backups", 5, "state backups kept per object")
+	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's certificate and key")
+	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "file name of the webhook certificate")
+	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "file name of the webhook key")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":9440", "address of /healthz and /readyz")
+	fs.Float64Var(&o.QPS, "kube-api-qps", 50, "queries per second to the API server")
+	fs.IntVar(&o.Burst, "kube-api-burst", 100, "burst of queries to the API server")
+}
+
+// Main is `captf manager`.
+func Main(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	var o Options
+	o.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.RunnerImage == "" {
+		return errors.New("--runner-image (or $CAPTF_MANAGER_IMAGE) is required: it is the image runner Jobs run")
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	logger := klog.Background().WithName("manager")
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting", "version", version.String())
+	podNamespace, serviceAccount := os.Getenv("POD_NAMESPACE"), os.Getenv("SERVICE_ACCOUNT_NAME")
+	if podNamespace == "" || serviceAccount == "" {
+		logger.Info("Warning: POD_NAMESPACE or SERVICE_ACCOUNT_NAME is not set: the manager does not know its own username, and the webhook will refuse its providerID writes",
+			"POD_NAMESPACE", podNamespace, "SERVICE_ACCOUNT_NAME", serviceAccount)
+	}
+
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
+	cfg.UserAgent = "captf-manager/" + version.Version
+
+	m := &manager{options: o}
+	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	if err := m.serveProbes(ctx, health); err != nil {
+		return err
+	}
+	if err := m.serveMetrics(ctx); err != nil {
+		return err
+	}
+	if !o.LeaderElect {
+		m.ready.Store(false)
+		return m.runControllers(ctx, cfg)
+	}
+	if podNamespace == "" {
+		return errors.New("--leader-elect needs $POD_NAMESPACE: the leader Lease lives there")
+	}
+	m.ready.Store(true) // a standby replica is ready: it serves webhooks and metrics
+	hostname, _ := os.Hostname()
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, podNamespace, "captf-manager",
+		resourcelock.ResourceLockConfig{Identity: hostname + "_" + string(uuid.NewUUID())}, cfg, o.RenewDeadline)
+	if err != nil {
+		return err
+	}
+	var runErr error
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: "captf-manager", WatchDog: health,
+		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		// The Lease is not released on stop: a successor waits it out, so
+		// two leaders never overlap.
+		ReleaseOnCancel: false,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Leading: starting controllers")
+				m.ready.Store(false)
+				runErr = m.runControllers(ctx, cfg)
+				if runErr != nil {
+					logger.Error(runErr, "Controllers stopped")
+					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+				}
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() != nil {
+					logger.Info("Stopped leading: shutting down")
+					return
+				}
+				logger.Info("Lost the leader Lease: exiting")
+				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+			},
+		},
+	})
+	return runErr
+}
+
+type manager struct {
+	options Options
+	ready   atomic.Bool
+}
+
+var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+
+// runControllers builds the informers and controllers, and runs them until
+// ctx ends.
+func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
+	o := m.options
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	captf, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	captfFactory := externalversions.NewSharedInformerFactoryWithOptions(captf, o.SyncPeriod,
+		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields))
+	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
+	// never cached, so memory does not grow with state size.
+	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
+		informers.WithTransform(trimManagedFields),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
+	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), nil)
+
+	jobInformer := kubeFactory.Batch().V1().Jobs()
+	if err := jobInformer.Informer().AddIndexers(util.JobIndexers); err != nil {
+		return err
+	}
+	clusterInformer := dynFactory.ForResource(clustersGVR)
+	if err := clusterInformer.Informer().SetTransform(trimManagedFields); err != nil {
+		return err
+	}
+	access := &util.RunnerAccess{Client: kube}
+
+	tcCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformcluster.ControllerName))
+	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
+		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
+		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, SyncPeriod: o.SyncPeriod})
+	if err != nil {
+		return err
+	}
+
+	captfFactory.Start(ctx.Done())
+	kubeFactory.Start(ctx.Done())
+	dynFactory.Start(ctx.Done())
+	defer func() {
+		captfFactory.Shutdown()
+		kubeFactory.Shutdown()
+		dynFactory.Shutdown()
+	}()
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), jobInformer.Informer().HasSynced, clusterInformer.Informer().HasSynced,
+			captfFactory.Infrastructure().V1alpha1().TerraformClusters().Informer().HasSynced) {
+			m.ready.Store(true)
+		}
+	}()
+	tc.Run(tcCtx, o.ClusterConcurrency)
+	return nil
+}
+
+func (m *manager) serveProbes(ctx context.Context, health *leaderelection.HealthzAdaptor) error {
+	if m.options.HealthProbeBindAddress == "0" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := health.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.ready.Load() {
+			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return serve(ctx, "probes", m.options.HealthProbeBindAddress, mux)
+}
+
+func (m *manager) serveMetrics(ctx context.Context) error {
+	if m.options.MetricsBindAddress == "0" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	return serve(ctx, "metrics", m.options.MetricsBindAddress, mux)
+}
+
+func serve(ctx context.Context, name, addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 32 * time.Second}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.ListenAndServe() }()
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("%s server on %s: %w", name, addr, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	cfg, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	}
+	return cfg, err
+}
+
+func namespaceOrAll(ns string) string {
+	if ns == "" {
+		return metav1.NamespaceAll
+	}
+	return ns
+}
+
+// trimManagedFields drops managedFields from cached objects: CAPTF never
+// reads them and they are often the biggest part of an object.
+func trimManagedFields(obj any) (any, error) {
+	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		accessor.GetObjectMeta().SetManagedFields(nil)
+	} else if u, ok := obj.(interface {
+		SetManagedFields([]metav1.ManagedFieldsEntry)
+	}); ok {
+		u.SetManagedFields(nil)
+	}
+	return obj, nil
+}

@@ -1,0 +1,229 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+const (
+	annotationHolderUID   = "captf.io/holder-uid"
+	annotationForceUnlock = "captf.io/force-unlocks"
+)
+
+// Lock is the state lock of one object: a Lease whose holder is the runner's
+// pod, renewed while the run lasts. A holder whose pod is gone, or that
+// stopped renewing, is stale and loses the lock.
+type Lock struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Name      string
+	// Holder is this runner's pod name and HolderUID its UID.
+	Holder    string
+	HolderUID types.UID
+	Labels    map[string]string
+	Owner     metav1.OwnerReference
+	// Duration is how long a holder that stopped renewing keeps the lock.
+	Duration time.Duration
+	// Poll is the wait between attempts while another run holds the lock.
+	Poll time.Duration
+
+	// Waits counts the times Acquire found the lock held; ForceUnlocked says
+	// whether it took the lock from a stale holder.
+	Waits         int
+	ForceUnlocked bool
+
+	mu   sync.Mutex
+	held bool
+}
+
+// Acquire takes the lock, waiting up to timeout while a live holder has it.
+func (l *Lock) Acquire(ctx context.Context, timeout time.Duration) error {
+	logger := klog.FromContext(ctx)
+	deadline := time.Now().Add(timeout)
+	for {
+		holder, err := l.try(ctx)
+		if err == nil && holder == "" {
+			l.mu.Lock()
+			l.held = true
+			l.mu.Unlock()
+			return nil
+		}
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("state lock %s: %w", l.Name, err)
+		}
+		if err == nil {
+			l.Waits++
+			logger.Info("State is locked by another run, waiting", "lease", klog.KRef(l.Namespace, l.Name), "holder", holder)
+			if time.Now().After(deadline) {
+				return fmt.Errorf("state lock %s is held by %s: gave up after %s", l.Name, holder, timeout)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(l.poll()):
+		}
+	}
+}
+
+// try takes the lock if it is free, ours or stale; otherwise it returns the
+// live holder.
+func (l *Lock) try(ctx context.Context) (string, error) {
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels}}
+		if l.Owner.UID != "" {
+			lease.OwnerReferences = []metav1.OwnerReference{l.Owner}
+		}
+		l.take(lease)
+		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+		return "", err
+	}
+	if err != nil {
+		return "", err
+	}
+	holder := ptrValue(lease.Spec.HolderIdentity)
+	if holder != "" && !(holder == l.Holder && types.UID(lease.Annotations[annotationHolderUID]) == l.HolderUID) {
+		stale, why, err := l.stale(ctx, lease)
+		if err != nil {
+			return "", err
+		}
+		if !stale {
+			return holder, nil
+		}
+		klog.FromContext(ctx).Info("Force-unlocking the state lock of a gone run", "lease", klog.KObj(lease), "holder", holder, "reason", why)
+		n, _ := strconv.Atoi(lease.Annotations[annotationForceUnlock])
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations[annotationForceUnlock] = strconv.Itoa(n + 1)
+		l.ForceUnlocked = true
+	}
+	l.take(lease)
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return "", err
+}
+
+// stale tells whether the holder of lease is gone.
+func (l *Lock) stale(ctx context.Context, lease *coordinationv1.Lease) (bool, string, error) {
+	if lease.Spec.RenewTime != nil && lease.Spec.LeaseDurationSeconds != nil {
+		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		if time.Now().After(expiry) {
+			return true, "renewals stopped at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339), nil
+		}
+	}
+	pod, err := l.Client.CoreV1().Pods(l.Namespace).Get(ctx, ptrValue(lease.Spec.HolderIdentity), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, "its pod no longer exists", nil
+	case err != nil:
+		return false, "", err
+	case string(pod.UID) != lease.Annotations[annotationHolderUID]:
+		return true, "its pod no longer exists (a new pod has its name)", nil
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return true, "its pod has finished", nil
+	}
+	return false, "", nil
+}
+
+func (l *Lock) take(lease *coordinationv1.Lease) {
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(l.duration().Seconds())
+	lease.Spec.HolderIdentity = &l.Holder
+	lease.Spec.LeaseDurationSeconds = &seconds
+	lease.Spec.AcquireTime = &now
+	lease.Spec.RenewTime = &now
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[annotationHolderUID] = string(l.HolderUID)
+}
+
+// KeepRenewed renews the lock until ctx ends.
+func (l *Lock) KeepRenewed(ctx context.Context) {
+	ticker := time.NewTicker(l.duration() / 3)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if err := l.renew(ctx); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Renewing the state lock", "lease", klog.KRef(l.Namespace, l.Name))
+			}
+		}
+	}
+}
+
+func (l *Lock) renew(ctx context.Context) error {
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if ptrValue(lease.Spec.HolderIdentity) != l.Holder {
+		return fmt.Errorf("lost the lock to %q", ptrValue(lease.Spec.HolderIdentity))
+	}
+	now := metav1.NewMicroTime(time.Now())
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+// Release frees the lock if this run holds it; the Lease stays.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	held := l.held
+	l.held = false
+	l.mu.Unlock()
+	if !held {
+		return nil
+	}
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if ptrValue(lease.Spec.HolderIdentity) != l.Holder {
+		return nil
+	}
+	lease.Spec.HolderIdentity = nil
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = nil, nil
+	delete(lease.Annotations, annotationHolderUID)
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func (l *Lock) duration() time.Duration {
+	if l.Duration > 0 {
+		return l.Duration
+	}
+	return 30 * time.Second
+}
+
+func (l *Lock) poll() time.Duration {
+	if l.Poll > 0 {
+		return l.Poll
+	}
+	return 2 * time.Second
+}
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// Main is `captf runner`. The Job passes the object and operation as flags
+// and the pod's identity through the downward API.
+func Main(args []string) error {
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	var c Config
+	var op, uid string
+	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the object")
+	fs.StringVar(&c.ObjectKind, "object-kind", "", "kind of the object")
+	fs.StringVar(&c.ObjectName, "object-name", "", "name of the object")
+	fs.StringVar(&uid, "object-uid", "", "UID of the object")
+	fs.StringVar(&c.ObjectAPIVersion, "object-api-version", infrav1.SchemeGroupVersion.String(), "API version of the object")
+	fs.StringVar(&op, "operation", "", "apply, destroy, drift or refresh")
+	fs.StringVar(&c.Job, "job", "", "name of this Job")
+	fs.StringVar(&c.Terraform, "terraform", os.Getenv("CAPTF_TERRAFORM"), "terraform or tofu binary (default: terraform, else tofu, on PATH)")
+	fs.StringVar(&c.WorkDir, "workdir", "", "working directory (default: the current directory)")
+	fs.IntVar(&c.StateBackups, "state-backups", 5, "state backups to keep")
+	fs.DurationVar(&c.LockTimeout, "lock-timeout", 5*time.Minute, "how long to wait for the state lock")
+	fs.BoolVar(&c.UseDurableInputs, "durable-inputs", false, "use the inputs of the last successful apply")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.ObjectUID, c.Operation = types.UID(uid), infrav1.Operation(op)
+	c.Pod, c.PodUID = os.Getenv("POD_NAME"), types.UID(os.Getenv("POD_UID"))
+	if c.Namespace == "" || c.ObjectKind == "" || c.ObjectName == "" || c.ObjectUID == "" || c.Operation == "" || c.Job == "" || c.Pod == "" {
+		return errors.New("--namespace, --object-kind, --object-name, --object-uid, --operation, --job and env POD_NAME are required")
+	}
+	if c.WorkDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		c.WorkDir = wd
+	}
+	cfg, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("API client config: %w", err)
+	}
+	cfg.UserAgent = "captf-runner"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	logger := klog.Background().WithValues("object", klog.KRef(c.Namespace, c.ObjectName), "operation", c.Operation)
+	ctx := klog.NewContext(context.Background(), logger)
+	r := &Runner{Config: c, Client: client, Log: os.Stderr}
+	res, err := r.Run(ctx)
+	summary := fmt.Sprintf("%s %s", c.Operation, res.Outcome)
+	if res.Error != "" {
+		summary += ": " + res.Error
+	}
+	// The pod's termination message: what `kubectl describe` shows.
+	// Only inside a container: never create the file on a host.
+	if f, ferr := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+		_, _ = f.WriteString(excerptTerm(summary))
+		_ = f.Close()
+	}
+	klog.Flush()
+	return err
+}
+
+func excerptTerm(s string) string {
+	if len(s) > 4000 {
+		return s[:4000]
+	}
+	return s
+}

@@ -1,0 +1,86 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+
+	tfjson "github.com/hashicorp/terraform-json"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// maxAddressesPerAction bounds the addresses a summary names per action.
+const maxAddressesPerAction = 5
+
+// SummarizePlan derives the hash and summary of a plan from `terraform show
+// -json`. The hash covers each changed resource's address, actions and
+// planned values, in address order, so it names exactly what would change
+// and nothing else (not the time, not the source revision).
+func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
+	type change struct {
+		Address      string          `json:"address"`
+		Actions      []string        `json:"actions"`
+		After        json.RawMessage `json:"after,omitempty"`
+		AfterUnknown json.RawMessage `json:"afterUnknown,omitempty"`
+	}
+	var changes []change
+	summary := infrav1.PlanSummary{}
+	named := map[string]int{}
+	for _, rc := range p.ResourceChanges {
+		if rc.Change == nil {
+			continue
+		}
+		a := rc.Change.Actions
+		var action string
+		switch {
+		case a.NoOp() || a.Read():
+			continue
+		case a.Replace():
+			action, summary.Replace = "replace", summary.Replace+1
+		case a.Create():
+			action, summary.Add = "add", summary.Add+1
+		case a.Update():
+			action, summary.Change = "change", summary.Change+1
+		case a.Delete():
+			action, summary.Destroy = "destroy", summary.Destroy+1
+		default:
+			continue
+		}
+		if named[action] < maxAddressesPerAction {
+			named[action]++
+			summary.Resources = append(summary.Resources, infrav1.PlannedResource{Address: rc.Address, Action: action})
+		}
+		c := change{Address: rc.Address}
+		for _, act := range a {
+			c.Actions = append(c.Actions, string(act))
+		}
+		var err error
+		// encoding/json sorts map keys: the values are canonical.
+		if c.After, err = json.Marshal(rc.Change.After); err != nil {
+			return nil, err
+		}
+		if c.AfterUnknown, err = json.Marshal(rc.Change.AfterUnknown); err != nil {
+			return nil, err
+		}
+		changes = append(changes, c)
+	}
+	sort.Slice(changes, func(i, j int) bool { return changes[i].Address < changes[j].Address })
+	sort.SliceStable(summary.Resources, func(i, j int) bool { return summary.Resources[i].Address < summary.Resources[j].Address })
+	b, err := json.Marshal(changes)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary}, nil
+}
+
+// Destructive reports whether a plan deletes or replaces anything.
+func (p *Plan) Destructive() bool { return p.Summary.Destroy > 0 || p.Summary.Replace > 0 }
+
+// HasChanges reports whether a plan changes anything.
+func (p *Plan) HasChanges() bool {
+	s := p.Summary
+	return s.Add+s.Change+s.Destroy+s.Replace > 0
+}

@@ -1,0 +1,404 @@
+// Package runner is `captf runner`: inside a Job it prepares the workspace,
+// holds the object's state lock, serves Terraform's http backend over the
+// state Secrets, runs terraform and reports the result to the manager.
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	tfjson "github.com/hashicorp/terraform-json"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+)
+
+// Config is what a runner is told by its Job.
+type Config struct {
+	Namespace string
+	// Object is the Terraform* object: kind (long), name, UID, API version.
+	ObjectKind, ObjectName, ObjectAPIVersion string
+	ObjectUID                                types.UID
+	Operation                                infrav1.Operation
+	// Job is the Job's name: it names the run-inputs and result Secrets.
+	Job string
+	// Pod and PodUID identify the lock holder.
+	Pod    string
+	PodUID types.UID
+	// Terraform is the binary: terraform or tofu.
+	Terraform    string
+	WorkDir      string
+	StateBackups int
+	LockTimeout  time.Duration
+	// UseDurableInputs runs with the inputs of the last successful apply
+	// (destroy) instead of the run's own.
+	UseDurableInputs bool
+}
+
+// Runner runs one operation.
+type Runner struct {
+	Config Config
+	Client kubernetes.Interface
+	// Log receives terraform's output.
+	Log io.Writer
+
+	obj    names.Object
+	mu     sync.Mutex
+	child  *exec.Cmd
+	signal bool
+}
+
+// Run performs the operation and always tries to write a result. It returns
+// the result; err is set when the run failed.
+func (r *Runner) Run(ctx context.Context) (*Result, error) {
+	r.obj = names.Object{Kind: ShortKind(r.Config.ObjectKind), Name: r.Config.ObjectName}
+	res := &Result{Operation: r.Config.Operation, Outcome: OutcomeFailed}
+
+	// SIGTERM goes to terraform, which stops gracefully and writes its state
+	// through the backend; the runner keeps serving until terraform exits.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	go func() {
+		for range sigs {
+			r.mu.Lock()
+			r.signal = true
+			if r.child != nil && r.child.Process != nil {
+				_ = r.child.Process.Signal(syscall.SIGTERM)
+			}
+			r.mu.Unlock()
+		}
+	}()
+
+	err := r.run(ctx, res)
+	if err != nil {
+		res.Error = excerpt(err.Error())
+	} else {
+		res.Outcome = OutcomeSucceeded
+	}
+	r.mu.Lock()
+	res.Interrupted = r.signal
+	r.mu.Unlock()
+	if werr := r.writeResult(context.WithoutCancel(ctx), res); werr != nil {
+		return res, errors.Join(err, fmt.Errorf("writing the result: %w", werr))
+	}
+	return res, err
+}
+
+func (r *Runner) run(ctx context.Context, res *Result) error {
+	logger := klog.FromContext(ctx)
+	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
+	labels := ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID)
+
+	inputsName := r.obj.RunInputs(r.Config.Job)
+	if r.Config.UseDurableInputs {
+		inputsName = r.obj.DurableInputs()
+	}
+	res.Stage = "workspace"
+	inputs, err := r.Client.CoreV1().Secrets(r.Config.Namespace).Get(ctx, inputsName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
+	}
+	var module Module
+	if err := json.Unmarshal(inputs.Data[KeyModule], &module); err != nil {
+		return fmt.Errorf("inputs secret %s: %s: %w", inputsName, KeyModule, err)
+	}
+	tf, err := r.terraform()
+	if err != nil {
+		return err
+	}
+	dir := r.Config.WorkDir
+	if err := r.prepare(ctx, tf, dir, module, inputs.Data[KeyVariables]); err != nil {
+		return err
+	}
+
+	res.Stage = "lock"
+	lock := &Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
+		Labels: labels, Owner: owner}
+	defer func() {
+		res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
+	}()
+	if err := lock.Acquire(ctx, r.Config.LockTimeout); err != nil {
+		return err
+	}
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	defer func() {
+		stopRenew()
+		if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
+			logger.Error(err, "Releasing the state lock")
+		}
+	}()
+	go lock.KeepRenewed(renewCtx)
+
+	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Owner: owner, Backups: r.Config.StateBackups}
+	backend := &Backend{Store: store}
+	if err := backend.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		backend.Stop()
+		res.StateBytes, res.BackupsMade = backend.LastStateBytes, store.BackupsMade
+	}()
+	env := append(os.Environ(), backend.Env()...)
+	env = append(env, "TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1")
+
+	res.Stage = "init"
+	if _, err := r.exec(ctx, tf, dir, env, "init", "-input=false", "-no-color"); err != nil {
+		return err
+	}
+	res.Stage = "plan"
+	planArgs := []string{"plan", "-input=false", "-no-color", "-lock=false", "-out=captf.tfplan"}
+	switch r.Config.Operation {
+	case infrav1.OperationDestroy:
+		planArgs = append(planArgs, "-destroy")
+	case infrav1.OperationRefresh:
+		planArgs = append(planArgs, "-refresh-only")
+	}
+	if _, err := r.exec(ctx, tf, dir, env, planArgs...); err != nil {
+		return err
+	}
+	shown, err := r.exec(ctx, tf, dir, env, "show", "-json", "captf.tfplan")
+	if err != nil {
+		return err
+	}
+	var plan tfjson.Plan
+	if err := json.Unmarshal(shown, &plan); err != nil {
+		return fmt.Errorf("reading the plan: %w", err)
+	}
+	if res.Plan, err = SummarizePlan(&plan); err != nil {
+		return err
+	}
+	logger.Info("Planned", "hash", res.Plan.Hash, "add", res.Plan.Summary.Add, "change", res.Plan.Summary.Change,
+		"destroy", res.Plan.Summary.Destroy, "replace", res.Plan.Summary.Replace)
+	if r.Config.Operation == infrav1.OperationDrift {
+		return nil
+	}
+	res.Stage = string(r.Config.Operation)
+	if _, err := r.exec(ctx, tf, dir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {
+		return err
+	}
+	res.Stage = "outputs"
+	out, err := r.exec(ctx, tf, dir, env, "output", "-json", "-no-color")
+	if err != nil {
+		return err
+	}
+	var outputs map[string]*tfjson.StateOutput
+	if err := json.Unmarshal(out, &outputs); err != nil {
+		return fmt.Errorf("reading outputs: %w", err)
+	}
+	res.Outputs = map[string]Output{}
+	for k, o := range outputs {
+		v, err := json.Marshal(o.Value)
+		if err != nil {
+			return err
+		}
+		res.Outputs[k] = Output{Sensitive: o.Sensitive, Value: v}
+	}
+	if r.Config.Operation == infrav1.OperationApply {
+		// Destroy must work with these inputs after the spec, or a Secret it
+		// read from, has changed.
+		res.Stage = "durable-inputs"
+		if err := r.saveDurableInputs(ctx, inputs.Data, labels, owner); err != nil {
+			return err
+		}
+	}
+	res.Stage = ""
+	return nil
+}
+
+// prepare writes the root module, the backend override and the inputs.
+func (r *Runner) prepare(ctx context.Context, tf, dir string, m Module, tfvars []byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	switch {
+	case m.Source != "":
+		if m.Version != "" {
+			return errors.New("module version constraints are not supported yet: pin the version in the source address")
+		}
+		// Terraform's own installer fetches the module (git, registry,
+		// https, s3, ...) into the empty working directory.
+		if _, err := r.exec(ctx, tf, dir, os.Environ(), "init", "-input=false", "-no-color", "-backend=false", "-from-module="+m.Source); err != nil {
+			return err
+		}
+	case m.Inline != "":
+		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(m.Inline), 0o644); err != nil {
+			return err
+		}
+	case len(m.Files) > 0:
+		for name, content := range m.Files {
+			if name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+				return fmt.Errorf("module file name %q is not a plain file name", name)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				return err
+			}
+		}
+	default:
+		return errors.New("the inputs name no module")
+	}
+	backend := "terraform {\n  backend \"http\" {}\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "zz_captf_backend_override.tf"), []byte(backend), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "terraform.tfvars.json"), tfvars, 0o600)
+}
+
+// exec runs terraform; its output goes to the log, stdout is also returned.
+// A failure carries terraform's own message.
+func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(tf, args...)
+	cmd.Dir, cmd.Env = dir, env
+	logOut := io.Discard
+	if r.Log != nil {
+		logOut = r.Log
+	}
+	if args[0] == "show" || args[0] == "output" {
+		cmd.Stdout = &stdout // machine-readable, and outputs may be sensitive: not logged
+	} else {
+		cmd.Stdout = io.MultiWriter(&stdout, logOut)
+	}
+	cmd.Stderr = io.MultiWriter(&stderr, logOut)
+	r.mu.Lock()
+	if r.signal {
+		r.mu.Unlock()
+		return nil, errors.New("interrupted by SIGTERM before terraform " + args[0])
+	}
+	if err := cmd.Start(); err != nil {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("starting %s: %w", tf, err)
+	}
+	r.child = cmd
+	r.mu.Unlock()
+	err := cmd.Wait()
+	r.mu.Lock()
+	r.child = nil
+	r.mu.Unlock()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		return nil, fmt.Errorf("terraform %s: %v: %s", args[0], err, msg)
+	}
+	return stdout.Bytes(), ctx.Err()
+}
+
+func (r *Runner) terraform() (string, error) {
+	if r.Config.Terraform != "" {
+		return exec.LookPath(r.Config.Terraform)
+	}
+	for _, b := range []string{"terraform", "tofu"} {
+		if p, err := exec.LookPath(b); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("neither terraform nor tofu is on PATH")
+}
+
+func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, labels map[string]string, owner metav1.OwnerReference) error {
+	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: r.obj.DurableInputs(), Namespace: r.Config.Namespace, Labels: withType(labels, names.SecretTypeDurableInput),
+			OwnerReferences: []metav1.OwnerReference{owner}},
+		Data: map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]},
+	}
+	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		current, gerr := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		current.Data = sec.Data
+		_, err = secrets.Update(ctx, current, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+func (r *Runner) writeResult(ctx context.Context, res *Result) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	labels := withType(ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: r.obj.Result(r.Config.Job), Namespace: r.Config.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}}},
+		Data: map[string][]byte{KeyResult: b},
+	}
+	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
+	_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		current, gerr := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		current.Data = sec.Data
+		_, err = secrets.Update(ctx, current, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+// ObjectLabels are the labels of everything CAPTF creates for one object.
+func ObjectLabels(kind, name string, uid types.UID) map[string]string {
+	return map[string]string{
+		names.LabelManagedBy:  names.ManagedByValue,
+		names.LabelKind:       ShortKind(kind),
+		names.LabelObjectName: names.LabelValue(name),
+		names.LabelObjectUID:  string(uid),
+	}
+}
+
+func withType(labels map[string]string, t string) map[string]string {
+	out := map[string]string{names.LabelSecretType: t}
+	for k, v := range labels {
+		out[k] = v
+	}
+	return out
+}
+
+// ShortKind is the short name of a kind in names and labels.
+func ShortKind(kind string) string {
+	switch kind {
+	case "TerraformCluster":
+		return "tfc"
+	case "TerraformMachine":
+		return "tfm"
+	case "TerraformMachinePool":
+		return "tfmp"
+	}
+	return strings.ToLower(kind)
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+
+// excerpt keeps the start of an error, where terraform says what went
+// wrong, short enough for a condition message.
+func excerpt(s string) string {
+	s = ansi.ReplaceAllString(s, "")
+	const max = 2000
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+package runner
+
+import (
+	"encoding/json"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// Keys of a run-inputs Secret (and of the durable-inputs Secret, its copy
+// after a successful apply).
+const (
+	// KeyModule holds the Module as JSON.
+	KeyModule = "module.json"
+	// KeyVariables holds the variables as terraform.tfvars.json.
+	KeyVariables = "terraform.tfvars.json"
+	// KeyResult is the key of a result Secret.
+	KeyResult = "result.json"
+)
+
+// Module is what the runner installs as the root module.
+type Module struct {
+	Source  string `json:"source,omitempty"`
+	Version string `json:"version,omitempty"`
+	Inline  string `json:"inline,omitempty"`
+	// Files are the module's files from a ConfigMap, by name.
+	Files map[string]string `json:"files,omitempty"`
+}
+
+// Outcomes of a run.
+const (
+	OutcomeSucceeded = "Succeeded"
+	OutcomeFailed    = "Failed"
+)
+
+// Result is what a runner reports to the manager.
+type Result struct {
+	Operation infrav1.Operation `json:"operation"`
+	Outcome   string            `json:"outcome"`
+	// Error is an excerpt of what failed (terraform's own message).
+	Error string `json:"error,omitempty"`
+	// Stage is the step that failed: workspace, lock, init, plan, apply, outputs.
+	Stage string `json:"stage,omitempty"`
+	Plan  *Plan  `json:"plan,omitempty"`
+	// Outputs of the module after the run, sensitive ones included: the
+	// result Secret is a Secret; the manager shows only non-sensitive ones.
+	Outputs       map[string]Output `json:"outputs,omitempty"`
+	LockWaits     int               `json:"lockWaits,omitempty"`
+	ForceUnlocked bool              `json:"forceUnlocked,omitempty"`
+	StateBytes    int               `json:"stateBytes,omitempty"`
+	BackupsMade   int               `json:"backupsMade,omitempty"`
+	Interrupted   bool              `json:"interrupted,omitempty"`
+}
+
+// Output is one module output.
+type Output struct {
+	Sensitive bool            `json:"sensitive,omitempty"`
+	Value     json.RawMessage `json:"value"`
+}
+
+// Plan is a plan's hash and summary.
+type Plan struct {
+	Hash    string              `json:"hash"`
+	Summary infrav1.PlanSummary `json:"summary"`
+}
