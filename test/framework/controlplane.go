@@ -107,7 +107,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}

@@ -82,7 +82,7 @@ func (cp *ControlPlane) InstallCRDs(ctx context.Context, dirs ...string) error {
 			return fmt.Errorf("no CRDs in %s", dir)
 		}
 		for _, f := range files {
-			crds, err := readObjects(f)
+			crds, err := ReadObjects(f)
 			if err != nil {
 				return err
 			}
@@ -120,8 +120,8 @@ func (cp *ControlPlane) InstallCRDs(ctx context.Context, dirs ...string) error {
 	return nil
 }
 
-// readObjects decodes every object of a multi-document YAML file.
-func readObjects(path string) ([]*unstructured.Unstructured, error) {
+// ReadObjects decodes every object of a multi-document YAML file.
+func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -157,3 +157,12 @@ func ToUnstructured(obj any) (*unstructured.Unstructured, error) {
 func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// FromUnstructured converts u into a typed object.
+func FromUnstructured(u *unstructured.Unstructured, into any) error {
+	b, err := u.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, into)
+}

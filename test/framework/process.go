@@ -83,8 +83,8 @@ func (p *process) tail(lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// freePorts returns n distinct free TCP ports on loopback.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct free TCP ports on loopback.
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
 	defer func() {

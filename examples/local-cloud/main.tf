@@ -1,0 +1,84 @@
+# A "local cloud": each instance is a file in var.instance_dir, created and
+# removed by local-exec provisioners on terraform_data. No provider download.
+
+variable "captf_cluster_name" {
+  type = string
+}
+
+variable "captf_name" {
+  type = string
+}
+
+variable "instance_dir" {
+  type        = string
+  description = "Where instance files go."
+}
+
+variable "instances" {
+  type    = number
+  default = 1
+}
+
+variable "zones" {
+  type    = list(string)
+  default = ["zone-a", "zone-b"]
+}
+
+variable "api_port" {
+  type    = number
+  default = 6443
+}
+
+variable "sleep_seconds" {
+  type        = number
+  default     = 0
+  description = "Makes each instance slow to create, for tests that interrupt an apply."
+}
+
+variable "state_padding_kib" {
+  type        = number
+  default     = 0
+  description = "Random data kept in state, for tests of big states."
+}
+
+resource "terraform_data" "instance" {
+  count = var.instances
+  input = {
+    path = "${var.instance_dir}/${var.captf_cluster_name}-${count.index}"
+    zone = var.zones[count.index % length(var.zones)]
+  }
+
+  provisioner "local-exec" {
+    command = "sleep ${var.sleep_seconds}; mkdir -p '${var.instance_dir}' && echo 'zone=${self.input.zone}' > '${self.input.path}'"
+  }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "rm -f '${self.input.path}'"
+  }
+}
+
+resource "terraform_data" "padding" {
+  count = var.state_padding_kib > 0 ? 1 : 0
+  input = [for i in range(var.state_padding_kib) : sha512("${var.captf_name}-${i}")]
+}
+
+output "control_plane_endpoint" {
+  value = {
+    host = "${var.captf_cluster_name}.local.test"
+    port = var.api_port
+  }
+}
+
+output "failure_domains" {
+  value = [for z in var.zones : { name = z, controlPlane = true, attributes = { region = "local" } }]
+}
+
+output "instances" {
+  value = [for i in terraform_data.instance : i.input.path]
+}
+
+output "admin_password" {
+  value     = "not-for-status"
+  sensitive = true
+}

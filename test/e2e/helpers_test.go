@@ -1,0 +1,352 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
+)
+
+var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+
+// env is one test's namespace, instance directory and managers.
+type env struct {
+	t         *testing.T
+	ns        string
+	instances string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	setup(t)
+	ctx := context.Background()
+	ns, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ns: ns.Name, instances: t.TempDir()}
+	if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager-" + e.ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-manager"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "captf-manager", Namespace: e.ns}}}
+	if _, err := plane.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+		if t.Failed() {
+			e.dumpJobs()
+		}
+	})
+	return e
+}
+
+// managerProc is a `captf manager` process running as the captf-manager
+// ServiceAccount of the test's namespace, watching only that namespace.
+type managerProc struct {
+	cmd       *exec.Cmd
+	done      chan struct{}
+	log       string
+	probeAddr string
+	metrics   string
+}
+
+func (e *env) startManager(extra ...string) *managerProc {
+	t := e.t
+	t.Helper()
+	cfg, err := plane.ServiceAccountConfig(context.Background(), e.ns, "captf-manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := framework.WriteKubeconfig(kubeconfig, cfg, "captf"); err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 2)
+	m := &managerProc{done: make(chan struct{}), log: filepath.Join(dir, "manager.log"),
+		probeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	args := append([]string{"manager", "--kubeconfig=" + kubeconfig, "--namespace=" + e.ns, "--runner-image=captf:e2e",
+		"--health-probe-bind-address=" + m.probeAddr, "--metrics-bind-address=" + m.metrics, "-v=2"}, extra...)
+	out, err := os.Create(m.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.cmd = exec.Command(captfBinary, args...)
+	m.cmd.Stdout, m.cmd.Stderr = out, out
+	m.cmd.Env = append(os.Environ(), "POD_NAMESPACE="+e.ns, "SERVICE_ACCOUNT_NAME=captf-manager")
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = m.cmd.Wait()
+		out.Close()
+		close(m.done)
+	}()
+	t.Cleanup(func() {
+		m.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(m.log)
+			t.Logf("manager log:\n%s", tail(string(b), 60))
+		}
+	})
+	return m
+}
+
+func (m *managerProc) kill() {
+	_ = m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+}
+
+func (m *managerProc) stop() {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(15 * time.Second):
+		m.kill()
+	}
+}
+
+func (m *managerProc) exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *managerProc) ready() bool {
+	resp, err := http.Get("http://" + m.probeAddr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (m *managerProc) logContains(s string) bool {
+	b, _ := os.ReadFile(m.log)
+	return strings.Contains(string(b), s)
+}
+
+// newCluster creates a Cluster API Cluster whose infrastructureRef names
+// the TerraformCluster of the same name.
+func (e *env) newCluster(name string, paused bool) *unstructured.Unstructured {
+	e.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": name, "namespace": e.ns},
+		"spec": map[string]any{
+			"paused":            paused,
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": name},
+		},
+	}}
+	created, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return created
+}
+
+// localCloud is a TerraformCluster of examples/local-cloud, owned by cluster
+// as Cluster API would own it.
+func (e *env) localCloud(name string, cluster *unstructured.Unstructured, vars map[string]any) *infrav1.TerraformCluster {
+	e.t.Helper()
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tc := &infrav1.TerraformCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": name}},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module: infrav1.Module{Inline: string(module)},
+			Jobs:   &infrav1.JobPolicy{LockTimeout: &metav1.Duration{Duration: 20 * time.Second}},
+		}},
+	}
+	vars["instance_dir"] = e.instances
+	setVariables(&tc.Spec.WorkspaceSpec, vars)
+	if cluster != nil {
+		tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(cluster)}
+	}
+	return tc
+}
+
+func clusterOwnerRef(cluster *unstructured.Unstructured) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: cluster.GetName(), UID: cluster.GetUID()}
+}
+
+func setVariables(ws *infrav1.WorkspaceSpec, vars map[string]any) {
+	ws.Variables = nil
+	for _, k := range sortedKeys(vars) {
+		b, _ := json.Marshal(vars[k])
+		ws.Variables = append(ws.Variables, infrav1.Variable{Name: k, Value: &runtime.RawExtension{Raw: b}})
+	}
+}
+
+func (e *env) create(tc *infrav1.TerraformCluster) *infrav1.TerraformCluster {
+	e.t.Helper()
+	created, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(context.Background(), tc, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return created
+}
+
+func (e *env) get(name string) *infrav1.TerraformCluster {
+	e.t.Helper()
+	tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tc
+}
+
+// update applies change to the latest version of the object.
+func (e *env) update(name string, change func(*infrav1.TerraformCluster)) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		change(tc)
+		_, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Update(ctx, tc, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitFor polls the TerraformCluster until ok says so.
+func (e *env) waitFor(name string, timeout time.Duration, what string, ok func(*infrav1.TerraformCluster) bool) *infrav1.TerraformCluster {
+	e.t.Helper()
+	var tc *infrav1.TerraformCluster
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		tc, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			tc = nil
+			return ok(nil), nil
+		}
+		return err == nil && ok(tc), nil
+	})
+	if err != nil {
+		var conds any
+		if tc != nil {
+			conds = tc.Status.Conditions
+		}
+		e.t.Fatalf("TerraformCluster %s: never %s; conditions %+v", name, what, conds)
+	}
+	return tc
+}
+
+func condition(tc *infrav1.TerraformCluster, t string) *metav1.Condition {
+	if tc == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(tc.Status.Conditions, t)
+}
+
+func isReady(tc *infrav1.TerraformCluster) bool {
+	c := condition(tc, infrav1.ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "Applied"
+}
+
+func (e *env) jobs(op string) []batchv1.Job {
+	e.t.Helper()
+	sel := names.LabelManagedBy + "=" + names.ManagedByValue
+	if op != "" {
+		sel += "," + names.LabelOperation + "=" + op
+	}
+	list, err := plane.Kube.BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return list.Items
+}
+
+func (e *env) secrets() []corev1.Secret {
+	e.t.Helper()
+	list, err := plane.Kube.CoreV1().Secrets(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelManagedBy + "=" + names.ManagedByValue})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return list.Items
+}
+
+func (e *env) instanceFiles() []string {
+	entries, _ := os.ReadDir(e.instances)
+	var out []string
+	for _, en := range entries {
+		out = append(out, en.Name())
+	}
+	return out
+}
+
+func (e *env) dumpJobs() {
+	for _, j := range e.jobs("") {
+		e.t.Logf("job %s: active=%d succeeded=%d failed=%d", j.Name, j.Status.Active, j.Status.Succeeded, j.Status.Failed)
+		pods, _ := plane.Kube.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + j.Name})
+		for _, p := range pods.Items {
+			if logs, err := executor.Logs(e.ns, p.Name); err == nil {
+				e.t.Logf("pod %s log:\n%s", p.Name, tail(logs, 30))
+			}
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports, err := framework.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports
+}
+
+func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
