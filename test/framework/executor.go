@@ -826,3 +826,16 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
+
+// Signal sends sig to the main process of a running pod, as a kubelet or an
+// OOM killer would.
+func (e *Executor) Signal(namespace, name string, sig syscall.Signal) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.running {
+		if p.key.Namespace == namespace && p.key.Name == name {
+			return p.cmd.Process.Signal(sig)
+		}
+	}
+	return fmt.Errorf("pod %s/%s is not running here", namespace, name)
+}
