@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+)
+
+const leadingLog = "Leading: starting controllers"
+
+// TestLeaderElection: of two managers one leads; when it is killed the
+// other takes over within the lease duration and nothing runs twice.
+func TestLeaderElection(t *testing.T) {
+	e := newEnv(t)
+	a := e.startManager("--leader-elect")
+	waitLog(t, a, leadingLog, 30*time.Second)
+	b := e.startManager("--leader-elect")
+	waitReady(t, b)
+	e.create(e.localCloud("ha", e.newCluster("ha", false), map[string]any{}))
+	first := e.waitFor("ha", 2*time.Minute, "Ready", isReady)
+	if b.logContains(leadingLog) {
+		t.Fatal("both managers lead")
+	}
+
+	a.kill()
+	killed := time.Now()
+	waitLog(t, b, leadingLog, 30*time.Second)
+	if took := time.Since(killed); took > 15*time.Second+5*time.Second {
+		t.Errorf("the standby took over after %s, want within the 15s lease duration plus a few seconds", took)
+	} else {
+		t.Logf("the standby took over %s after the leader was killed", took.Round(100*time.Millisecond))
+	}
+	e.update("ha", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 2, "instance_dir": e.instances})
+	})
+	e.waitFor("ha", 2*time.Minute, "applied the change", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Status.AppliedInputsHash != first.Status.AppliedInputsHash
+	})
+	perHash := map[string]int{}
+	for _, j := range e.jobs("apply") {
+		perHash[j.Labels[names.LabelInputsHash]]++
+	}
+	if len(perHash) != 2 || perHash[first.Status.AppliedInputsHash] != 1 {
+		t.Errorf("apply Jobs per inputs hash = %v, want one for each of the 2 hashes", perHash)
+	}
+	lease, err := plane.Kube.CoordinationV1().Leases(e.ns).Get(context.Background(), "captf-manager", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("leader Lease: %v", err)
+	}
+}
+
+func waitLog(t *testing.T, m *managerProc, s string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return m.logContains(s), nil
+	})
+	if err != nil {
+		t.Fatalf("the manager never logged %q", s)
+	}
+}
+
+func waitReady(t *testing.T, m *managerProc) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return m.ready(), nil
+	})
+	if err != nil {
+		t.Fatal("the manager never became ready")
+	}
+}

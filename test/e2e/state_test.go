@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// TestBigStateAndBackups: a state over 1 MiB compressed round-trips through
+// the real API server in chunks, and backups rotate to the configured count.
+func TestBigStateAndBackups(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	big := make([]byte, 3<<20) // random: 3 MiB compressed too
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	obj := names.Object{Kind: "tfc", Name: "big"}
+	for run := range 4 {
+		store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj, Backups: 2,
+			Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue},
+			Now:    func() time.Time { return time.Date(2026, 11, 29, 0, 0, run, 0, time.UTC) }}
+		state := append(bytes.Clone(big), fmt.Sprintf(`{"run":%d}`, run)...)
+		if err := store.Write(ctx, state); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		got, err := store.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, state) {
+			t.Fatalf("run %d: read back %d bytes, not what was written", run, len(got))
+		}
+	}
+	head, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, obj.State(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Annotations["captf.io/chunks"] == "" {
+		t.Errorf("a 3 MiB state is not chunked: %v", head.Annotations)
+	}
+	want := `["tfc-big-backup-20261129-000003","tfc-big-backup-20261129-000002"]`
+	if got := head.Annotations["captf.io/backups"]; got != want {
+		t.Errorf("backups = %s, want %s", got, want)
+	}
+	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj}
+	old, err := store.ReadBackup(ctx, "tfc-big-backup-20261129-000003")
+	if err != nil || !bytes.HasSuffix(old, []byte(`{"run":2}`)) {
+		t.Errorf("newest backup holds %q..., want the state of run 2 (err %v)", tailBytes(old), err)
+	}
+	secrets := e.secrets()
+	// 1 state + 2 backups, each with its chunks; nothing else survives.
+	for _, s := range secrets {
+		if s.Labels[names.LabelSecretType] == names.SecretTypeBackup && s.Name != "tfc-big-backup-20261129-000003" && s.Name != "tfc-big-backup-20261129-000002" {
+			t.Errorf("backup %s was not rotated away", s.Name)
+		}
+	}
+	var total int
+	for _, s := range secrets {
+		for _, v := range s.Data {
+			total += len(v)
+		}
+		if len(s.Data["tfstate"]) > runner.DefaultChunkSize {
+			t.Errorf("secret %s holds %d bytes, over the chunk size", s.Name, len(s.Data["tfstate"]))
+		}
+	}
+	if total > 4*(3<<20)+(1<<20) {
+		t.Errorf("%d bytes in Secrets for a state and 2 backups of 3 MiB: old chunks leak", total)
+	}
+}
+
+func tailBytes(b []byte) string {
+	if len(b) > 20 {
+		b = b[len(b)-20:]
+	}
+	return string(b)
+}
