@@ -44,7 +44,9 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	setup(t)
 	ctx := context.Background()
-	ns, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	// Runner pods must pass Pod Security "baseline".
+	ns, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
