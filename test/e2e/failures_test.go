@@ -72,7 +72,7 @@ func TestManagerKilledMidApply(t *testing.T) {
 	m := e.startManager()
 	e.create(e.localCloud("crash", e.newCluster("crash", false), map[string]any{"sleep_seconds": 6}))
 	job, _ := e.runningPod("apply", time.Minute)
-	m.kill()
+	m.Kill()
 	e.startManager()
 	tc := e.waitFor("crash", 2*time.Minute, "Ready", isReady)
 	jobs := e.jobs("apply")

@@ -3,21 +3,16 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,17 +46,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ns: ns.Name, instances: t.TempDir()}
-	if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager"}}, metav1.CreateOptions{}); err != nil {
+	if err := plane.InstallRBAC(ctx, e.ns); err != nil {
 		t.Fatal(err)
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager-" + e.ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-manager"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "captf-manager", Namespace: e.ns}}}
-	if _, err := plane.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	crb := "captf-manager-" + e.ns
 	t.Cleanup(func() {
-		_ = plane.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+		_ = plane.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb, metav1.DeleteOptions{})
 		if t.Failed() {
 			e.dumpJobs()
 		}
@@ -69,99 +59,24 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// managerProc is a `captf manager` process running as the captf-manager
-// ServiceAccount of the test's namespace, watching only that namespace.
-type managerProc struct {
-	cmd       *exec.Cmd
-	done      chan struct{}
-	log       string
-	probeAddr string
-	metrics   string
-}
-
-func (e *env) startManager(extra ...string) *managerProc {
+// startManager starts a manager as the captf-manager ServiceAccount of the
+// test's namespace, watching only that namespace.
+func (e *env) startManager(extra ...string) *framework.Manager {
 	t := e.t
 	t.Helper()
-	cfg, err := plane.ServiceAccountConfig(context.Background(), e.ns, "captf-manager")
+	m, err := plane.StartManager(context.Background(), framework.ManagerOptions{Binary: captfBinary, Namespace: e.ns, Dir: t.TempDir(),
+		Args: append([]string{"--namespace=" + e.ns}, extra...)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := framework.WriteKubeconfig(kubeconfig, cfg, "captf"); err != nil {
-		t.Fatal(err)
-	}
-	ports := freePorts(t, 2)
-	m := &managerProc{done: make(chan struct{}), log: filepath.Join(dir, "manager.log"),
-		probeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	args := append([]string{"manager", "--kubeconfig=" + kubeconfig, "--namespace=" + e.ns, "--runner-image=captf:e2e",
-		"--health-probe-bind-address=" + m.probeAddr, "--metrics-bind-address=" + m.metrics, "-v=2"}, extra...)
-	out, err := os.Create(m.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.cmd = exec.Command(captfBinary, args...)
-	m.cmd.Stdout, m.cmd.Stderr = out, out
-	m.cmd.Env = append(os.Environ(), "POD_NAMESPACE="+e.ns, "SERVICE_ACCOUNT_NAME=captf-manager")
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = m.cmd.Wait()
-		out.Close()
-		close(m.done)
-	}()
 	t.Cleanup(func() {
-		m.stop()
+		m.Stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(m.log)
+			b, _ := os.ReadFile(m.LogFile)
 			t.Logf("manager log:\n%s", tail(string(b), 60))
 		}
 	})
 	return m
-}
-
-func (m *managerProc) kill() {
-	_ = m.cmd.Process.Signal(syscall.SIGKILL)
-	<-m.done
-}
-
-func (m *managerProc) stop() {
-	select {
-	case <-m.done:
-		return
-	default:
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(15 * time.Second):
-		m.kill()
-	}
-}
-
-func (m *managerProc) exited() bool {
-	select {
-	case <-m.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (m *managerProc) ready() bool {
-	resp, err := http.Get("http://" + m.probeAddr + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-func (m *managerProc) logContains(s string) bool {
-	b, _ := os.ReadFile(m.log)
-	return strings.Contains(string(b), s)
 }
 
 // newCluster creates a Cluster API Cluster whose infrastructureRef names

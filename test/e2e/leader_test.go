@@ -10,6 +10,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 const leadingLog = "Leading: starting controllers"
@@ -24,11 +25,11 @@ func TestLeaderElection(t *testing.T) {
 	waitReady(t, b)
 	e.create(e.localCloud("ha", e.newCluster("ha", false), map[string]any{}))
 	first := e.waitFor("ha", 2*time.Minute, "Ready", isReady)
-	if b.logContains(leadingLog) {
+	if b.LogContains(leadingLog) {
 		t.Fatal("both managers lead")
 	}
 
-	a.kill()
+	a.Kill()
 	killed := time.Now()
 	waitLog(t, b, leadingLog, 30*time.Second)
 	// The standby notices a stale lease one retry period (2s, with jitter)
@@ -57,20 +58,20 @@ func TestLeaderElection(t *testing.T) {
 	}
 }
 
-func waitLog(t *testing.T, m *managerProc, s string, timeout time.Duration) {
+func waitLog(t *testing.T, m *framework.Manager, s string, timeout time.Duration) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return m.logContains(s), nil
+		return m.LogContains(s), nil
 	})
 	if err != nil {
 		t.Fatalf("the manager never logged %q", s)
 	}
 }
 
-func waitReady(t *testing.T, m *managerProc) {
+func waitReady(t *testing.T, m *framework.Manager) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return m.ready(), nil
+		return m.Ready(), nil
 	})
 	if err != nil {
 		t.Fatal("the manager never became ready")

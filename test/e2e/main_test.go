@@ -6,15 +6,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/captf/captf/test/framework"
 )
@@ -32,11 +27,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	captfBinary = filepath.Join(root, "bin", "captf-e2e")
-	build := exec.Command("go", "build", "-o", captfBinary, "./cmd/captf")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building captf:", err)
+	if captfBinary, err = framework.BuildCAPTF("captf-e2e"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	framework.Main(m, framework.Options{}, &plane)
@@ -58,39 +50,11 @@ func setup(t *testing.T) {
 }
 
 func doSetup() error {
-	ctx := context.Background()
-	for _, f := range []string{"manifests/rbac/runner_role.yaml", "manifests/rbac/manager_role.yaml"} {
-		if err := applyClusterRole(ctx, filepath.Join(root, f)); err != nil {
-			return err
-		}
-	}
-	path := os.Getenv("PATH")
-	var err error
 	// bin/ holds tofu on machines without terraform.
-	executor, err = plane.StartExecutor(ctx, framework.ExecutorOptions{
+	var err error
+	executor, err = plane.StartExecutor(context.Background(), framework.ExecutorOptions{
 		Commands: map[string]string{"/captf": captfBinary},
-		Env:      []string{"PATH=" + path + ":" + filepath.Join(root, "bin")},
+		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
 	})
 	return err
-}
-
-func applyClusterRole(ctx context.Context, path string) error {
-	objs, err := framework.ReadObjects(path)
-	if err != nil {
-		return err
-	}
-	for _, o := range objs {
-		var role rbacv1.ClusterRole
-		if err := framework.FromUnstructured(o, &role); err != nil {
-			return err
-		}
-		if _, err := plane.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	return nil
-}
-
-func sanitize(s string) string {
-	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(s))
 }

@@ -1,0 +1,176 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BuildCAPTF builds the captf binary into <repo>/bin/<name>.
+func BuildCAPTF(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(root, "bin", name)
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/captf")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building captf: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// InstallRBAC creates CAPTF's ClusterRoles from manifests/rbac, and a
+// captf-manager ServiceAccount in namespace bound to the manager's role.
+func (cp *ControlPlane) InstallRBAC(ctx context.Context, namespace string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{"runner_role.yaml", "manager_role.yaml"} {
+		objs, err := ReadObjects(filepath.Join(root, "manifests", "rbac", f))
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			var role rbacv1.ClusterRole
+			if err := FromUnstructured(o, &role); err != nil {
+				return err
+			}
+			if _, err := cp.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+		}
+	}
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if _, err := cp.Kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager-" + namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-manager"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "captf-manager", Namespace: namespace}}}
+	if _, err := cp.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// Manager is a `captf manager` process running as the captf-manager
+// ServiceAccount of its namespace, so its RBAC is the shipped one.
+type Manager struct {
+	cmd       *exec.Cmd
+	done      chan struct{}
+	LogFile   string
+	ProbeAddr string
+	// MetricsAddr serves /metrics.
+	MetricsAddr string
+}
+
+// ManagerOptions configure StartManager.
+type ManagerOptions struct {
+	Binary string
+	// Namespace is POD_NAMESPACE: where its ServiceAccount and leader Lease are.
+	Namespace string
+	Dir       string
+	Args      []string
+}
+
+// StartManager starts a manager; it dies with the test binary.
+func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Manager, error) {
+	cfg, err := cp.ServiceAccountConfig(ctx, o.Namespace, "captf-manager")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(o.Dir, "manager.kubeconfig")
+	if err := WriteKubeconfig(kubeconfig, cfg, "captf"); err != nil {
+		return nil, err
+	}
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{done: make(chan struct{}), LogFile: filepath.Join(o.Dir, "manager.log"),
+		ProbeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	args := append([]string{"manager", "--kubeconfig=" + kubeconfig, "--runner-image=captf:local",
+		"--health-probe-bind-address=" + m.ProbeAddr, "--metrics-bind-address=" + m.MetricsAddr, "-v=2"}, o.Args...)
+	out, err := os.Create(m.LogFile)
+	if err != nil {
+		return nil, err
+	}
+	m.cmd = exec.Command(o.Binary, args...)
+	m.cmd.Stdout, m.cmd.Stderr = out, out
+	m.cmd.Env = append(cleanEnv(), "POD_NAMESPACE="+o.Namespace, "SERVICE_ACCOUNT_NAME=captf-manager")
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		out.Close()
+		return nil, err
+	}
+	go func() {
+		_ = m.cmd.Wait()
+		out.Close()
+		close(m.done)
+	}()
+	return m, nil
+}
+
+// Kill sends SIGKILL and waits for the exit.
+func (m *Manager) Kill() {
+	_ = m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+}
+
+// Stop sends SIGTERM, then SIGKILL after 15s.
+func (m *Manager) Stop() {
+	if m.Exited() {
+		return
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(15 * time.Second):
+		m.Kill()
+	}
+}
+
+// Exited reports whether the process has ended.
+func (m *Manager) Exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Ready asks /readyz.
+func (m *Manager) Ready() bool {
+	resp, err := http.Get("http://" + m.ProbeAddr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// LogContains reports whether the manager logged s.
+func (m *Manager) LogContains(s string) bool {
+	b, _ := os.ReadFile(m.LogFile)
+	return strings.Contains(string(b), s)
+}
+
+// Pid is the manager's process ID.
+func (m *Manager) Pid() int { return m.cmd.Process.Pid }
