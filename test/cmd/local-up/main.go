@@ -1,16 +1,30 @@
-// Command local-up runs CAPTF's local management plane: etcd, kube-apiserver
-// and kube-controller-manager with CAPTF's and Cluster API's CRDs installed,
-// and the local executor that runs Job pods as processes. Ctrl-C stops it all.
+// Command local-up is CAPTF's quickstart: a local management plane (etcd,
+// kube-apiserver, kube-controller-manager with CAPTF's and Cluster API's
+// CRDs), the local executor that runs Job pods as processes, and the CAPTF
+// manager; it applies examples/quickstart, waits until the cluster is Ready
+// and shows what happened. Ctrl-C stops it all.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -25,32 +39,168 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	step("building captf")
+	binary, err := framework.BuildCAPTF("captf")
+	if err != nil {
+		return err
+	}
+	step("starting etcd, kube-apiserver and kube-controller-manager")
 	cp, err := framework.Start(ctx, framework.Options{})
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
-	ex, err := cp.StartExecutor(ctx, framework.ExecutorOptions{})
+	ex, err := cp.StartExecutor(ctx, framework.ExecutorOptions{
+		Commands: map[string]string{"/captf": binary},
+		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
+	})
 	if err != nil {
 		return err
 	}
 	defer ex.Stop()
+	step("starting the CAPTF manager")
+	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
+		return err
+	}
+	mgr, err := cp.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: cp.Dir})
+	if err != nil {
+		return err
+	}
+	defer mgr.Stop()
 
-	fmt.Printf(`CAPTF's local management plane is up (%s).
+	step("applying examples/quickstart (a Cluster and its TerraformCluster)")
+	instances := filepath.Join(cp.Dir, "instances")
+	if err := applyExample(ctx, cp, root, instances); err != nil {
+		return err
+	}
+	tc, err := waitReady(ctx, cp)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manager log:\n%s\n", tailFile(mgr.LogFile, 30))
+		return err
+	}
+	files, _ := os.ReadDir(instances)
+	var fileNames []string
+	for _, f := range files {
+		fileNames = append(fileNames, f.Name())
+	}
+	var domains []string
+	for _, fd := range tc.Status.FailureDomains {
+		domains = append(domains, fd.Name)
+	}
+	fmt.Printf(`
+TerraformCluster demo/demo is Ready (%s from the start).
 
-  API server:  %s
-  CRDs:        CAPTF (infrastructure.cluster.x-k8s.io/v1alpha1) and Cluster API %s
-  Executor:    Job pods run as local processes on node %q; their files are in %s/pods
+  endpoint:        %s:%d (from the module's control_plane_endpoint output)
+  failure domains: %s
+  instances:       %s in %s
+  plan applied:    %s
 
-Point kubectl at it:
+Look around:
 
   export KUBECONFIG=%s
-  kubectl get crds
   kubectl get cluster-api -A
+  kubectl -n demo describe terraformcluster demo
+  kubectl -n demo get jobs,secrets,leases
+  ls %s
 
-Ctrl-C stops everything and removes %s.
-`, time.Since(start).Round(100*time.Millisecond), cp.URL(), framework.CAPIVersion, framework.NodeName, cp.Dir, cp.KubeconfigFile, cp.Dir)
+Change it, e.g. three instances, and watch a new apply:
+
+  kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/1/value","value":3}]'
+
+The manager logs to %s. Ctrl-C stops everything and removes %s.
+`, time.Since(start).Round(100*time.Millisecond), tc.Spec.ControlPlaneEndpoint.Host, tc.Spec.ControlPlaneEndpoint.Port,
+		strings.Join(domains, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
+		cp.KubeconfigFile, instances, mgr.LogFile, cp.Dir)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil
+}
+
+func step(s string) { fmt.Printf("==> %s\n", s) }
+
+// applyExample creates the namespace, the module ConfigMap and the objects
+// of examples/quickstart, and sets the owner reference Cluster API would set
+// (its controllers join the quickstart with the machine support).
+func applyExample(ctx context.Context, cp *framework.ControlPlane, root, instances string) error {
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		return err
+	}
+	if _, err := cp.Kube.CoreV1().ConfigMaps("demo").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "local-cloud"},
+		Data: map[string]string{"main.tf": string(module)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "examples", "quickstart", "cluster.yaml"))
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(cp.Dir, "quickstart.yaml")
+	if err := os.WriteFile(tmp, []byte(strings.ReplaceAll(string(raw), "${INSTANCE_DIR}", instances)), 0o600); err != nil {
+		return err
+	}
+	objs, err := framework.ReadObjects(tmp)
+	if err != nil {
+		return err
+	}
+	var clusterUID, clusterName string
+	for _, o := range objs {
+		gv, err := schema.ParseGroupVersion(o.GetAPIVersion())
+		if err != nil {
+			return err
+		}
+		resource := strings.ToLower(o.GetKind()) + "s"
+		if o.GetKind() == "TerraformCluster" {
+			o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: clusterName, UID: types.UID(clusterUID)}})
+		}
+		created, err := cp.Dynamic.Resource(gv.WithResource(resource)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		if o.GetKind() == "Cluster" {
+			clusterUID, clusterName = string(created.GetUID()), created.GetName()
+		}
+	}
+	return nil
+}
+
+func waitReady(ctx context.Context, cp *framework.ControlPlane) (*infrav1.TerraformCluster, error) {
+	var tc *infrav1.TerraformCluster
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		tc, err = cp.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(tc.Status.Conditions, infrav1.ConditionReady)
+		if c == nil {
+			return false, nil
+		}
+		if line := c.Reason + ": " + c.Message; line != last {
+			fmt.Printf("    Ready=%s %s\n", c.Status, line)
+			last = line
+		}
+		return c.Status == metav1.ConditionTrue && c.Reason == "Applied", nil
+	})
+	if err != nil {
+		b, _ := json.MarshalIndent(tc, "", "  ")
+		return nil, fmt.Errorf("the TerraformCluster did not become Ready: %w\n%s", err, b)
+	}
+	return tc, nil
+}
+
+func tailFile(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
