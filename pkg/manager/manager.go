@@ -85,8 +85,8 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "file name of the webhook key")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":9440", "address of /healthz and /readyz")
-	fs.Float64Var(&o.QPS, "kube-api-qps", 50, "queries per second to the API server")
-	fs.IntVar(&o.Burst, "kube-api-burst", 100, "burst of queries to the API server")
+	fs.Float64Var(&o.QPS, "kube-api-qps", 200, "queries per second to the API server")
+	fs.IntVar(&o.Burst, "kube-api-burst", 400, "burst of queries to the API server")
 }
 
 // Main is `captf manager`.

@@ -290,7 +290,9 @@ func (s *StateStore) deleteSecret(ctx context.Context, name string) error {
 	return err
 }
 
-func (s *StateStore) secrets() typedcorev1.SecretInterface { return s.Client.CoreV1().Secrets(s.Namespace) }
+func (s *StateStore) secrets() typedcorev1.SecretInterface {
+	return s.Client.CoreV1().Secrets(s.Namespace)
+}
 
 func (s *StateStore) now() time.Time {
 	if s.Now != nil {

@@ -11,8 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	batchv1informers "k8s.io/client-go/informers/batch/v1"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	batchv1listers "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -22,10 +22,10 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/captf/captf/pkg/controller/util"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	infrainformers "github.com/captf/captf/pkg/generated/informers/externalversions/infrastructure/v1alpha1"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/util"
 )
 
 // ControllerName names the controller in logs, events and metrics.
@@ -52,6 +52,7 @@ type Controller struct {
 	recorder     record.EventRecorder
 	broadcaster  record.EventBroadcaster
 	expectations *util.Expectations
+	written      *util.WrittenVersions
 	access       *util.RunnerAccess
 	config       Config
 	now          func() time.Time
@@ -79,6 +80,7 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 		broadcaster:  broadcaster,
 		recorder:     broadcaster.NewRecorder(util.Scheme, corev1.EventSource{Component: "captf-manager"}),
 		expectations: util.NewExpectations(),
+		written:      util.NewWrittenVersions(),
 		access:       access,
 		config:       config,
 		now:          time.Now,

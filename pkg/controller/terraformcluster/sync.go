@@ -67,6 +67,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	cached, err := c.lister.TerraformClusters(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.expectations.Delete(key)
+		c.written.Forget(key)
 		return nil
 	}
 	if err != nil {
@@ -74,6 +75,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	if _, ok := cached.Annotations[clusterv1ManagedBy]; ok {
 		return nil // externally managed: hands off
+	}
+	if !c.written.Seen(key, cached.ResourceVersion) {
+		// The cache has not caught up with our last write: deciding on it
+		// would write again what is already written.
+		c.queue.AddAfter(key, 250*time.Millisecond)
+		return nil
 	}
 	if !c.expectations.Satisfied(key) {
 		logger.V(4).Info("Waiting for the informer to see the Jobs created")
@@ -107,6 +114,7 @@ func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
 		if err != nil {
 			return err
 		}
+		c.written.Wrote(s.key, updated.ResourceVersion)
 		tc.ObjectMeta = updated.ObjectMeta
 	}
 	// Pause comes before deletion: clusterctl move pauses, then deletes and
@@ -217,6 +225,7 @@ func (c *Controller) applySucceeded(ctx context.Context, s *syncCtx, hash string
 		if err != nil {
 			return err
 		}
+		c.written.Wrote(s.key, updated.ResourceVersion)
 		*tc = *updated
 		tc.Status = status
 	}
@@ -407,7 +416,7 @@ func (c *Controller) createJob(ctx context.Context, key cache.ObjectName, job *b
 func (c *Controller) readResult(ctx context.Context, tc *infrav1.TerraformCluster, job *batchv1.Job) (*runner.Result, error) {
 	sec, err := c.kube.CoreV1().Secrets(tc.Namespace).Get(ctx, objectNames(tc).Result(job.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Job %s finished without a result", job.Name)
+		return nil, fmt.Errorf("job %s finished without a result", job.Name)
 	}
 	if err != nil {
 		return nil, err
@@ -461,8 +470,12 @@ func (c *Controller) writeStatus(ctx context.Context, tc *infrav1.TerraformClust
 	if equality.Semantic.DeepEqual(&tc.Status, original) {
 		return nil
 	}
-	_, err := c.captf.InfrastructureV1alpha1().TerraformClusters(tc.Namespace).UpdateStatus(ctx, tc, metav1.UpdateOptions{FieldManager: ControllerName})
-	return err
+	updated, err := c.captf.InfrastructureV1alpha1().TerraformClusters(tc.Namespace).UpdateStatus(ctx, tc, metav1.UpdateOptions{FieldManager: ControllerName})
+	if err != nil {
+		return err
+	}
+	c.written.Wrote(cache.MetaObjectToName(tc), updated.ResourceVersion)
+	return nil
 }
 
 // captfInputs are the inputs CAPTF gives every cluster module (docs/inputs.md).
@@ -494,11 +507,12 @@ func (c *Controller) setApplying(tc *infrav1.TerraformCluster, message string) {
 }
 
 func (c *Controller) recordJob(tc *infrav1.TerraformCluster, job *batchv1.Job, outcome string) {
-	ref := infrav1.JobReference{Operation: infrav1.Operation(job.Labels[names.LabelOperation]), Name: job.Name, Outcome: outcome,
-		StartTime: job.Status.StartTime, CompletionTime: job.Status.CompletionTime}
-	if outcome == runner.OutcomeFailed && ref.CompletionTime == nil {
+	ref := infrav1.JobReference{Operation: infrav1.Operation(job.Labels[names.LabelOperation]), Name: job.Name, Outcome: outcome}
+	// Times are recorded once the Job is done: a running Job's status
+	// changes must not cost a status write each.
+	if finished, _ := util.JobFinished(job); finished {
 		t := metav1.NewTime(finishTime(job))
-		ref.CompletionTime = &t
+		ref.StartTime, ref.CompletionTime = job.Status.StartTime, &t
 	}
 	for i := range tc.Status.LastJobs {
 		if tc.Status.LastJobs[i].Operation == ref.Operation {

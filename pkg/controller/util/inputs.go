@@ -149,4 +149,3 @@ func resolve(ctx context.Context, client kubernetes.Interface, namespace string,
 	}
 	return nil, fmt.Errorf("valueFrom names neither a Secret nor a ConfigMap key")
 }
-

@@ -1,0 +1,263 @@
+// Command bench measures the manager at scale: it creates N TerraformClusters
+// with their owner Clusters (no executor: Jobs never run) and prints the
+// manager's RSS and CPU, create→Job latency, the API writes the manager
+// made per object until its Job existed, and its writes per minute once
+// idle. API writes are counted from the API server's audit log.
+//
+//	go run ./test/cmd/bench -n 1000
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
+)
+
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  resources:
+  - group: ""
+  - group: "batch"
+  - group: "rbac.authorization.k8s.io"
+  - group: "coordination.k8s.io"
+  - group: "infrastructure.cluster.x-k8s.io"
+  - group: "cluster.x-k8s.io"
+- level: None
+`
+
+func main() {
+	n := flag.Int("n", 1000, "TerraformClusters to create")
+	idle := flag.Duration("idle", time.Minute, "how long to count idle writes")
+	managerArgs := flag.String("manager-args", "", "extra manager flags, space separated")
+	flag.Parse()
+	if err := run(*n, *idle, strings.Fields(*managerArgs)); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, idle time.Duration, managerArgs []string) error {
+	ctx := context.Background()
+	binary, err := framework.BuildCAPTF("captf")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "captf-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	auditLog := filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return err
+	}
+	cp, err := framework.Start(ctx, framework.Options{Dir: filepath.Join(dir, "plane"), ExtraAPIServerArgs: []string{
+		"--audit-policy-file=" + policy, "--audit-log-path=" + auditLog, "--audit-log-format=json", "--audit-log-mode=blocking"}})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
+		return err
+	}
+	ns := "bench"
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	mgr, err := cp.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: dir, Args: managerArgs})
+	if err != nil {
+		return err
+	}
+	defer mgr.Stop()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return mgr.Ready(), nil }); err != nil {
+		return fmt.Errorf("manager not ready")
+	}
+	rss0, cpu0 := procStats(mgr.Pid())
+	fmt.Printf("objects: %d; manager at start: RSS %.1f MiB\n", n, float64(rss0)/(1<<20))
+
+	clusters := schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+	start := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("c%04d", i)
+		cl := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": name}},
+		}}
+		created, err := cp.Dynamic.Resource(clusters).Namespace(ns).Create(ctx, cl, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		tc := &infrav1.TerraformCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": name},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: name, UID: created.GetUID()}}},
+			Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "git::https://example.com/m.git?ref=v1"}}},
+		}
+		if _, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	created := time.Since(start)
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		jobs, err := cp.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelManagedBy + "=" + names.ManagedByValue})
+		return err == nil && len(jobs.Items) >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("not every object got its Job")
+	}
+	allJobs := time.Since(start)
+	rss1, cpu1 := procStats(mgr.Pid())
+	settled := time.Now()
+	time.Sleep(idle)
+	rss2, cpu2 := procStats(mgr.Pid())
+
+	user := "system:serviceaccount:captf-system:captf-manager"
+	events, err := readAudit(auditLog)
+	if err != nil {
+		return err
+	}
+	tcCreated := map[string]time.Time{}
+	jobCreated := map[string]time.Time{}
+	var busyWrites, idleWrites int
+	byResource := map[string]int{}
+	idleBy := map[string]int{}
+	for _, ev := range events {
+		at := ev.RequestReceivedTimestamp.Time
+		switch {
+		case ev.User.Username != user && ev.Verb == "create" && ev.ObjectRef.Resource == "terraformclusters":
+			tcCreated[ev.ObjectRef.Name] = at
+		case ev.User.Username == user && at.Before(settled):
+			busyWrites++
+			key := ev.Verb + " " + ev.ObjectRef.Resource
+			if ev.ObjectRef.Subresource != "" {
+				key += "/" + ev.ObjectRef.Subresource
+			}
+			byResource[key]++
+			if ev.Verb == "create" && ev.ObjectRef.Resource == "jobs" {
+				obj := strings.TrimPrefix(ev.ObjectRef.Name, "tfc-")
+				jobCreated[obj[:strings.Index(obj, "-apply-")]] = at
+			}
+		case ev.User.Username == user:
+			idleWrites++
+			idleBy[ev.Verb+" "+ev.ObjectRef.Resource+"/"+ev.ObjectRef.Subresource+" "+strconv.Itoa(ev.ResponseStatus.Code)]++
+		}
+	}
+	var lat []time.Duration
+	for name, t0 := range tcCreated {
+		if t1, ok := jobCreated[name]; ok {
+			lat = append(lat, t1.Sub(t0))
+		}
+	}
+	slices.Sort(lat)
+	fmt.Printf("created %d Clusters + TerraformClusters in %s; every Job existed after %s\n", n, created.Round(time.Millisecond), allJobs.Round(time.Millisecond))
+	fmt.Printf("manager RSS: %.1f MiB with every Job created, %.1f MiB after %s idle\n", float64(rss1)/(1<<20), float64(rss2)/(1<<20), idle)
+	fmt.Printf("manager CPU: %.2f s until every Job existed, %.2f s while idle\n", cpu1-cpu0, cpu2-cpu1)
+	if len(lat) > 0 {
+		fmt.Printf("create→Job latency over %d objects: p50 %s, p99 %s, max %s\n", len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
+	}
+	fmt.Printf("manager API writes until every Job existed: %d (%.2f per object)\n", busyWrites, float64(busyWrites)/float64(n))
+	for _, k := range sortedKeys(byResource) {
+		fmt.Printf("  %-40s %d\n", k, byResource[k])
+	}
+	fmt.Printf("manager API writes while idle: %d in %s (%.1f per minute)\n", idleWrites, idle, float64(idleWrites)/idle.Minutes())
+	for _, k := range sortedKeys(idleBy) {
+		fmt.Printf("  %-40s %d\n", k, idleBy[k])
+	}
+	return nil
+}
+
+type auditEvent struct {
+	Verb string `json:"verb"`
+	User struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
+}
+
+func readAudit(path string) ([]auditEvent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var ev auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, sc.Err()
+}
+
+// procStats reads a process's RSS (bytes) and CPU time (seconds).
+func procStats(pid int) (rss int64, cpu float64) {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				rss = kb << 10
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		cpu = (utime + stime) / 100 // clock ticks; 100 on Linux
+	}
+	return rss, cpu
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(0, min(i-1, len(sorted)-1))].Round(time.Millisecond)
+}
+
+func sortedKeys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func namespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
