@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 
-
 	"github.com/captf/captf/test/framework"
 )
 

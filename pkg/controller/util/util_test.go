@@ -1,0 +1,122 @@
+package util
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+func TestEffectivePolicy(t *testing.T) {
+	deadline, three := int64(600), int32(3)
+	zero := int32(0)
+	tests := map[string]struct {
+		own, defaults *infrav1.JobPolicy
+		check         func(Policy) string
+	}{
+		"CAPTF defaults": {check: func(p Policy) string {
+			if p.ActiveDeadlineSeconds != 3600 || p.LockTimeout != 5*time.Minute || p.SuccessfulJobsHistoryLimit != 3 || p.FailedJobsHistoryLimit != 3 ||
+				p.Resources.Requests.Cpu().String() != "250m" || p.Resources.Requests.Memory().String() != "512Mi" ||
+				p.Resources.Limits.Memory().String() != "2Gi" || !p.Resources.Limits.Cpu().IsZero() {
+				return "defaults are not 1h, 5m, 3+3, 250m/512Mi, 2Gi, no CPU limit"
+			}
+			return ""
+		}},
+		"cluster defaults apply": {defaults: &infrav1.JobPolicy{ActiveDeadlineSeconds: &deadline}, check: func(p Policy) string {
+			if p.ActiveDeadlineSeconds != 600 || p.LockTimeout != 5*time.Minute {
+				return "the cluster's deadline did not apply, or replaced other fields"
+			}
+			return ""
+		}},
+		"own values win, field by field": {
+			defaults: &infrav1.JobPolicy{ActiveDeadlineSeconds: &deadline, FailedJobsHistoryLimit: &three},
+			own:      &infrav1.JobPolicy{FailedJobsHistoryLimit: &zero, LockTimeout: &metav1.Duration{Duration: time.Minute}},
+			check: func(p Policy) string {
+				if p.ActiveDeadlineSeconds != 600 || p.FailedJobsHistoryLimit != 0 || p.LockTimeout != time.Minute {
+					return "own values did not win over the cluster's, or the cluster's were lost"
+				}
+				return ""
+			}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if msg := tc.check(EffectivePolicy(tc.own, tc.defaults)); msg != "" {
+				t.Errorf("%s: %+v", msg, EffectivePolicy(tc.own, tc.defaults))
+			}
+		})
+	}
+}
+
+func TestRender(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ns"}, Data: map[string][]byte{"token": []byte("s3cret"), "tags": []byte(`{"a":1}`)}},
+	)
+	ws := func(vars ...infrav1.Variable) infrav1.WorkspaceSpec {
+		return infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: "x"}, Variables: vars}
+	}
+	val := func(name, raw string) infrav1.Variable {
+		return infrav1.Variable{Name: name, Value: &runtime.RawExtension{Raw: []byte(raw)}}
+	}
+	fromSecret := func(name, key string, format infrav1.ValueFormat) infrav1.Variable {
+		return infrav1.Variable{Name: name, ValueFrom: &infrav1.VariableSource{Format: format,
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: key}}}
+	}
+	tests := map[string]struct {
+		ws         infrav1.WorkspaceSpec
+		wantVars   []string
+		wantReason string
+	}{
+		"values and CAPTF inputs":       {ws: ws(val("region", `"eu-1"`)), wantVars: []string{`"region": "eu-1"`, `"captf_name": "prod"`}},
+		"a Secret key as a string":      {ws: ws(fromSecret("token", "token", "")), wantVars: []string{`"token": "s3cret"`}},
+		"a Secret key as JSON":          {ws: ws(fromSecret("tags", "tags", infrav1.ValueFormatJSON)), wantVars: []string{"\"tags\": {\n    \"a\": 1"}},
+		"a missing key":                 {ws: ws(fromSecret("x", "nope", "")), wantReason: "VariableUnavailable"},
+		"value and valueFrom both":      {ws: ws(infrav1.Variable{Name: "x", Value: &runtime.RawExtension{Raw: []byte("1")}, ValueFrom: &infrav1.VariableSource{}}), wantReason: "InvalidVariable"},
+		"JSON format, not JSON content": {ws: ws(fromSecret("token", "token", infrav1.ValueFormatJSON)), wantReason: "InvalidVariable"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			in, err := Render(ctx, client, "ns", tc.ws, map[string]any{"captf_name": "prod"})
+			if tc.wantReason != "" {
+				ie, ok := err.(*InputError)
+				if !ok || ie.Reason != tc.wantReason {
+					t.Fatalf("err = %v, want an InputError %s", err, tc.wantReason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.wantVars {
+				if !strings.Contains(string(in.Variables), w) {
+					t.Errorf("tfvars %s do not contain %s", in.Variables, w)
+				}
+			}
+		})
+	}
+
+	a, _ := Render(ctx, client, "ns", ws(val("a", "1"), val("b", "2")), nil)
+	b, _ := Render(ctx, client, "ns", ws(val("b", "2"), val("a", "1")), nil)
+	c, _ := Render(ctx, client, "ns", ws(val("a", "1"), val("b", "3")), nil)
+	if a.Hash != b.Hash {
+		t.Error("the order of variables changed the hash")
+	}
+	if a.Hash == c.Hash {
+		t.Error("a changed value kept the hash")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for failures, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 4: 80 * time.Second, 7: 10 * time.Minute, 30: 10 * time.Minute} {
+		if got := Backoff(failures); got != want {
+			t.Errorf("Backoff(%d) = %s, want %s", failures, got, want)
+		}
+	}
+}
