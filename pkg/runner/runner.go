@@ -317,22 +317,8 @@ func (r *Runner) terraform() (string, error) {
 }
 
 func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, labels map[string]string, owner metav1.OwnerReference) error {
-	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: r.obj.DurableInputs(), Namespace: r.Config.Namespace, Labels: withType(labels, names.SecretTypeDurableInput),
-			OwnerReferences: []metav1.OwnerReference{owner}},
-		Data: map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]},
-	}
-	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		current, gerr := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
-		if gerr != nil {
-			return gerr
-		}
-		current.Data = sec.Data
-		_, err = secrets.Update(ctx, current, metav1.UpdateOptions{})
-	}
-	return err
+	return r.putSecret(ctx, r.obj.DurableInputs(), withType(labels, names.SecretTypeDurableInput), owner,
+		map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]})
 }
 
 func (r *Runner) writeResult(ctx context.Context, res *Result) error {
@@ -341,19 +327,24 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 		return err
 	}
 	labels := withType(ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: r.obj.Result(r.Config.Job), Namespace: r.Config.Namespace, Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}}},
-		Data: map[string][]byte{KeyResult: b},
-	}
+	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
+	return r.putSecret(ctx, r.obj.Result(r.Config.Job), labels, owner, map[string][]byte{KeyResult: b})
+}
+
+// putSecret creates the Secret, or replaces the data of the one there.
+func (r *Runner) putSecret(ctx context.Context, name string, labels map[string]string, owner metav1.OwnerReference, data map[string][]byte) error {
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
-	_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		Data:       data,
+	}
+	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		current, gerr := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
+		current, gerr := secrets.Get(ctx, name, metav1.GetOptions{})
 		if gerr != nil {
 			return gerr
 		}
-		current.Data = sec.Data
+		current.Data = data
 		_, err = secrets.Update(ctx, current, metav1.UpdateOptions{})
 	}
 	return err
