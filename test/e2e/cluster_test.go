@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +22,7 @@ import (
 // finalizer and Secrets gone.
 func TestClusterLifecycle(t *testing.T) {
 	e := newEnv(t)
-	e.startManager()
+	m := e.startManager()
 	cluster := e.newCluster("prod", false)
 	e.create(e.localCloud("prod", cluster, map[string]any{"instances": 2}))
 
@@ -67,6 +69,9 @@ func TestClusterLifecycle(t *testing.T) {
 	if c := findEvent(t, e.ns, "prod", "Applied"); c == nil {
 		t.Error("no Applied event")
 	}
+	if body := get(t, "http://"+m.MetricsAddr+"/metrics"); !strings.Contains(body, `workqueue_adds_total{name="terraformcluster"}`) {
+		t.Errorf("metrics lack the terraformcluster workqueue:\n%s", tail(body, 20))
+	}
 
 	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), "prod", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -107,4 +112,15 @@ func findEvent(t *testing.T, ns, name, reason string) *corev1.Event {
 		return nil
 	}
 	return &list.Items[0]
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -77,3 +77,37 @@ func waitReady(t *testing.T, m *framework.Manager) {
 		t.Fatal("the manager never became ready")
 	}
 }
+
+// TestLostLeaseExits: a leader that cannot renew its Lease (another holder
+// took it) stops leading and exits non-zero, to be restarted.
+func TestLostLeaseExits(t *testing.T) {
+	e := newEnv(t)
+	m := e.startManager("--leader-elect")
+	waitLog(t, m, leadingLog, 30*time.Second)
+	leases := plane.Kube.CoordinationV1().Leases(e.ns)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		lease, err := leases.Get(ctx, "captf-manager", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		thief, now := "thief", metav1.NewMicroTime(time.Now().Add(time.Hour))
+		lease.Spec.HolderIdentity, lease.Spec.RenewTime = &thief, &now
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return m.Exited(), nil
+	})
+	if err != nil {
+		t.Fatal("the manager kept running without its Lease")
+	}
+	if code := m.ExitCode(); code == 0 {
+		t.Errorf("exit code %d, want non-zero", code)
+	}
+	if !m.LogContains("Lost the leader Lease") {
+		t.Error("the manager did not say why it exited")
+	}
+}

@@ -174,3 +174,9 @@ func (m *Manager) LogContains(s string) bool {
 
 // Pid is the manager's process ID.
 func (m *Manager) Pid() int { return m.cmd.Process.Pid }
+
+// ExitCode is the exit status once the process has ended.
+func (m *Manager) ExitCode() int {
+	<-m.done
+	return m.cmd.ProcessState.ExitCode()
+}

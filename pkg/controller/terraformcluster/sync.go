@@ -198,6 +198,9 @@ func (c *Controller) reconcileNormal(ctx context.Context, s *syncCtx) error {
 
 func (c *Controller) startApply(ctx context.Context, s *syncCtx, in *util.Inputs, attempt int) error {
 	tc := s.tc
+	if ok, err := c.runnerAllowed(ctx, s); !ok {
+		return err
+	}
 	job := c.buildJob(tc, infrav1.OperationApply, in.Hash, attempt, false)
 	if err := c.createRunInputs(ctx, tc, job, in.SecretData()); err != nil {
 		return err
@@ -208,6 +211,20 @@ func (c *Controller) startApply(ctx context.Context, s *syncCtx, in *util.Inputs
 	c.recordJob(tc, job, "Running")
 	c.setApplying(tc, fmt.Sprintf("Job %s is applying the module", job.Name))
 	return nil
+}
+
+// runnerAllowed checks spec.jobs.serviceAccountName; a refusal is a
+// condition the user fixes, checked again within a minute.
+func (c *Controller) runnerAllowed(ctx context.Context, s *syncCtx) (bool, error) {
+	err := c.access.CheckServiceAccount(ctx, s.tc.Namespace, util.EffectivePolicy(s.tc.Spec.Jobs, nil).ServiceAccountName)
+	var ie *util.InputError
+	if errors.As(err, &ie) {
+		c.setReady(s.tc, metav1.ConditionFalse, ie.Reason, ie.Message)
+		c.recorder.Event(s.tc, corev1.EventTypeWarning, ie.Reason, ie.Message)
+		s.requeue = time.Minute
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (c *Controller) applySucceeded(ctx context.Context, s *syncCtx, hash string, job *batchv1.Job, res *runner.Result) error {
@@ -318,6 +335,9 @@ func (c *Controller) reconcileDelete(ctx context.Context, s *syncCtx) error {
 			s.requeue = wait
 			return nil
 		}
+	}
+	if ok, err := c.runnerAllowed(ctx, s); !ok {
+		return err
 	}
 	job := c.buildJob(tc, infrav1.OperationDestroy, hash, attempt, hasDurable)
 	if !hasDurable {

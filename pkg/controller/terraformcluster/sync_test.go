@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -152,6 +152,8 @@ func TestSync(t *testing.T) {
 		wantReady   string
 		wantNoJob   bool
 		wantJobArgs string
+		// wantServiceAcc is the runner pod's ServiceAccount.
+		wantServiceAcc string
 	}{
 		"no owner Cluster: waits, writes only its status": {
 			tc:         newTC(func(tc *infrav1.TerraformCluster) { tc.OwnerReferences = nil }),
@@ -165,6 +167,28 @@ func TestSync(t *testing.T) {
 			wantWrites: []string{"update terraformclusters prod", "create secrets tfc-prod-apply-", "create serviceaccounts captf-runner",
 				"create rolebindings captf-runner", "create jobs tfc-prod-apply-", "update terraformclusters/status prod"},
 			wantReady: ReasonApplying,
+		},
+		"a runner ServiceAccount without the captf.io/runner label: refused": {
+			tc: newTC(func(tc *infrav1.TerraformCluster) {
+				tc.Spec.Jobs = &infrav1.JobPolicy{ServiceAccountName: "admin"}
+			}),
+			cluster:    newCluster(false),
+			objects:    []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: "ns"}}},
+			wantWrites: []string{"update terraformclusters prod", "update terraformclusters/status prod"},
+			wantReady:  util.ReasonRunnerServiceAccountNotAllowed,
+			wantNoJob:  true,
+		},
+		"a labelled runner ServiceAccount runs the Job": {
+			tc: newTC(func(tc *infrav1.TerraformCluster) {
+				tc.Spec.Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud"}
+			}),
+			cluster: newCluster(false),
+			objects: []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns",
+				Labels: map[string]string{infrav1.LabelRunnerServiceAccount: "true"}}}},
+			wantWrites: []string{"update terraformclusters prod", "create secrets tfc-prod-apply-", "create serviceaccounts captf-runner",
+				"create rolebindings captf-runner", "create jobs tfc-prod-apply-", "update terraformclusters/status prod"},
+			wantReady:      ReasonApplying,
+			wantServiceAcc: "cloud",
 		},
 		"paused Cluster: nothing runs": {
 			tc:         newTC(withFinalizer),
@@ -225,6 +249,9 @@ func TestSync(t *testing.T) {
 			jobs, _ := f.kube.BatchV1().Jobs("ns").List(context.Background(), metav1.ListOptions{})
 			if tc.wantNoJob && len(jobs.Items) > 0 {
 				t.Errorf("created Job %s", jobs.Items[0].Name)
+			}
+			if tc.wantServiceAcc != "" && (len(jobs.Items) != 1 || jobs.Items[0].Spec.Template.Spec.ServiceAccountName != tc.wantServiceAcc) {
+				t.Errorf("Jobs %v, want one running as %s", jobs.Items, tc.wantServiceAcc)
 			}
 			if tc.wantJobArgs != "" && (len(jobs.Items) != 1 || !slices.Contains(jobs.Items[0].Spec.Template.Spec.Containers[0].Args, tc.wantJobArgs)) {
 				t.Errorf("Jobs %v, want one with %s", jobs.Items, tc.wantJobArgs)

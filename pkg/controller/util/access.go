@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 )
 
@@ -59,5 +60,31 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 	}
 	a.done[namespace] = true
 	a.mu.Unlock()
+	return nil
+}
+
+// ReasonRunnerServiceAccountNotAllowed is the Ready reason when
+// spec.jobs.serviceAccountName names a ServiceAccount without the label.
+const ReasonRunnerServiceAccountNotAllowed = "RunnerServiceAccountNotAllowed"
+
+// CheckServiceAccount allows a runner ServiceAccount other than captf-runner
+// only when its namespace's owner labelled it captf.io/runner=true: without
+// that, anyone who may create a Terraform* object could run Terraform with
+// any ServiceAccount's rights.
+func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace, name string) error {
+	if name == "" || name == names.RunnerServiceAccount {
+		return nil
+	}
+	sa, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf("spec.jobs.serviceAccountName: ServiceAccount %s not found", name)}
+	}
+	if err != nil {
+		return err
+	}
+	if sa.Labels[infrav1.LabelRunnerServiceAccount] != "true" {
+		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf(
+			"spec.jobs.serviceAccountName: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", name, infrav1.LabelRunnerServiceAccount)}
+	}
 	return nil
 }
