@@ -180,3 +180,16 @@ func (m *Manager) ExitCode() int {
 	<-m.done
 	return m.cmd.ProcessState.ExitCode()
 }
+
+func httpOK(ctx context.Context, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}

@@ -1,0 +1,161 @@
+// Package capi runs CAPTF beside Cluster API's real core controllers.
+package capi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/test/framework"
+)
+
+var (
+	plane  *framework.ControlPlane
+	binary string
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binary, err = framework.BuildCAPTF("captf-capi"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	framework.Main(m, framework.Options{}, &plane)
+}
+
+var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+
+// TestClusterProvisionedByCAPI: with Cluster API's own controllers, a
+// Cluster whose infrastructureRef names a TerraformCluster gets an owner
+// reference from CAPI, CAPTF applies the module, and CAPI reads back
+// provisioned, Ready and the control-plane endpoint.
+func TestClusterProvisionedByCAPI(t *testing.T) {
+	ctx := context.Background()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	capi, err := plane.StartCAPI(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capi.Stop()
+	if err := plane.InstallRBAC(ctx, "captf-system"); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := plane.StartExecutor(ctx, framework.ExecutorOptions{Commands: map[string]string{"/captf": binary},
+		Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Stop()
+	mgr, err := plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mgr.Stop()
+
+	ns := "capi"
+	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	instances := t.TempDir()
+	tc := &infrav1.TerraformCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: ns},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module:    infrav1.Module{Inline: string(module)},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+		}},
+	}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "work", "namespace": ns},
+		"spec": map[string]any{"infrastructureRef": map[string]any{
+			"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "work"}},
+	}}
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var got *unstructured.Unstructured
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = plane.Dynamic.Resource(clustersGVR).Namespace(ns).Get(ctx, "work", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		provisioned, _, _ := unstructured.NestedBool(got.Object, "status", "initialization", "infrastructureProvisioned")
+		host, _, _ := unstructured.NestedString(got.Object, "spec", "controlPlaneEndpoint", "host")
+		return provisioned && host != "", nil
+	})
+	if err != nil {
+		tc, _ := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, "work", metav1.GetOptions{})
+		t.Fatalf("the Cluster never became infrastructure-provisioned with an endpoint: %v\ncluster status: %v\nTerraformCluster: %+v\ncapi log:\n%s",
+			err, got.Object["status"], tc.Status.Conditions, capi.Logs(30))
+	}
+	host, _, _ := unstructured.NestedString(got.Object, "spec", "controlPlaneEndpoint", "host")
+	port, _, _ := unstructured.NestedInt64(got.Object, "spec", "controlPlaneEndpoint", "port")
+	if host != "work.local.test" || port != 6443 {
+		t.Errorf("Cluster endpoint %s:%d, want work.local.test:6443 from the module", host, port)
+	}
+	fds, _, _ := unstructured.NestedSlice(got.Object, "status", "failureDomains")
+	if len(fds) != 2 {
+		t.Errorf("Cluster failureDomains = %v, want the module's 2", fds)
+	}
+	// CAPI mirrors the TerraformCluster's Ready into InfrastructureReady.
+	conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+	var infraReady string
+	for _, c := range conds {
+		m := c.(map[string]any)
+		if m["type"] == "InfrastructureReady" {
+			infraReady = fmt.Sprint(m["status"])
+		}
+	}
+	if infraReady != "True" {
+		t.Errorf("Cluster InfrastructureReady = %q, want True; conditions %v", infraReady, conds)
+	}
+	tcNow, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, "work", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(tcNow.Status.Conditions, infrav1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("TerraformCluster Ready = %+v", c)
+	}
+	if tcNow.Labels["cluster.x-k8s.io/cluster-name"] != "work" {
+		t.Errorf("CAPI did not label the TerraformCluster: %v", tcNow.Labels)
+	}
+
+	// Deleting the Cluster deletes the TerraformCluster, which destroys.
+	if err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Delete(ctx, "work", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Get(ctx, "work", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the Cluster was never deleted\ncapi log:\n%s", capi.Logs(30))
+	}
+	if entries, _ := os.ReadDir(instances); len(entries) != 0 {
+		t.Errorf("instances left after the Cluster was deleted: %d", len(entries))
+	}
+}
