@@ -1,7 +1,7 @@
 // Command local-up is CAPTF's quickstart: a local management plane (etcd,
 // kube-apiserver, kube-controller-manager with CAPTF's and Cluster API's
-// CRDs), the local executor that runs Job pods as processes, and the CAPTF
-// manager; it applies examples/quickstart, waits until the cluster is Ready
+// CRDs), Cluster API's core controllers, the local executor that runs Job
+// pods as processes, and the CAPTF manager; it applies examples/quickstart, waits until the cluster is Ready
 // and shows what happened. Ctrl-C stops it all.
 package main
 
@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -62,6 +61,12 @@ func run() error {
 		return err
 	}
 	defer ex.Stop()
+	step("starting Cluster API's core controllers")
+	capi, err := cp.StartCAPI(ctx, "MachinePool=true")
+	if err != nil {
+		return err
+	}
+	defer capi.Stop()
 	step("starting the CAPTF manager")
 	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
 		return err
@@ -103,6 +108,7 @@ Look around:
 
   export KUBECONFIG=%s
   kubectl get cluster-api -A
+  kubectl -n demo describe cluster demo
   kubectl -n demo describe terraformcluster demo
   kubectl -n demo get jobs,secrets,leases
   ls %s
@@ -123,8 +129,7 @@ The manager logs to %s. Ctrl-C stops everything and removes %s.
 func step(s string) { fmt.Printf("==> %s\n", s) }
 
 // applyExample creates the namespace, the module ConfigMap and the objects
-// of examples/quickstart, and sets the owner reference Cluster API would set
-// (its controllers join the quickstart with the machine support).
+// of examples/quickstart; Cluster API's controllers do the rest.
 func applyExample(ctx context.Context, cp *framework.ControlPlane, root, instances string) error {
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -149,22 +154,14 @@ func applyExample(ctx context.Context, cp *framework.ControlPlane, root, instanc
 	if err != nil {
 		return err
 	}
-	var clusterUID, clusterName string
 	for _, o := range objs {
 		gv, err := schema.ParseGroupVersion(o.GetAPIVersion())
 		if err != nil {
 			return err
 		}
 		resource := strings.ToLower(o.GetKind()) + "s"
-		if o.GetKind() == "TerraformCluster" {
-			o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: clusterName, UID: types.UID(clusterUID)}})
-		}
-		created, err := cp.Dynamic.Resource(gv.WithResource(resource)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := cp.Dynamic.Resource(gv.WithResource(resource)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
-		if o.GetKind() == "Cluster" {
-			clusterUID, clusterName = string(created.GetUID()), created.GetName()
 		}
 	}
 	return nil
