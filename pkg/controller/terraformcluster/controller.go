@@ -13,7 +13,6 @@ import (
 	batchv1informers "k8s.io/client-go/informers/batch/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	batchv1listers "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	infrainformers "github.com/captf/captf/pkg/generated/informers/externalversions/infrastructure/v1alpha1"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
@@ -43,8 +43,6 @@ type Controller struct {
 	kube     kubernetes.Interface
 	captf    versioned.Interface
 	lister   infralisters.TerraformClusterLister
-	jobs     batchv1listers.JobLister
-	jobIndex cache.Indexer
 	clusters cache.GenericLister
 	synced   []cache.InformerSynced
 
@@ -53,8 +51,7 @@ type Controller struct {
 	broadcaster  record.EventBroadcaster
 	expectations *util.Expectations
 	written      *util.WrittenVersions
-	access       *util.RunnerAccess
-	config       Config
+	engine       *workspace.Engine
 	now          func() time.Time
 
 	// syncHandler is sync, replaced in tests.
@@ -71,8 +68,6 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 	c := &Controller{
 		kube: kube, captf: captf,
 		lister:   tcInformer.Lister(),
-		jobs:     jobInformer.Lister(),
-		jobIndex: jobInformer.Informer().GetIndexer(),
 		clusters: clusterLister,
 		synced:   []cache.InformerSynced{tcInformer.Informer().HasSynced, jobInformer.Informer().HasSynced, clusters.HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
@@ -81,10 +76,10 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 		recorder:     broadcaster.NewRecorder(util.Scheme, corev1.EventSource{Component: "captf-manager"}),
 		expectations: util.NewExpectations(),
 		written:      util.NewWrittenVersions(),
-		access:       access,
-		config:       config,
 		now:          time.Now,
 	}
+	c.engine = &workspace.Engine{Kube: kube, JobIndex: jobInformer.Informer().GetIndexer(), Recorder: c.recorder,
+		Expectations: c.expectations, Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, Now: c.now}
 	c.syncHandler = c.sync
 	if _, err := tcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addTerraformCluster,

@@ -22,6 +22,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/names"
@@ -166,7 +167,7 @@ func TestSync(t *testing.T) {
 			cluster: newCluster(false),
 			wantWrites: []string{"update terraformclusters prod", "create secrets tfc-prod-apply-", "create serviceaccounts captf-runner",
 				"create rolebindings captf-runner", "create jobs tfc-prod-apply-", "update terraformclusters/status prod"},
-			wantReady: ReasonApplying,
+			wantReady: workspace.ReasonApplying,
 		},
 		"a runner ServiceAccount without the captf.io/runner label: refused": {
 			tc: newTC(func(tc *infrav1.TerraformCluster) {
@@ -187,7 +188,7 @@ func TestSync(t *testing.T) {
 				Labels: map[string]string{infrav1.LabelRunnerServiceAccount: "true"}}}},
 			wantWrites: []string{"update terraformclusters prod", "create secrets tfc-prod-apply-", "create serviceaccounts captf-runner",
 				"create rolebindings captf-runner", "create jobs tfc-prod-apply-", "update terraformclusters/status prod"},
-			wantReady:      ReasonApplying,
+			wantReady:      workspace.ReasonApplying,
 			wantServiceAcc: "cloud",
 		},
 		"paused Cluster: nothing runs": {
@@ -223,7 +224,7 @@ func TestSync(t *testing.T) {
 			cluster:     newCluster(false),
 			objects:     []runtime.Object{stateSecret, durable},
 			wantWrites:  []string{"create serviceaccounts captf-runner", "create rolebindings captf-runner", "create jobs tfc-prod-destroy-", "update terraformclusters/status prod"},
-			wantReady:   ReasonDestroying,
+			wantReady:   workspace.ReasonDestroying,
 			wantJobArgs: "--durable-inputs",
 		},
 	}
@@ -291,7 +292,7 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 	jobs, _ := f.kube.BatchV1().Jobs("ns").List(context.Background(), metav1.ListOptions{})
 	job := jobs.Items[0].DeepCopy()
 	f.c.handleJob(ktesting.NewLogger(t, ktesting.NewConfig()), job, true)
-	if err := f.c.jobIndex.Add(job); err != nil {
+	if err := f.c.engine.JobIndex.Add(job); err != nil {
 		t.Fatal(err)
 	}
 	f.sync()

@@ -1,0 +1,465 @@
+// Package workspace is what every controller that runs Terraform shares:
+// rendering inputs into runner Jobs, one at a time, with deterministic names
+// and expectations; reading results; retries with backoff; destroy with the
+// durable inputs; abandon; and the conditions that report all of it.
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Ready reasons every kind uses, besides Cluster API's.
+const (
+	ReasonApplying      = "Applying"
+	ReasonApplied       = "Applied"
+	ReasonApplyFailed   = "ApplyFailed"
+	ReasonDestroying    = "Destroying"
+	ReasonDestroyFailed = "DestroyFailed"
+	ReasonInvalidOutput = "InvalidOutput"
+	ReasonNotPaused     = "NotPaused"
+	ReasonPaused        = "Paused"
+)
+
+// Object is a Terraform* object the engine runs Terraform for.
+type Object interface {
+	metav1.Object
+	runtime.Object
+	Workspace() *infrav1.WorkspaceSpec
+	WorkspaceStatus() *infrav1.WorkspaceStatus
+}
+
+// Engine runs Terraform for the objects of one kind.
+type Engine struct {
+	Kube         kubernetes.Interface
+	JobIndex     cache.Indexer
+	Recorder     record.EventRecorder
+	Expectations *util.Expectations
+	Access       *util.RunnerAccess
+	GVK          schema.GroupVersionKind
+	RunnerImage  string
+	StateBackups int
+	Now          func() time.Time
+}
+
+// Run is what one sync of one object knows and decides.
+type Run struct {
+	Obj    Object // a copy: safe to change
+	Key    cache.ObjectName
+	Policy util.Policy
+	Jobs   []*batchv1.Job // of this object, newest first
+	// Requeue asks for a sync after this long.
+	Requeue time.Duration
+}
+
+// NewRun starts a sync of obj; clusterDefaults is the cluster's
+// spec.defaults.jobs for machines and pools, nil for clusters.
+func (e *Engine) NewRun(obj Object, clusterDefaults *infrav1.JobPolicy) *Run {
+	r := &Run{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: util.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults)}
+	objs, err := e.JobIndex.ByIndex(util.JobsByObjectUID, string(obj.GetUID()))
+	if err == nil {
+		for _, o := range objs {
+			r.Jobs = append(r.Jobs, o.(*batchv1.Job))
+		}
+	}
+	util.SortJobs(r.Jobs)
+	return r
+}
+
+// Names names the object's Secrets, Lease and Jobs.
+func (e *Engine) Names(obj metav1.Object) names.Object {
+	return names.Object{Kind: runner.ShortKind(e.GVK.Kind), Name: obj.GetName()}
+}
+
+// Apply drives the apply of in. It returns the result and Job of an apply of
+// in that succeeded and is not in the status yet, for the caller to read the
+// kind's outputs and then call Applied. Otherwise it returns nil: a Job
+// runs, was started, failed (retried after a backoff) or in is applied.
+func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Result, *batchv1.Job, error) {
+	st := r.Obj.WorkspaceStatus()
+	if active := activeJob(r.Jobs); active != nil {
+		e.RecordJob(r, active, "Running")
+		if active.Labels[names.LabelOperation] == string(infrav1.OperationApply) {
+			e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
+		}
+		return nil, nil, nil
+	}
+	if err := e.cleanupHistory(ctx, r); err != nil {
+		klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
+	}
+	latest := latestJob(r.Jobs, infrav1.OperationApply, in.Hash)
+	if latest == nil {
+		if st.AppliedInputsHash == in.Hash {
+			return nil, nil, nil // applied, and its Jobs are gone from history
+		}
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
+	}
+	_, succeeded := util.JobFinished(latest)
+	if succeeded && st.AppliedInputsHash == in.Hash {
+		e.RecordJob(r, latest, runner.OutcomeSucceeded)
+		return nil, nil, nil
+	}
+	res, rerr := e.readResult(ctx, r, latest)
+	if succeeded {
+		if rerr != nil {
+			return nil, nil, rerr
+		}
+		return res, latest, nil
+	}
+	e.RecordJob(r, latest, runner.OutcomeFailed)
+	msg := util.JobFailureMessage(latest)
+	if res != nil && res.Error != "" {
+		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+	}
+	if cond := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != ReasonApplyFailed || cond.Message != msg {
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonApplyFailed, msg)
+	}
+	e.SetReady(r, metav1.ConditionFalse, ReasonApplyFailed, msg)
+	attempt := util.Attempt(latest) + 1
+	if wait := util.Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
+		r.Requeue = wait
+		return nil, nil, nil
+	}
+	return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
+}
+
+// Applied records a successful apply in the status.
+func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Result) {
+	st := r.Obj.WorkspaceStatus()
+	st.Outputs = publicOutputs(res.Outputs)
+	st.AppliedInputsHash = hash
+	msg := "The module is applied"
+	if res.Plan != nil {
+		st.AppliedPlanHash = res.Plan.Hash
+		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(finishTime(job))}
+		sum := res.Plan.Summary
+		msg = fmt.Sprintf("The module is applied (plan %s: %d to add, %d to change, %d to destroy, %d to replace)", res.Plan.Hash, sum.Add, sum.Change, sum.Destroy, sum.Replace)
+	}
+	applied := metav1.NewTime(finishTime(job))
+	st.LastAppliedTime = &applied
+	provisioned := true
+	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
+	st.Ready = true
+	e.RecordJob(r, job, runner.OutcomeSucceeded)
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
+	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
+}
+
+// InvalidOutput reports an output the kind cannot read.
+func (e *Engine) InvalidOutput(r *Run, err error) {
+	e.SetReady(r, metav1.ConditionFalse, ReasonInvalidOutput, err.Error())
+	e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonInvalidOutput, err.Error())
+}
+
+// Destroy drives the destroy of the object's infrastructure, with the inputs
+// of its last successful apply (or, when a first apply failed half-way, with
+// what render gives). It returns true once nothing is left to destroy, or
+// the object is abandoned: the caller then removes its finalizer.
+func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Inputs, error)) (bool, error) {
+	obj := r.Obj
+	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
+		if err := e.abandon(ctx, obj); err != nil {
+			return false, err
+		}
+		e.Recorder.Eventf(obj, corev1.EventTypeNormal, "Abandoned", "Deleted without destroy (%s): state and backups are kept with label %s=true",
+			infrav1.AnnotationAbandonInfrastructure, names.LabelAbandoned)
+		return true, nil
+	}
+	if active := activeJob(r.Jobs); active != nil {
+		e.RecordJob(r, active, "Running")
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Waiting for Job %s to finish before destroying", active.Name))
+		return false, nil
+	}
+	n := e.Names(obj)
+	secrets := e.Kube.CoreV1().Secrets(obj.GetNamespace())
+	durable, err := secrets.Get(ctx, n.DurableInputs(), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	hasDurable := err == nil
+	var hash string
+	var data map[string][]byte
+	if hasDurable {
+		hash = util.HashSecretData(durable.Data)
+	} else {
+		if _, err := secrets.Get(ctx, n.State(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return true, nil // never applied: nothing to destroy
+		} else if err != nil {
+			return false, err
+		}
+		in, err := render()
+		if err != nil {
+			e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, "No inputs to destroy with: "+err.Error())
+			r.Requeue = time.Minute
+			return false, nil
+		}
+		hash, data = in.Hash, in.SecretData()
+	}
+	attempt := 0
+	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
+		if _, succeeded := util.JobFinished(latest); succeeded {
+			e.Recorder.Event(obj, corev1.EventTypeNormal, "Destroyed", "The module's infrastructure is destroyed")
+			return true, nil
+		}
+		e.RecordJob(r, latest, runner.OutcomeFailed)
+		msg := util.JobFailureMessage(latest)
+		if res, _ := e.readResult(ctx, r, latest); res != nil && res.Error != "" {
+			msg = fmt.Sprintf("terraform destroy failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+		}
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, msg)
+		attempt = util.Attempt(latest) + 1
+		if wait := util.Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
+			r.Requeue = wait
+			return false, nil
+		}
+	}
+	return false, e.start(ctx, r, infrav1.OperationDestroy, hash, attempt, data)
+}
+
+// start creates the run-inputs Secret (unless data is nil: destroy with the
+// durable inputs) and the Job of one attempt.
+func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
+	obj := r.Obj
+	if err := e.Access.CheckServiceAccount(ctx, obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
+		var ie *util.InputError
+		if errors.As(err, &ie) {
+			e.InputError(r, ie)
+			return nil
+		}
+		return err
+	}
+	job := util.BuildJob(util.JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
+		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil})
+	if data != nil {
+		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
+			return err
+		}
+	}
+	if err := e.Access.Ensure(ctx, job.Namespace); err != nil {
+		return err
+	}
+	e.Expectations.ExpectJob(r.Key, job.Name)
+	_, err := e.Kube.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Ours: the name is deterministic. The informer will show it.
+	case err != nil:
+		e.Expectations.JobObserved(r.Key, job.Name)
+		return fmt.Errorf("creating Job %s: %w", job.Name, err)
+	default:
+		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
+	}
+	e.RecordJob(r, job, "Running")
+	if op == infrav1.OperationDestroy {
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
+	} else {
+		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
+	}
+	return nil
+}
+
+// InputError reports a problem the user must fix, and checks again later:
+// the Secrets and ConfigMaps inputs read are not watched.
+func (e *Engine) InputError(r *Run, ie *util.InputError) {
+	e.SetReady(r, metav1.ConditionFalse, ie.Reason, ie.Message)
+	e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ie.Reason, ie.Message)
+	r.Requeue = time.Minute
+}
+
+func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.Job, data map[string][]byte) error {
+	labels := runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
+	labels[names.LabelSecretType] = names.SecretTypeRunInputs
+	labels[names.LabelOperation] = job.Labels[names.LabelOperation]
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: e.Names(obj).RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(obj, e.GVK)}},
+		Data: data,
+	}
+	_, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // same name, same hash: the same inputs
+	}
+	return err
+}
+
+// readResult reads what the runner of job reported.
+func (e *Engine) readResult(ctx context.Context, r *Run, job *batchv1.Job) (*runner.Result, error) {
+	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("job %s finished without a result", job.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var res runner.Result
+	if err := json.Unmarshal(sec.Data[runner.KeyResult], &res); err != nil {
+		return nil, fmt.Errorf("result of Job %s: %w", job.Name, err)
+	}
+	return &res, nil
+}
+
+// cleanupHistory keeps the newest finished Jobs of each operation within
+// the policy's limits, with their run Secrets.
+func (e *Engine) cleanupHistory(ctx context.Context, r *Run) error {
+	kept := map[string]int32{}
+	var errs []error
+	n := e.Names(r.Obj)
+	for _, job := range r.Jobs { // newest first
+		finished, succeeded := util.JobFinished(job)
+		if !finished || job.DeletionTimestamp != nil {
+			continue
+		}
+		limit := r.Policy.FailedJobsHistoryLimit
+		if succeeded {
+			limit = r.Policy.SuccessfulJobsHistoryLimit
+		}
+		k := job.Labels[names.LabelOperation] + strconv.FormatBool(succeeded)
+		if kept[k] < limit {
+			kept[k]++
+			continue
+		}
+		for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
+			if err := e.Kube.CoreV1().Secrets(job.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+		background := metav1.DeletePropagationBackground
+		if err := e.Kube.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// abandon keeps state, backups and inputs: no owner (so no garbage
+// collection), labelled so an operator finds them.
+func (e *Engine) abandon(ctx context.Context, obj Object) error {
+	selector := names.LabelObjectUID + "=" + string(obj.GetUID())
+	secrets, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err
+	}
+	for i := range secrets.Items {
+		sec := &secrets.Items[i]
+		switch sec.Labels[names.LabelSecretType] {
+		case names.SecretTypeRunInputs, names.SecretTypeResult:
+			continue // per-run: collected with the object
+		}
+		sec.OwnerReferences = nil
+		sec.Labels[names.LabelAbandoned] = "true"
+		if _, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Update(ctx, sec, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil {
+			return fmt.Errorf("keeping secret %s: %w", sec.Name, err)
+		}
+	}
+	return nil
+}
+
+// SetReady sets the Ready condition.
+func (e *Engine) SetReady(r *Run, status metav1.ConditionStatus, reason, message string) {
+	SetCondition(r.Obj, infrav1.ConditionReady, status, reason, message)
+}
+
+// SetCondition sets a condition of obj at its generation.
+func SetCondition(obj Object, t string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&obj.WorkspaceStatus().Conditions, metav1.Condition{Type: t, Status: status,
+		Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration()})
+}
+
+// setApplying keeps Ready True while a provisioned object takes a change.
+func (e *Engine) setApplying(r *Run, message string) {
+	status := metav1.ConditionFalse
+	if init := r.Obj.WorkspaceStatus().Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		status = metav1.ConditionTrue
+	}
+	e.SetReady(r, status, ReasonApplying, message)
+}
+
+// RecordJob notes the latest Job of its operation in the status.
+func (e *Engine) RecordJob(r *Run, job *batchv1.Job, outcome string) {
+	st := r.Obj.WorkspaceStatus()
+	ref := infrav1.JobReference{Operation: infrav1.Operation(job.Labels[names.LabelOperation]), Name: job.Name, Outcome: outcome}
+	// Times are recorded once the Job is done: a running Job's status
+	// changes must not cost a status write each.
+	if finished, _ := util.JobFinished(job); finished {
+		t := metav1.NewTime(finishTime(job))
+		ref.StartTime, ref.CompletionTime = job.Status.StartTime, &t
+	}
+	for i := range st.LastJobs {
+		if st.LastJobs[i].Operation == ref.Operation {
+			st.LastJobs[i] = ref
+			return
+		}
+	}
+	st.LastJobs = append(st.LastJobs, ref)
+}
+
+func (e *Engine) fieldManager() string { return "captf-" + runner.ShortKind(e.GVK.Kind) }
+
+func activeJob(jobs []*batchv1.Job) *batchv1.Job {
+	for _, j := range jobs {
+		if finished, _ := util.JobFinished(j); !finished && j.DeletionTimestamp == nil {
+			return j
+		}
+	}
+	return nil
+}
+
+// latestJob is the newest attempt of op for hash.
+func latestJob(jobs []*batchv1.Job, op infrav1.Operation, hash string) *batchv1.Job {
+	var latest *batchv1.Job
+	for _, j := range jobs {
+		if j.Labels[names.LabelOperation] != string(op) || j.Labels[names.LabelInputsHash] != hash {
+			continue
+		}
+		if latest == nil || util.Attempt(j) > util.Attempt(latest) {
+			latest = j
+		}
+	}
+	return latest
+}
+
+func finishTime(job *batchv1.Job) time.Time {
+	if job.Status.CompletionTime != nil {
+		return job.Status.CompletionTime.Time
+	}
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return job.CreationTimestamp.Time
+}
+
+func publicOutputs(outputs map[string]runner.Output) map[string]runtime.RawExtension {
+	out := map[string]runtime.RawExtension{}
+	for k, o := range outputs {
+		if !o.Sensitive {
+			out[k] = runtime.RawExtension{Raw: o.Value}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
