@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/captf/captf/pkg/controller/terraformcluster"
+	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/util"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
@@ -176,7 +178,10 @@ type manager struct {
 	ready   atomic.Bool
 }
 
-var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+var (
+	clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+	machinesGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+)
 
 // runControllers builds the informers and controllers, and runs them until
 // ctx ends.
@@ -208,8 +213,11 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	clusterInformer := dynFactory.ForResource(clustersGVR)
-	if err := clusterInformer.Informer().SetTransform(trimManagedFields); err != nil {
-		return err
+	machineInformer := dynFactory.ForResource(machinesGVR)
+	for _, inf := range []cache.SharedIndexInformer{clusterInformer.Informer(), machineInformer.Informer()} {
+		if err := inf.SetTransform(trimManagedFields); err != nil {
+			return err
+		}
 	}
 	access := &util.RunnerAccess{Client: kube}
 
@@ -217,6 +225,18 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
 		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
 		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, SyncPeriod: o.SyncPeriod})
+	if err != nil {
+		return err
+	}
+
+	tmCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformmachine.ControllerName))
+	tm, err := terraformmachine.NewController(tmCtx, kube, captf, terraformmachine.Informers{
+		TerraformMachines: captfFactory.Infrastructure().V1alpha1().TerraformMachines(),
+		TerraformClusters: captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
+		Jobs:              jobInformer,
+		Machines:          machineInformer.Informer(), MachineLister: machineInformer.Lister(),
+		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
+	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups})
 	if err != nil {
 		return err
 	}
@@ -231,11 +251,15 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	}()
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), jobInformer.Informer().HasSynced, clusterInformer.Informer().HasSynced,
-			captfFactory.Infrastructure().V1alpha1().TerraformClusters().Informer().HasSynced) {
+			machineInformer.Informer().HasSynced, captfFactory.Infrastructure().V1alpha1().TerraformClusters().Informer().HasSynced,
+			captfFactory.Infrastructure().V1alpha1().TerraformMachines().Informer().HasSynced) {
 			m.ready.Store(true)
 		}
 	}()
-	tc.Run(tcCtx, o.ClusterConcurrency)
+	var wg sync.WaitGroup
+	wg.Go(func() { tc.Run(tcCtx, o.ClusterConcurrency) })
+	wg.Go(func() { tm.Run(tmCtx, o.MachineConcurrency) })
+	wg.Wait()
 	return nil
 }
 

@@ -144,7 +144,10 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 		t.Errorf("CAPI did not label the TerraformCluster: %v", tcNow.Labels)
 	}
 
-	// Deleting the Cluster deletes the TerraformCluster, which destroys.
+	t.Run("a Machine gets its providerID and addresses", func(t *testing.T) { machine(t, ns, root, instances) })
+
+	// Deleting the Cluster deletes its Machine and the TerraformCluster,
+	// which destroy.
 	if err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Delete(ctx, "work", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,5 +160,80 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(instances); len(entries) != 0 {
 		t.Errorf("instances left after the Cluster was deleted: %d", len(entries))
+	}
+}
+
+var machinesGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+
+// machine: a Machine with bootstrap.dataSecretName referencing a
+// TerraformMachine gets spec.providerID and addresses through CAPI's own
+// copy, and the module saw the bootstrap data.
+func machine(t *testing.T, ns, root, instances string) {
+	ctx := context.Background()
+	const bootstrap = "#cloud-config\nruncmd: [echo hello]\n"
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "worker-bootstrap"},
+		Data: map[string][]byte{"value": []byte(bootstrap), "format": []byte("cloud-config")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-machine", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := &infrav1.TerraformMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-0", Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
+		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module:    infrav1.Module{Inline: string(module)},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+		}},
+	}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+		"metadata": map[string]any{"name": "worker-0", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
+		"spec": map[string]any{
+			"clusterName":       "work",
+			"bootstrap":         map[string]any{"dataSecretName": "worker-bootstrap"},
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": "worker-0"},
+		},
+	}}
+	if _, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *unstructured.Unstructured
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = plane.Dynamic.Resource(machinesGVR).Namespace(ns).Get(ctx, "worker-0", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		id, _, _ := unstructured.NestedString(got.Object, "spec", "providerID")
+		return id != "", nil
+	})
+	if err != nil {
+		tm, _ := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, "worker-0", metav1.GetOptions{})
+		t.Fatalf("the Machine never got a providerID: %v\nmachine status %v\nTerraformMachine conditions %+v", err, got.Object["status"], tm.Status.Conditions)
+	}
+	if id, _, _ := unstructured.NestedString(got.Object, "spec", "providerID"); id != "local:///worker-0" {
+		t.Errorf("Machine providerID = %q, want local:///worker-0 from the module", id)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = plane.Dynamic.Resource(machinesGVR).Namespace(ns).Get(ctx, "worker-0", metav1.GetOptions{})
+		addrs, _, _ := unstructured.NestedSlice(got.Object, "status", "addresses")
+		return err == nil && len(addrs) == 2, nil
+	})
+	if err != nil {
+		t.Errorf("Machine addresses = %v, want the module's 2", got.Object["status"])
+	}
+	content, err := os.ReadFile(filepath.Join(instances, "worker-0"))
+	if err != nil || string(content) != bootstrap {
+		t.Errorf("the instance holds %q (%v), want the bootstrap data", content, err)
+	}
+	tmNow, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, "worker-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmNow.Status.FailureDomain != "zone-a" || !tmNow.Status.Ready {
+		t.Errorf("TerraformMachine status = %+v", tmNow.Status)
 	}
 }

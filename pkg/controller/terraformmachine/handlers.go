@@ -1,0 +1,108 @@
+package terraformmachine
+
+import (
+	"maps"
+	"slices"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+func (c *Controller) enqueue(obj any) {
+	if key, err := cache.ObjectToName(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// updateTerraformMachine skips the object's own status writes.
+func (c *Controller) updateTerraformMachine(old, cur any) {
+	o, n := old.(*infrav1.TerraformMachine), cur.(*infrav1.TerraformMachine)
+	if o.ResourceVersion != n.ResourceVersion && o.Generation == n.Generation && metadataEqual(&o.ObjectMeta, &n.ObjectMeta) {
+		return
+	}
+	c.enqueue(cur)
+}
+
+func (c *Controller) deleteTerraformMachine(obj any) {
+	if key, err := cache.DeletionHandlingObjectToName(obj); err == nil {
+		c.expectations.Delete(key)
+		c.written.Forget(key)
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) handleJob(logger klog.Logger, obj any, added bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	job, ok := obj.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	owner := metav1.GetControllerOf(job)
+	if owner == nil || owner.Kind != gvk.Kind || owner.APIVersion != infrav1.SchemeGroupVersion.String() {
+		return
+	}
+	key := cache.ObjectName{Namespace: job.Namespace, Name: owner.Name}
+	if added {
+		c.expectations.JobObserved(key, job.Name)
+	}
+	logger.V(4).Info("Job changed", "job", klog.KObj(job), "terraformMachine", key)
+	c.queue.Add(key)
+}
+
+// handleMachine enqueues the TerraformMachine a Machine points at: its
+// bootstrap data, failure domain or version may have arrived.
+func (c *Controller) handleMachine(obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	ref, found, _ := unstructured.NestedStringMap(u.Object, "spec", "infrastructureRef")
+	if found && ref["kind"] == gvk.Kind && ref["apiGroup"] == gvk.Group {
+		c.queue.Add(cache.ObjectName{Namespace: u.GetNamespace(), Name: ref["name"]})
+	}
+}
+
+// handleCluster enqueues a Cluster's machines: its infrastructure or control
+// plane may be ready now, or its pause changed.
+func (c *Controller) handleCluster(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		c.enqueueClusterMachines(u.GetNamespace(), u.GetName())
+	}
+}
+
+// handleTerraformCluster enqueues the cluster's machines when its outputs
+// (the machines' exports) or job defaults change.
+func (c *Controller) handleTerraformCluster(old, cur any) {
+	o, n := old.(*infrav1.TerraformCluster), cur.(*infrav1.TerraformCluster)
+	if equality.Semantic.DeepEqual(o.Status.Outputs, n.Status.Outputs) && o.Generation == n.Generation {
+		return
+	}
+	if name := n.Labels[clusterNameLabel]; name != "" {
+		c.enqueueClusterMachines(n.Namespace, name)
+	}
+}
+
+func (c *Controller) enqueueClusterMachines(namespace, cluster string) {
+	tms, err := c.lister.TerraformMachines(namespace).List(labels.SelectorFromSet(labels.Set{clusterNameLabel: cluster}))
+	if err != nil {
+		return
+	}
+	for _, tm := range tms {
+		c.queue.Add(cache.MetaObjectToName(tm))
+	}
+}
+
+func metadataEqual(a, b *metav1.ObjectMeta) bool {
+	return maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels) &&
+		slices.Equal(a.Finalizers, b.Finalizers) && (a.DeletionTimestamp == nil) == (b.DeletionTimestamp == nil) &&
+		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID })
+}

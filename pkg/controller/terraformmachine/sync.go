@@ -1,0 +1,369 @@
+package terraformmachine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Cluster API names, kept here: CAPTF does not import Cluster API.
+const (
+	clusterNameLabel  = "cluster.x-k8s.io/cluster-name"
+	controlPlaneLabel = "cluster.x-k8s.io/control-plane"
+	managedByAnnot    = "cluster.x-k8s.io/managed-by"
+	pausedAnnot       = "cluster.x-k8s.io/paused"
+	capiGroup         = "cluster.x-k8s.io"
+)
+
+// Ready reasons: Cluster API's own where it has them.
+const (
+	ReasonWaitingForOwner                      = "WaitingForMachineOwner"
+	ReasonWaitingForClusterInfrastructureReady = "WaitingForClusterInfrastructureReady"
+	ReasonWaitingForControlPlaneInitialized    = "WaitingForControlPlaneInitialized"
+	ReasonWaitingForBootstrapData              = "WaitingForBootstrapData"
+	ReasonBootstrapDataUnavailable             = "BootstrapDataUnavailable"
+)
+
+// Module outputs a machine module gives.
+const (
+	OutputProviderID    = "provider_id"
+	OutputAddresses     = "addresses"
+	OutputFailureDomain = "failure_domain"
+)
+
+type syncCtx struct {
+	tm      *infrav1.TerraformMachine
+	key     cache.ObjectName
+	machine *unstructured.Unstructured
+	cluster *unstructured.Unstructured
+	tc      *infrav1.TerraformCluster // the cluster's infrastructure, when it is a TerraformCluster
+	run     *workspace.Run
+}
+
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
+	logger := klog.FromContext(ctx).WithValues("terraformMachine", key)
+	ctx = klog.NewContext(ctx, logger)
+	cached, err := c.lister.TerraformMachines(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		c.expectations.Delete(key)
+		c.written.Forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, ok := cached.Annotations[managedByAnnot]; ok {
+		return nil // externally managed: hands off
+	}
+	if !c.written.Seen(key, cached.ResourceVersion) {
+		c.queue.AddAfter(key, 250*time.Millisecond)
+		return nil
+	}
+	if !c.expectations.Satisfied(key) {
+		return nil
+	}
+	s := &syncCtx{tm: cached.DeepCopy(), key: key}
+	original := cached.Status.DeepCopy()
+	s.machine = c.ownerMachine(cached)
+	s.cluster, s.tc = c.cluster(cached, s.machine)
+	var defaults *infrav1.JobPolicy
+	if s.tc != nil && s.tc.Spec.Defaults != nil {
+		defaults = s.tc.Spec.Defaults.Jobs
+	}
+	s.run = c.engine.NewRun(s.tm, defaults)
+
+	err = c.reconcile(ctx, s)
+	if serr := c.writeStatus(ctx, s.tm, original); serr != nil && !apierrors.IsNotFound(serr) {
+		err = errors.Join(err, serr)
+	}
+	if err == nil && s.run.Requeue > 0 {
+		c.queue.AddAfter(key, s.run.Requeue)
+	}
+	return err
+}
+
+func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
+	tm := s.tm
+	deleting := tm.DeletionTimestamp != nil
+	if s.machine == nil && !deleting {
+		c.engine.SetReady(s.run, metav1.ConditionFalse, ReasonWaitingForOwner, "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference")
+		return nil
+	}
+	if !deleting && !slices.Contains(tm.Finalizers, infrav1.TerraformMachineFinalizer) {
+		tm.Finalizers = append(tm.Finalizers, infrav1.TerraformMachineFinalizer)
+		if err := c.update(ctx, s); err != nil {
+			return err
+		}
+	}
+	// Pause before deletion: clusterctl move pauses, deletes and strips
+	// finalizers; that must never destroy.
+	if why, paused := isPaused(s.cluster, tm); paused {
+		workspace.SetCondition(tm, infrav1.ConditionPaused, metav1.ConditionTrue, workspace.ReasonPaused, why)
+		return nil
+	}
+	workspace.SetCondition(tm, infrav1.ConditionPaused, metav1.ConditionFalse, workspace.ReasonNotPaused, "")
+	if deleting {
+		if !slices.Contains(tm.Finalizers, infrav1.TerraformMachineFinalizer) {
+			return nil
+		}
+		done, err := c.engine.Destroy(ctx, s.run, func() (*util.Inputs, error) { return c.render(ctx, s) })
+		if err != nil || !done {
+			return err
+		}
+		tm.Finalizers = slices.DeleteFunc(tm.Finalizers, func(f string) bool { return f == infrav1.TerraformMachineFinalizer })
+		return c.update(ctx, s)
+	}
+	return c.reconcileNormal(ctx, s)
+}
+
+func (c *Controller) reconcileNormal(ctx context.Context, s *syncCtx) error {
+	tm := s.tm
+	if reason, msg := c.waiting(s); reason != "" {
+		c.engine.SetReady(s.run, metav1.ConditionFalse, reason, msg)
+		return nil
+	}
+	in, err := c.render(ctx, s)
+	if err != nil {
+		var ie *util.InputError
+		if errors.As(err, &ie) {
+			c.engine.InputError(s.run, ie)
+			return nil
+		}
+		return err
+	}
+	res, job, err := c.engine.Apply(ctx, s.run, in)
+	if err != nil || res == nil {
+		return err
+	}
+	providerID, addresses, failureDomain, err := readMachineOutputs(res.Outputs)
+	if err != nil {
+		c.engine.InvalidOutput(s.run, err)
+		return nil
+	}
+	if tm.Spec.ProviderID != "" && tm.Spec.ProviderID != providerID {
+		c.engine.InvalidOutput(s.run, fmt.Errorf("output %s is %q, but spec.providerID is already %q and cannot change: the module replaced the instance; delete the Machine to get a new one", OutputProviderID, providerID, tm.Spec.ProviderID))
+		return nil
+	}
+	if tm.Spec.ProviderID == "" {
+		tm.Spec.ProviderID = providerID
+		if err := c.update(ctx, s); err != nil {
+			return err
+		}
+	}
+	tm.Status.Addresses = addresses
+	tm.Status.FailureDomain = failureDomain
+	c.engine.Applied(s.run, in.Hash, job, res)
+	return nil
+}
+
+// waiting says what a machine waits for before its first apply, with Cluster
+// API's reasons; a deletion never waits.
+func (c *Controller) waiting(s *syncCtx) (string, string) {
+	if s.cluster == nil {
+		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %q (label %s)", s.tm.Labels[clusterNameLabel], clusterNameLabel)
+	}
+	if ok, _, _ := unstructured.NestedBool(s.cluster.Object, "status", "initialization", "infrastructureProvisioned"); !ok {
+		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %s's infrastructure to be provisioned", s.cluster.GetName())
+	}
+	if name, _, _ := unstructured.NestedString(s.machine.Object, "spec", "bootstrap", "dataSecretName"); name == "" {
+		_, isControlPlane := s.machine.GetLabels()[controlPlaneLabel]
+		initialized, _, _ := unstructured.NestedBool(s.cluster.Object, "status", "initialization", "controlPlaneInitialized")
+		if !isControlPlane && !initialized {
+			return ReasonWaitingForControlPlaneInitialized, "Waiting for the control plane to be initialized"
+		}
+		return ReasonWaitingForBootstrapData, "Waiting for the bootstrap provider to set Machine spec.bootstrap.dataSecretName"
+	}
+	return "", ""
+}
+
+// render makes the machine's inputs: CAPTF's (docs/inputs.md), the bootstrap
+// data, and the cluster's exports, with the user's variables.
+func (c *Controller) render(ctx context.Context, s *syncCtx) (*util.Inputs, error) {
+	tm, m := s.tm, s.machine
+	inputs := map[string]any{
+		"captf_cluster_name": tm.Labels[clusterNameLabel],
+		"captf_namespace":    tm.Namespace,
+		"captf_name":         tm.Name,
+		"captf_kind":         gvk.Kind,
+	}
+	if s.cluster != nil {
+		inputs["captf_cluster_name"] = s.cluster.GetName()
+	}
+	exports := map[string]json.RawMessage{}
+	if s.tc != nil {
+		for k, v := range s.tc.Status.Outputs {
+			exports[k] = v.Raw
+		}
+	}
+	inputs["captf_cluster_exports"] = exports
+	if m != nil {
+		_, isControlPlane := m.GetLabels()[controlPlaneLabel]
+		fd, _, _ := unstructured.NestedString(m.Object, "spec", "failureDomain")
+		version, _, _ := unstructured.NestedString(m.Object, "spec", "version")
+		inputs["captf_machine_name"] = m.GetName()
+		inputs["captf_control_plane"] = isControlPlane
+		inputs["captf_failure_domain"] = fd
+		inputs["captf_kubernetes_version"] = version
+		if name, _, _ := unstructured.NestedString(m.Object, "spec", "bootstrap", "dataSecretName"); name != "" {
+			sec, err := c.kube.CoreV1().Secrets(tm.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, &util.InputError{Reason: ReasonBootstrapDataUnavailable, Message: fmt.Sprintf("reading bootstrap data Secret %s: %v", name, err)}
+			}
+			format := string(sec.Data["format"])
+			if format == "" {
+				format = "cloud-config"
+			}
+			inputs["captf_bootstrap_data"] = string(sec.Data["value"])
+			inputs["captf_bootstrap_format"] = format
+		}
+	}
+	return util.Render(ctx, c.kube, tm.Namespace, tm.Spec.WorkspaceSpec, inputs)
+}
+
+// update writes the spec or metadata and keeps the status being built.
+func (c *Controller) update(ctx context.Context, s *syncCtx) error {
+	status := s.tm.Status
+	updated, err := c.captf.InfrastructureV1alpha1().TerraformMachines(s.tm.Namespace).Update(ctx, s.tm, metav1.UpdateOptions{FieldManager: ControllerName})
+	if apierrors.IsNotFound(err) && s.tm.DeletionTimestamp != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.written.Wrote(s.key, updated.ResourceVersion)
+	*s.tm = *updated
+	s.tm.Status = status
+	return nil
+}
+
+func (c *Controller) writeStatus(ctx context.Context, tm *infrav1.TerraformMachine, original *infrav1.TerraformMachineStatus) error {
+	if tm.DeletionTimestamp != nil && !slices.Contains(tm.Finalizers, infrav1.TerraformMachineFinalizer) {
+		return nil
+	}
+	tm.Status.ObservedGeneration = tm.Generation
+	if equality.Semantic.DeepEqual(&tm.Status, original) {
+		return nil
+	}
+	updated, err := c.captf.InfrastructureV1alpha1().TerraformMachines(tm.Namespace).UpdateStatus(ctx, tm, metav1.UpdateOptions{FieldManager: ControllerName})
+	if err != nil {
+		return err
+	}
+	c.written.Wrote(cache.MetaObjectToName(tm), updated.ResourceVersion)
+	return nil
+}
+
+// ownerMachine is the Machine that owns tm (by kind, and UID-checked).
+func (c *Controller) ownerMachine(tm *infrav1.TerraformMachine) *unstructured.Unstructured {
+	for _, ref := range tm.OwnerReferences {
+		if ref.Kind != "Machine" || !strings.HasPrefix(ref.APIVersion, capiGroup+"/") {
+			continue
+		}
+		obj, err := c.machines.ByNamespace(tm.Namespace).Get(ref.Name)
+		if err != nil {
+			continue
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetUID() == ref.UID {
+			return u
+		}
+	}
+	return nil
+}
+
+// cluster finds the Cluster by the cluster-name label (Cluster API sets it),
+// and its TerraformCluster when that is its infrastructure.
+func (c *Controller) cluster(tm *infrav1.TerraformMachine, machine *unstructured.Unstructured) (*unstructured.Unstructured, *infrav1.TerraformCluster) {
+	name := tm.Labels[clusterNameLabel]
+	if name == "" && machine != nil {
+		name, _, _ = unstructured.NestedString(machine.Object, "spec", "clusterName")
+	}
+	if name == "" {
+		return nil, nil
+	}
+	obj, err := c.clusters.ByNamespace(tm.Namespace).Get(name)
+	if err != nil {
+		return nil, nil
+	}
+	cluster, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	ref, _, _ := unstructured.NestedStringMap(cluster.Object, "spec", "infrastructureRef")
+	if ref["kind"] != "TerraformCluster" || ref["apiGroup"] != infrav1.SchemeGroupVersion.Group {
+		return cluster, nil
+	}
+	tc, err := c.tcs.TerraformClusters(tm.Namespace).Get(ref["name"])
+	if err != nil {
+		return cluster, nil
+	}
+	return cluster, tc
+}
+
+func isPaused(cluster *unstructured.Unstructured, tm *infrav1.TerraformMachine) (string, bool) {
+	var why []string
+	if cluster != nil {
+		if paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused"); paused {
+			why = append(why, "Cluster spec.paused is set to true")
+		}
+	}
+	if _, ok := tm.Annotations[pausedAnnot]; ok {
+		why = append(why, "TerraformMachine has the cluster.x-k8s.io/paused annotation")
+	}
+	return strings.Join(why, ", "), len(why) > 0
+}
+
+// readMachineOutputs reads provider_id (required), addresses (a list of
+// {type, address}, or of plain addresses taken as InternalIP) and
+// failure_domain.
+func readMachineOutputs(outputs map[string]runner.Output) (string, []infrav1.MachineAddress, string, error) {
+	var providerID string
+	o, ok := outputs[OutputProviderID]
+	if !ok {
+		return "", nil, "", fmt.Errorf("the module has no %s output: a machine module must output its instance's provider ID (e.g. \"aws:///eu-west-1a/i-0123\")", OutputProviderID)
+	}
+	if err := json.Unmarshal(o.Value, &providerID); err != nil || providerID == "" {
+		return "", nil, "", fmt.Errorf("output %s = %s: want a non-empty string", OutputProviderID, o.Value)
+	}
+	var addresses []infrav1.MachineAddress
+	if o, ok := outputs[OutputAddresses]; ok {
+		if err := json.Unmarshal(o.Value, &addresses); err != nil {
+			var plain []string
+			if err := json.Unmarshal(o.Value, &plain); err != nil {
+				return "", nil, "", fmt.Errorf("output %s: want a list of {type, address} or of addresses", OutputAddresses)
+			}
+			addresses = nil
+			for _, a := range plain {
+				addresses = append(addresses, infrav1.MachineAddress{Type: "InternalIP", Address: a})
+			}
+		}
+		for _, a := range addresses {
+			switch a.Type {
+			case "Hostname", "ExternalIP", "InternalIP", "ExternalDNS", "InternalDNS":
+			default:
+				return "", nil, "", fmt.Errorf("output %s: address type %q is not one of Hostname, ExternalIP, InternalIP, ExternalDNS, InternalDNS", OutputAddresses, a.Type)
+			}
+		}
+	}
+	var failureDomain string
+	if o, ok := outputs[OutputFailureDomain]; ok {
+		if err := json.Unmarshal(o.Value, &failureDomain); err != nil {
+			return "", nil, "", fmt.Errorf("output %s = %s: want a string", OutputFailureDomain, o.Value)
+		}
+	}
+	return providerID, addresses, failureDomain, nil
+}
