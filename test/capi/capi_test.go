@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,7 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 	}
 
 	t.Run("a Machine gets its providerID and addresses", func(t *testing.T) { machine(t, ns, root, instances) })
+	t.Run("a MachineDeployment scales 0 to 3 to 1", func(t *testing.T) { machineDeployment(t, ns, root, instances) })
 
 	// Deleting the Cluster deletes its Machine and the TerraformCluster,
 	// which destroy.
@@ -236,4 +238,112 @@ func machine(t *testing.T, ns, root, instances string) {
 	if tmNow.Status.FailureDomain != "zone-a" || !tmNow.Status.Ready {
 		t.Errorf("TerraformMachine status = %+v", tmNow.Status)
 	}
+}
+
+var machineDeploymentsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinedeployments"}
+
+// machineDeployment: a MachineDeployment of a TerraformMachineTemplate
+// scales 0 → 3 → 1: three instances made, two destroyed, none left over.
+func machineDeployment(t *testing.T, ns, root, instances string) {
+	ctx := context.Background()
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-machine", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &infrav1.TerraformMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
+		Spec: infrav1.TerraformMachineTemplateSpec{Template: infrav1.TerraformMachineTemplateResource{Spec: infrav1.TerraformMachineSpec{
+			WorkspaceSpec: infrav1.WorkspaceSpec{
+				Module:    infrav1.Module{Inline: string(module)},
+				Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+			}}}},
+	}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]any{"pool": "workers", "cluster.x-k8s.io/cluster-name": "work"}
+	md := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+		"metadata": map[string]any{"name": "workers", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
+		"spec": map[string]any{
+			"clusterName": "work",
+			"replicas":    int64(0),
+			// What CAPI's defaulting webhook would set; its webhooks do not
+			// run here.
+			"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
+				"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
+			"selector":    map[string]any{"matchLabels": labels},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": labels},
+				"spec": map[string]any{
+					"clusterName":       "work",
+					"bootstrap":         map[string]any{"dataSecretName": "worker-bootstrap"},
+					"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachineTemplate", "name": "workers"},
+				},
+			},
+		},
+	}}
+	if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Create(ctx, md, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scale := func(n int64) {
+		t.Helper()
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+		if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Patch(ctx, "workers", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitFor waits until n Machines of the deployment have provider IDs and
+	// n instance files exist.
+	waitFor := func(n int) {
+		t.Helper()
+		var ids []string
+		var files []string
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+			list, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "pool=workers"})
+			if err != nil {
+				return false, nil
+			}
+			ids = nil
+			for _, m := range list.Items {
+				if id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID"); id != "" {
+					ids = append(ids, id)
+				}
+			}
+			files = instanceFiles(instances, "workers-")
+			return len(list.Items) == n && len(ids) == n && len(files) == n, nil
+		})
+		if err != nil {
+			mds, _ := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Get(ctx, "workers", metav1.GetOptions{})
+			machines, _ := plane.Dynamic.Resource(machinesGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+			tms, _ := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
+			for _, tm := range tms.Items {
+				t.Logf("TerraformMachine %s: %+v", tm.Name, tm.Status.Conditions)
+			}
+			for _, m := range machines.Items {
+				t.Logf("Machine %s: %v", m.GetName(), m.Object["status"])
+			}
+			t.Fatalf("want %d machines with provider IDs and %d instances; have provider IDs %v, instances %v\nMachineDeployment status %v\ncapi log:\n%s",
+				n, n, ids, files, mds.Object["status"], plane.Logs("capi-manager", 40))
+		}
+	}
+	scale(3)
+	waitFor(3)
+	scale(1)
+	waitFor(1)
+	tms, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{LabelSelector: "pool=workers"})
+	if err != nil || len(tms.Items) != 1 {
+		t.Errorf("TerraformMachines of the deployment: %d (%v), want 1", len(tms.Items), err)
+	}
+}
+
+func instanceFiles(dir, prefix string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
