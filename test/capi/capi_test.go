@@ -163,6 +163,29 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 	if entries, _ := os.ReadDir(instances); len(entries) != 0 {
 		t.Errorf("instances left after the Cluster was deleted: %d", len(entries))
 	}
+	// The garbage collector takes CAPTF's Secrets, Jobs and Leases with
+	// their objects.
+	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=captf"}
+	var left []string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		left = nil
+		secrets, _ := plane.Kube.CoreV1().Secrets(ns).List(ctx, selector)
+		jobs, _ := plane.Kube.BatchV1().Jobs(ns).List(ctx, selector)
+		leases, _ := plane.Kube.CoordinationV1().Leases(ns).List(ctx, selector)
+		for _, o := range secrets.Items {
+			left = append(left, "secret/"+o.Name)
+		}
+		for _, o := range jobs.Items {
+			left = append(left, "job/"+o.Name)
+		}
+		for _, o := range leases.Items {
+			left = append(left, "lease/"+o.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("left after the Cluster was deleted: %v", left)
+	}
 }
 
 var machinesGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
