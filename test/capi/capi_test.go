@@ -295,7 +295,7 @@ func machineDeployment(t *testing.T, ns, root, instances string) {
 			// run here.
 			"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
 				"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
-			"selector":    map[string]any{"matchLabels": labels},
+			"selector": map[string]any{"matchLabels": labels},
 			"template": map[string]any{
 				"metadata": map[string]any{"labels": labels},
 				"spec": map[string]any{

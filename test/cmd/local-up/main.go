@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -77,12 +78,17 @@ func run() error {
 	}
 	defer mgr.Stop()
 
-	step("applying examples/quickstart (a Cluster and its TerraformCluster)")
+	step("applying examples/quickstart (a Cluster, its TerraformCluster and a MachineDeployment of 2 TerraformMachines)")
 	instances := filepath.Join(cp.Dir, "instances")
 	if err := applyExample(ctx, cp, root, instances); err != nil {
 		return err
 	}
 	tc, err := waitReady(ctx, cp)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manager log:\n%s\n", tailFile(mgr.LogFile, 30))
+		return err
+	}
+	machines, err := waitMachines(ctx, cp, 2)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manager log:\n%s\n", tailFile(mgr.LogFile, 30))
 		return err
@@ -97,10 +103,11 @@ func run() error {
 		domains = append(domains, fd.Name)
 	}
 	fmt.Printf(`
-TerraformCluster demo/demo is Ready (%s from the start).
+Cluster demo/demo is provisioned, with its 2 workers (%s from the start).
 
   endpoint:        %s:%d (from the module's control_plane_endpoint output)
   failure domains: %s
+  machines:        %s
   instances:       %s in %s
   plan applied:    %s
 
@@ -113,13 +120,14 @@ Look around:
   kubectl -n demo get jobs,secrets,leases
   ls %s
 
-Change it, e.g. three instances, and watch a new apply:
+Change it, e.g. three cluster instances or three workers, and watch:
 
   kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/1/value","value":3}]'
+  kubectl -n demo scale machinedeployment demo-workers --replicas=3
 
 The manager logs to %s. Ctrl-C stops everything and removes %s.
 `, time.Since(start).Round(100*time.Millisecond), tc.Spec.ControlPlaneEndpoint.Host, tc.Spec.ControlPlaneEndpoint.Port,
-		strings.Join(domains, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
+		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
 		cp.KubeconfigFile, instances, mgr.LogFile, cp.Dir)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
@@ -134,13 +142,15 @@ func applyExample(ctx context.Context, cp *framework.ControlPlane, root, instanc
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
-	if err != nil {
-		return err
-	}
-	if _, err := cp.Kube.CoreV1().ConfigMaps("demo").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "local-cloud"},
-		Data: map[string]string{"main.tf": string(module)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+	for _, m := range []string{"local-cloud", "local-machine"} {
+		module, err := os.ReadFile(filepath.Join(root, "examples", m, "main.tf"))
+		if err != nil {
+			return err
+		}
+		if _, err := cp.Kube.CoreV1().ConfigMaps("demo").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: m},
+			Data: map[string]string{"main.tf": string(module)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
 	raw, err := os.ReadFile(filepath.Join(root, "examples", "quickstart", "cluster.yaml"))
 	if err != nil {
@@ -160,6 +170,9 @@ func applyExample(ctx context.Context, cp *framework.ControlPlane, root, instanc
 			return err
 		}
 		resource := strings.ToLower(o.GetKind()) + "s"
+		if o.GetKind() == "Secret" {
+			gv = schema.GroupVersion{Version: "v1"}
+		}
 		if _, err := cp.Dynamic.Resource(gv.WithResource(resource)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
@@ -200,4 +213,29 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// waitMachines waits until n Machines have the provider ID their
+// TerraformMachine's module reported, and returns "name=providerID".
+func waitMachines(ctx context.Context, cp *framework.ControlPlane, n int) ([]string, error) {
+	machines := schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+	var out []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Dynamic.Resource(machines).Namespace("demo").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		out = nil
+		for _, m := range list.Items {
+			if id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID"); id != "" {
+				out = append(out, m.GetName()+"="+id)
+			}
+		}
+		return len(out) == n, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d of %d Machines got a provider ID: %w", len(out), n, err)
+	}
+	fmt.Printf("    %d Machines have their provider IDs\n", n)
+	return out, nil
 }
