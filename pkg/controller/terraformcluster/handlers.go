@@ -19,10 +19,9 @@ func (c *Controller) addTerraformCluster(obj any) { c.enqueue(obj) }
 // (generation) and metadata changes mean new work.
 func (c *Controller) updateTerraformCluster(old, cur any) {
 	o, n := old.(*infrav1.TerraformCluster), cur.(*infrav1.TerraformCluster)
-	if o.ResourceVersion == n.ResourceVersion {
-		return // a resync: the sync period's own timer requeues
-	}
-	if o.Generation == n.Generation && metadataEqual(&o.ObjectMeta, &n.ObjectMeta) {
+	// A resync (same resourceVersion, every --sync-period) syncs: inputs
+	// read from Secrets and ConfigMaps may have changed.
+	if o.ResourceVersion != n.ResourceVersion && o.Generation == n.Generation && metadataEqual(&o.ObjectMeta, &n.ObjectMeta) {
 		return
 	}
 	c.enqueue(cur)
