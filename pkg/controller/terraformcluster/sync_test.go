@@ -306,3 +306,35 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 		t.Fatalf("%d Job creates, want 1", creates)
 	}
 }
+
+// TestUpdateHandler: resyncs and spec or metadata changes sync; the
+// controller's own status writes do not.
+func TestUpdateHandler(t *testing.T) {
+	base := newTC()
+	base.ResourceVersion = "1"
+	statusOnly := base.DeepCopy()
+	statusOnly.ResourceVersion = "2"
+	statusOnly.Status.Ready = true
+	specChange := base.DeepCopy()
+	specChange.ResourceVersion, specChange.Generation = "2", 2
+	annotated := base.DeepCopy()
+	annotated.ResourceVersion, annotated.Annotations = "2", map[string]string{"a": "b"}
+	tests := map[string]struct {
+		cur  *infrav1.TerraformCluster
+		want int
+	}{
+		"resync":             {cur: base, want: 1},
+		"own status write":   {cur: statusOnly, want: 0},
+		"spec change":        {cur: specChange, want: 1},
+		"annotation changed": {cur: annotated, want: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newTC(), newCluster(false))
+			f.c.updateTerraformCluster(base, tc.cur)
+			if got := f.c.queue.Len(); got != tc.want {
+				t.Errorf("queued %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
