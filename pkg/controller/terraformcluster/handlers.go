@@ -1,9 +1,6 @@
 package terraformcluster
 
 import (
-	"maps"
-	"slices"
-
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -11,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
 )
 
 func (c *Controller) addTerraformCluster(obj any) { c.enqueue(obj) }
@@ -21,7 +19,7 @@ func (c *Controller) updateTerraformCluster(old, cur any) {
 	o, n := old.(*infrav1.TerraformCluster), cur.(*infrav1.TerraformCluster)
 	// A resync (same resourceVersion, every --sync-period) syncs: inputs
 	// read from Secrets and ConfigMaps may have changed.
-	if o.ResourceVersion != n.ResourceVersion && o.Generation == n.Generation && metadataEqual(&o.ObjectMeta, &n.ObjectMeta) {
+	if o.ResourceVersion != n.ResourceVersion && !workspace.MetadataChanged(o, n) {
 		return
 	}
 	c.enqueue(cur)
@@ -80,10 +78,4 @@ func (c *Controller) handleCluster(obj any) {
 		return
 	}
 	c.queue.Add(cache.ObjectName{Namespace: u.GetNamespace(), Name: ref["name"]})
-}
-
-func metadataEqual(a, b *metav1.ObjectMeta) bool {
-	return maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels) &&
-		slices.Equal(a.Finalizers, b.Finalizers) && (a.DeletionTimestamp == nil) == (b.DeletionTimestamp == nil) &&
-		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID })
 }

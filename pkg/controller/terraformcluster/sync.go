@@ -58,7 +58,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := cached.Annotations[clusterv1ManagedBy]; ok {
+	if _, ok := cached.Annotations[workspace.ManagedByAnnotation]; ok {
 		return nil // externally managed: hands off
 	}
 	if !c.written.Seen(key, cached.ResourceVersion) {
@@ -104,7 +104,7 @@ func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
 	}
 	// Pause comes before deletion: clusterctl move pauses, then deletes and
 	// strips finalizers; that must never destroy anything.
-	if reason, paused := isPaused(s.cluster, tc); paused {
+	if reason, paused := workspace.Paused(s.cluster, tc, gvk.Kind); paused {
 		workspace.SetCondition(tc, infrav1.ConditionPaused, metav1.ConditionTrue, workspace.ReasonPaused, reason)
 		return nil
 	}
@@ -209,19 +209,7 @@ func (c *Controller) captfInputs(s *syncCtx) map[string]any {
 }
 
 func (c *Controller) ownerCluster(tc *infrav1.TerraformCluster) *unstructured.Unstructured {
-	for _, ref := range tc.OwnerReferences {
-		if ref.Kind != "Cluster" || !strings.HasPrefix(ref.APIVersion, clusterv1Group+"/") {
-			continue
-		}
-		obj, err := c.clusters.ByNamespace(tc.Namespace).Get(ref.Name)
-		if err != nil {
-			continue
-		}
-		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetUID() == ref.UID {
-			return u
-		}
-	}
-	return nil
+	return workspace.OwnerOfKind(tc, "Cluster", c.clusters.ByNamespace(tc.Namespace))
 }
 
 // readClusterOutputs reads control_plane_endpoint ("host:port", or an object

@@ -1,9 +1,6 @@
 package terraformmachine
 
 import (
-	"maps"
-	"slices"
-
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
 )
 
 func (c *Controller) enqueue(obj any) {
@@ -24,7 +22,7 @@ func (c *Controller) enqueue(obj any) {
 // updateTerraformMachine skips the object's own status writes.
 func (c *Controller) updateTerraformMachine(old, cur any) {
 	o, n := old.(*infrav1.TerraformMachine), cur.(*infrav1.TerraformMachine)
-	if o.ResourceVersion != n.ResourceVersion && o.Generation == n.Generation && metadataEqual(&o.ObjectMeta, &n.ObjectMeta) {
+	if o.ResourceVersion != n.ResourceVersion && !workspace.MetadataChanged(o, n) {
 		return
 	}
 	c.enqueue(cur)
@@ -86,23 +84,17 @@ func (c *Controller) handleTerraformCluster(old, cur any) {
 	if equality.Semantic.DeepEqual(o.Status.Outputs, n.Status.Outputs) && o.Generation == n.Generation {
 		return
 	}
-	if name := n.Labels[clusterNameLabel]; name != "" {
+	if name := n.Labels[workspace.ClusterNameLabel]; name != "" {
 		c.enqueueClusterMachines(n.Namespace, name)
 	}
 }
 
 func (c *Controller) enqueueClusterMachines(namespace, cluster string) {
-	tms, err := c.lister.TerraformMachines(namespace).List(labels.SelectorFromSet(labels.Set{clusterNameLabel: cluster}))
+	tms, err := c.lister.TerraformMachines(namespace).List(labels.SelectorFromSet(labels.Set{workspace.ClusterNameLabel: cluster}))
 	if err != nil {
 		return
 	}
 	for _, tm := range tms {
 		c.queue.Add(cache.MetaObjectToName(tm))
 	}
-}
-
-func metadataEqual(a, b *metav1.ObjectMeta) bool {
-	return maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels) &&
-		slices.Equal(a.Finalizers, b.Finalizers) && (a.DeletionTimestamp == nil) == (b.DeletionTimestamp == nil) &&
-		slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID })
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,15 +19,6 @@ import (
 	"github.com/captf/captf/pkg/controller/util"
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/runner"
-)
-
-// Cluster API names, kept here: CAPTF does not import Cluster API.
-const (
-	clusterNameLabel  = "cluster.x-k8s.io/cluster-name"
-	controlPlaneLabel = "cluster.x-k8s.io/control-plane"
-	managedByAnnot    = "cluster.x-k8s.io/managed-by"
-	pausedAnnot       = "cluster.x-k8s.io/paused"
-	capiGroup         = "cluster.x-k8s.io"
 )
 
 // Ready reasons: Cluster API's own where it has them.
@@ -68,7 +58,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := cached.Annotations[managedByAnnot]; ok {
+	if _, ok := cached.Annotations[workspace.ManagedByAnnotation]; ok {
 		return nil // externally managed: hands off
 	}
 	if !c.written.Seen(key, cached.ResourceVersion) {
@@ -113,7 +103,7 @@ func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
 	}
 	// Pause before deletion: clusterctl move pauses, deletes and strips
 	// finalizers; that must never destroy.
-	if why, paused := isPaused(s.cluster, tm); paused {
+	if why, paused := workspace.Paused(s.cluster, tm, gvk.Kind); paused {
 		workspace.SetCondition(tm, infrav1.ConditionPaused, metav1.ConditionTrue, workspace.ReasonPaused, why)
 		return nil
 	}
@@ -176,13 +166,13 @@ func (c *Controller) reconcileNormal(ctx context.Context, s *syncCtx) error {
 // API's reasons; a deletion never waits.
 func (c *Controller) waiting(s *syncCtx) (string, string) {
 	if s.cluster == nil {
-		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %q (label %s)", s.tm.Labels[clusterNameLabel], clusterNameLabel)
+		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %q (label %s)", s.tm.Labels[workspace.ClusterNameLabel], workspace.ClusterNameLabel)
 	}
 	if ok, _, _ := unstructured.NestedBool(s.cluster.Object, "status", "initialization", "infrastructureProvisioned"); !ok {
 		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %s's infrastructure to be provisioned", s.cluster.GetName())
 	}
 	if name, _, _ := unstructured.NestedString(s.machine.Object, "spec", "bootstrap", "dataSecretName"); name == "" {
-		_, isControlPlane := s.machine.GetLabels()[controlPlaneLabel]
+		_, isControlPlane := s.machine.GetLabels()[workspace.ControlPlaneLabel]
 		initialized, _, _ := unstructured.NestedBool(s.cluster.Object, "status", "initialization", "controlPlaneInitialized")
 		if !isControlPlane && !initialized {
 			return ReasonWaitingForControlPlaneInitialized, "Waiting for the control plane to be initialized"
@@ -197,7 +187,7 @@ func (c *Controller) waiting(s *syncCtx) (string, string) {
 func (c *Controller) render(ctx context.Context, s *syncCtx) (*util.Inputs, error) {
 	tm, m := s.tm, s.machine
 	inputs := map[string]any{
-		"captf_cluster_name": tm.Labels[clusterNameLabel],
+		"captf_cluster_name": tm.Labels[workspace.ClusterNameLabel],
 		"captf_namespace":    tm.Namespace,
 		"captf_name":         tm.Name,
 		"captf_kind":         gvk.Kind,
@@ -213,7 +203,7 @@ func (c *Controller) render(ctx context.Context, s *syncCtx) (*util.Inputs, erro
 	}
 	inputs["captf_cluster_exports"] = exports
 	if m != nil {
-		_, isControlPlane := m.GetLabels()[controlPlaneLabel]
+		_, isControlPlane := m.GetLabels()[workspace.ControlPlaneLabel]
 		fd, _, _ := unstructured.NestedString(m.Object, "spec", "failureDomain")
 		version, _, _ := unstructured.NestedString(m.Object, "spec", "version")
 		inputs["captf_machine_name"] = m.GetName()
@@ -268,27 +258,15 @@ func (c *Controller) writeStatus(ctx context.Context, tm *infrav1.TerraformMachi
 	return nil
 }
 
-// ownerMachine is the Machine that owns tm (by kind, and UID-checked).
+// ownerMachine is the Machine that owns tm.
 func (c *Controller) ownerMachine(tm *infrav1.TerraformMachine) *unstructured.Unstructured {
-	for _, ref := range tm.OwnerReferences {
-		if ref.Kind != "Machine" || !strings.HasPrefix(ref.APIVersion, capiGroup+"/") {
-			continue
-		}
-		obj, err := c.machines.ByNamespace(tm.Namespace).Get(ref.Name)
-		if err != nil {
-			continue
-		}
-		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetUID() == ref.UID {
-			return u
-		}
-	}
-	return nil
+	return workspace.OwnerOfKind(tm, "Machine", c.machines.ByNamespace(tm.Namespace))
 }
 
 // cluster finds the Cluster by the cluster-name label (Cluster API sets it),
 // and its TerraformCluster when that is its infrastructure.
 func (c *Controller) cluster(tm *infrav1.TerraformMachine, machine *unstructured.Unstructured) (*unstructured.Unstructured, *infrav1.TerraformCluster) {
-	name := tm.Labels[clusterNameLabel]
+	name := tm.Labels[workspace.ClusterNameLabel]
 	if name == "" && machine != nil {
 		name, _, _ = unstructured.NestedString(machine.Object, "spec", "clusterName")
 	}
@@ -312,19 +290,6 @@ func (c *Controller) cluster(tm *infrav1.TerraformMachine, machine *unstructured
 		return cluster, nil
 	}
 	return cluster, tc
-}
-
-func isPaused(cluster *unstructured.Unstructured, tm *infrav1.TerraformMachine) (string, bool) {
-	var why []string
-	if cluster != nil {
-		if paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused"); paused {
-			why = append(why, "Cluster spec.paused is set to true")
-		}
-	}
-	if _, ok := tm.Annotations[pausedAnnot]; ok {
-		why = append(why, "TerraformMachine has the cluster.x-k8s.io/paused annotation")
-	}
-	return strings.Join(why, ", "), len(why) > 0
 }
 
 // readMachineOutputs reads provider_id (required), addresses (a list of

@@ -15,6 +15,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -32,7 +33,7 @@ func TestWaiting(t *testing.T) {
 			u.Object["spec"].(map[string]any)["bootstrap"].(map[string]any)["dataSecretName"] = dataSecret
 		}
 		if controlPlane {
-			u.SetLabels(map[string]string{controlPlaneLabel: ""})
+			u.SetLabels(map[string]string{workspace.ControlPlaneLabel: ""})
 		}
 		return u
 	}
@@ -50,7 +51,7 @@ func TestWaiting(t *testing.T) {
 	c := &Controller{}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := &syncCtx{tm: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{clusterNameLabel: "work"}}},
+			s := &syncCtx{tm: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{workspace.ClusterNameLabel: "work"}}},
 				cluster: tc.cluster, machine: tc.machine}
 			if got, msg := c.waiting(s); got != tc.want {
 				t.Errorf("waiting = %q (%s), want %q", got, msg, tc.want)
@@ -99,7 +100,7 @@ func TestReadMachineOutputs(t *testing.T) {
 func TestRender(t *testing.T) {
 	bootstrap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "ns"}, Data: map[string][]byte{"value": []byte("#cloud-config")}}
 	machine := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "m-0", "labels": map[string]any{controlPlaneLabel: ""}},
+		"metadata": map[string]any{"name": "m-0", "labels": map[string]any{workspace.ControlPlaneLabel: ""}},
 		"spec":     map[string]any{"bootstrap": map[string]any{"dataSecretName": "boot"}, "failureDomain": "zone-b", "version": "v1.37.2"},
 	}}
 	tc := &infrav1.TerraformCluster{Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{
