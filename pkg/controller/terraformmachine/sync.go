@@ -27,7 +27,6 @@ const (
 	ReasonWaitingForClusterInfrastructureReady = "WaitingForClusterInfrastructureReady"
 	ReasonWaitingForControlPlaneInitialized    = "WaitingForControlPlaneInitialized"
 	ReasonWaitingForBootstrapData              = "WaitingForBootstrapData"
-	ReasonBootstrapDataUnavailable             = "BootstrapDataUnavailable"
 )
 
 // Module outputs a machine module gives.
@@ -71,7 +70,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	s := &syncCtx{tm: cached.DeepCopy(), key: key}
 	original := cached.Status.DeepCopy()
 	s.machine = c.ownerMachine(cached)
-	s.cluster, s.tc = c.cluster(cached, s.machine)
+	var fallback string
+	if s.machine != nil {
+		fallback, _, _ = unstructured.NestedString(s.machine.Object, "spec", "clusterName")
+	}
+	s.cluster, s.tc = workspace.ClusterOf(cached, fallback, c.clusters, c.tcs)
 	var defaults *infrav1.JobPolicy
 	if s.tc != nil && s.tc.Spec.Defaults != nil {
 		defaults = s.tc.Spec.Defaults.Jobs
@@ -168,7 +171,7 @@ func (c *Controller) waiting(s *syncCtx) (string, string) {
 	if s.cluster == nil {
 		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %q (label %s)", s.tm.Labels[workspace.ClusterNameLabel], workspace.ClusterNameLabel)
 	}
-	if ok, _, _ := unstructured.NestedBool(s.cluster.Object, "status", "initialization", "infrastructureProvisioned"); !ok {
+	if !workspace.InfrastructureProvisioned(s.cluster) {
 		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %s's infrastructure to be provisioned", s.cluster.GetName())
 	}
 	if name, _, _ := unstructured.NestedString(s.machine.Object, "spec", "bootstrap", "dataSecretName"); name == "" {
@@ -195,13 +198,7 @@ func (c *Controller) render(ctx context.Context, s *syncCtx) (*util.Inputs, erro
 	if s.cluster != nil {
 		inputs["captf_cluster_name"] = s.cluster.GetName()
 	}
-	exports := map[string]json.RawMessage{}
-	if s.tc != nil {
-		for k, v := range s.tc.Status.Outputs {
-			exports[k] = v.Raw
-		}
-	}
-	inputs["captf_cluster_exports"] = exports
+	inputs["captf_cluster_exports"] = workspace.Exports(s.tc)
 	if m != nil {
 		_, isControlPlane := m.GetLabels()[workspace.ControlPlaneLabel]
 		fd, _, _ := unstructured.NestedString(m.Object, "spec", "failureDomain")
@@ -211,16 +208,9 @@ func (c *Controller) render(ctx context.Context, s *syncCtx) (*util.Inputs, erro
 		inputs["captf_failure_domain"] = fd
 		inputs["captf_kubernetes_version"] = version
 		if name, _, _ := unstructured.NestedString(m.Object, "spec", "bootstrap", "dataSecretName"); name != "" {
-			sec, err := c.kube.CoreV1().Secrets(tm.Namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return nil, &util.InputError{Reason: ReasonBootstrapDataUnavailable, Message: fmt.Sprintf("reading bootstrap data Secret %s: %v", name, err)}
+			if err := workspace.BootstrapInputs(ctx, c.kube, tm.Namespace, name, inputs); err != nil {
+				return nil, err
 			}
-			format := string(sec.Data["format"])
-			if format == "" {
-				format = "cloud-config"
-			}
-			inputs["captf_bootstrap_data"] = string(sec.Data["value"])
-			inputs["captf_bootstrap_format"] = format
 		}
 	}
 	return util.Render(ctx, c.kube, tm.Namespace, tm.Spec.WorkspaceSpec, inputs)
@@ -261,35 +251,6 @@ func (c *Controller) writeStatus(ctx context.Context, tm *infrav1.TerraformMachi
 // ownerMachine is the Machine that owns tm.
 func (c *Controller) ownerMachine(tm *infrav1.TerraformMachine) *unstructured.Unstructured {
 	return workspace.OwnerOfKind(tm, "Machine", c.machines.ByNamespace(tm.Namespace))
-}
-
-// cluster finds the Cluster by the cluster-name label (Cluster API sets it),
-// and its TerraformCluster when that is its infrastructure.
-func (c *Controller) cluster(tm *infrav1.TerraformMachine, machine *unstructured.Unstructured) (*unstructured.Unstructured, *infrav1.TerraformCluster) {
-	name := tm.Labels[workspace.ClusterNameLabel]
-	if name == "" && machine != nil {
-		name, _, _ = unstructured.NestedString(machine.Object, "spec", "clusterName")
-	}
-	if name == "" {
-		return nil, nil
-	}
-	obj, err := c.clusters.ByNamespace(tm.Namespace).Get(name)
-	if err != nil {
-		return nil, nil
-	}
-	cluster, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, nil
-	}
-	ref, _, _ := unstructured.NestedStringMap(cluster.Object, "spec", "infrastructureRef")
-	if ref["kind"] != "TerraformCluster" || ref["apiGroup"] != infrav1.SchemeGroupVersion.Group {
-		return cluster, nil
-	}
-	tc, err := c.tcs.TerraformClusters(tm.Namespace).Get(ref["name"])
-	if err != nil {
-		return cluster, nil
-	}
-	return cluster, tc
 }
 
 // readMachineOutputs reads provider_id (required), addresses (a list of

@@ -115,7 +115,7 @@ func TestRender(t *testing.T) {
 			want: []string{`"captf_bootstrap_data": "#cloud-config"`, `"captf_bootstrap_format": "cloud-config"`, `"captf_control_plane": true`,
 				`"captf_failure_domain": "zone-b"`, `"captf_kubernetes_version": "v1.37.2"`, `"vpc_id": "vpc-1"`, `"captf_machine_name": "m-0"`},
 		},
-		"bootstrap Secret missing": {wantReason: ReasonBootstrapDataUnavailable},
+		"bootstrap Secret missing": {wantReason: workspace.ReasonBootstrapDataUnavailable},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
