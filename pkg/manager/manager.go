@@ -32,6 +32,7 @@ import (
 
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
+	"github.com/captf/captf/pkg/controller/terraformmachinepool"
 	"github.com/captf/captf/pkg/controller/util"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
@@ -179,8 +180,9 @@ type manager struct {
 }
 
 var (
-	clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
-	machinesGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+	clustersGVR     = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+	machinesGVR     = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+	machinePoolsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinepools"}
 )
 
 // runControllers builds the informers and controllers, and runs them until
@@ -214,7 +216,8 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	}
 	clusterInformer := dynFactory.ForResource(clustersGVR)
 	machineInformer := dynFactory.ForResource(machinesGVR)
-	for _, inf := range []cache.SharedIndexInformer{clusterInformer.Informer(), machineInformer.Informer()} {
+	poolInformer := dynFactory.ForResource(machinePoolsGVR)
+	for _, inf := range []cache.SharedIndexInformer{clusterInformer.Informer(), machineInformer.Informer(), poolInformer.Informer()} {
 		if err := inf.SetTransform(trimManagedFields); err != nil {
 			return err
 		}
@@ -241,6 +244,18 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 
+	poolCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformmachinepool.ControllerName))
+	pool, err := terraformmachinepool.NewController(poolCtx, kube, captf, terraformmachinepool.Informers{
+		TerraformMachinePools: captfFactory.Infrastructure().V1alpha1().TerraformMachinePools(),
+		TerraformClusters:     captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
+		Jobs:                  jobInformer,
+		MachinePools:          poolInformer.Informer(), MachinePoolLister: poolInformer.Lister(),
+		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
+	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups})
+	if err != nil {
+		return err
+	}
+
 	captfFactory.Start(ctx.Done())
 	kubeFactory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
@@ -252,13 +267,15 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), jobInformer.Informer().HasSynced, clusterInformer.Informer().HasSynced,
 			machineInformer.Informer().HasSynced, captfFactory.Infrastructure().V1alpha1().TerraformClusters().Informer().HasSynced,
-			captfFactory.Infrastructure().V1alpha1().TerraformMachines().Informer().HasSynced) {
+			captfFactory.Infrastructure().V1alpha1().TerraformMachines().Informer().HasSynced, poolInformer.Informer().HasSynced,
+			captfFactory.Infrastructure().V1alpha1().TerraformMachinePools().Informer().HasSynced) {
 			m.ready.Store(true)
 		}
 	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { tc.Run(tcCtx, o.ClusterConcurrency) })
 	wg.Go(func() { tm.Run(tmCtx, o.MachineConcurrency) })
+	wg.Go(func() { pool.Run(poolCtx, o.MachinePoolConcurrency) })
 	wg.Wait()
 	return nil
 }

@@ -49,7 +49,7 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capi, err := plane.StartCAPI(ctx, "")
+	capi, err := plane.StartCAPI(ctx, "MachinePool=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +147,7 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 
 	t.Run("a Machine gets its providerID and addresses", func(t *testing.T) { machine(t, ns, root, instances) })
 	t.Run("a MachineDeployment scales 0 to 3 to 1", func(t *testing.T) { machineDeployment(t, ns, root, instances) })
+	t.Run("a MachinePool reaches its replicas; exports re-apply it", func(t *testing.T) { machinePool(t, ns, root, instances) })
 
 	// Deleting the Cluster deletes its Machine and the TerraformCluster,
 	// which destroy.
@@ -369,4 +370,94 @@ func instanceFiles(dir, prefix string) []string {
 		}
 	}
 	return out
+}
+
+var machinePoolsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinepools"}
+
+// machinePool: a MachinePool with a TerraformMachinePool reaches its
+// replicas with a providerIDList matching the instances, and a change of
+// the cluster's exports re-applies the pool, without approval.
+func machinePool(t *testing.T, ns, root, instances string) {
+	ctx := context.Background()
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-pool", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := &infrav1.TerraformMachinePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
+		Spec: infrav1.TerraformMachinePoolSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module:    infrav1.Module{Inline: string(module)},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+		}},
+	}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Create(ctx, tmp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mp := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+		"metadata": map[string]any{"name": "pool", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
+		"spec": map[string]any{
+			"clusterName": "work",
+			"replicas":    int64(2),
+			"template": map[string]any{"spec": map[string]any{
+				"clusterName":       "work",
+				"bootstrap":         map[string]any{"dataSecretName": "worker-bootstrap"},
+				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachinePool", "name": "pool"},
+			}},
+		},
+	}}
+	if _, err := plane.Dynamic.Resource(machinePoolsGVR).Namespace(ns).Create(ctx, mp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// CAPI marks the pool's infrastructure provisioned from status.ready;
+	// copying providerIDList and replicas needs a connection to the
+	// workload cluster's API, which this plane does not have (no kubelet,
+	// no workload cluster): the TerraformMachinePool's own fields are
+	// checked instead.
+	var got *unstructured.Unstructured
+	var pool *infrav1.TerraformMachinePool
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if got, err = plane.Dynamic.Resource(machinePoolsGVR).Namespace(ns).Get(ctx, "pool", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		if pool, err = plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Get(ctx, "pool", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		provisioned, _, _ := unstructured.NestedBool(got.Object, "status", "initialization", "infrastructureProvisioned")
+		return provisioned && pool.Status.Replicas == 2 && len(pool.Spec.ProviderIDList) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the pool never reached 2 replicas: MachinePool status %v\nTerraformMachinePool %+v", got.Object["status"], pool)
+	}
+	ids := pool.Spec.ProviderIDList
+	files := instanceFiles(instances, "pool-")
+	if len(files) != 2 || ids[0] != "local:///"+files[0] || ids[1] != "local:///"+files[1] {
+		t.Errorf("providerIDList %v does not match the instances %v", ids, files)
+	}
+	if !pool.Status.Ready || pool.Status.Initialization == nil || !*pool.Status.Initialization.Provisioned {
+		t.Errorf("pool status ready=%v initialization=%+v, want both true", pool.Status.Ready, pool.Status.Initialization)
+	}
+
+	// Change the cluster's exports: the pool is applied again, no gate.
+	before, err := plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Get(ctx, "pool", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, "work", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "api_port", Value: &runtime.RawExtension{Raw: []byte("7443")}})
+	tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: tc.Spec.ControlPlaneEndpoint.Host, Port: tc.Spec.ControlPlaneEndpoint.Port}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var after *infrav1.TerraformMachinePool
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		after, err = plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Get(ctx, "pool", metav1.GetOptions{})
+		return err == nil && after.Status.AppliedInputsHash != before.Status.AppliedInputsHash && string(after.Status.Outputs["api_port"].Raw) == "7443", nil
+	})
+	if err != nil {
+		t.Fatalf("the pool was not applied again after the cluster's exports changed: outputs %v, conditions %+v", after.Status.Outputs, after.Status.Conditions)
+	}
 }
