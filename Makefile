@@ -2,8 +2,9 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 # Packages whose tests need the local control plane run one at a time: the
-# machines this runs on have two cores.
-TEST_FLAGS ?= -p 1 -timeout 60m
+# machines this runs on have two cores. -count=1: the e2e tests run a captf
+# binary they build, which Go's test cache cannot see.
+TEST_FLAGS ?= -p 1 -count=1 -timeout 60m
 
 .PHONY: help
 help: ## List the targets
