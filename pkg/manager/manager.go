@@ -227,7 +227,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	tcCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformcluster.ControllerName))
 	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
 		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
-		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, SyncPeriod: o.SyncPeriod})
+		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups})
 	if err != nil {
 		return err
 	}

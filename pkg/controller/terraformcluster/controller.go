@@ -5,21 +5,13 @@ package terraformcluster
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	batchv1informers "k8s.io/client-go/informers/batch/v1"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/captf/captf/pkg/controller/util"
 	"github.com/captf/captf/pkg/controller/workspace"
@@ -35,7 +27,6 @@ const ControllerName = "terraformcluster"
 type Config struct {
 	RunnerImage  string
 	StateBackups int
-	SyncPeriod   time.Duration
 }
 
 // Controller reconciles TerraformClusters.
@@ -44,18 +35,13 @@ type Controller struct {
 	captf    versioned.Interface
 	lister   infralisters.TerraformClusterLister
 	clusters cache.GenericLister
-	synced   []cache.InformerSynced
 
+	loop         *workspace.Loop
 	queue        workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	recorder     record.EventRecorder
-	broadcaster  record.EventBroadcaster
 	expectations *util.Expectations
 	written      *util.WrittenVersions
 	engine       *workspace.Engine
 	now          func() time.Time
-
-	// syncHandler is sync, replaced in tests.
-	syncHandler func(ctx context.Context, key cache.ObjectName) error
 }
 
 // NewController wires the controller to its informers. clusters is an
@@ -64,23 +50,21 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 	tcInformer infrainformers.TerraformClusterInformer, jobInformer batchv1informers.JobInformer,
 	clusters cache.SharedIndexInformer, clusterLister cache.GenericLister, access *util.RunnerAccess, config Config) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	loop := workspace.NewLoop(ctx, ControllerName, kube)
 	c := &Controller{
 		kube: kube, captf: captf,
-		lister:   tcInformer.Lister(),
-		clusters: clusterLister,
-		synced:   []cache.InformerSynced{tcInformer.Informer().HasSynced, jobInformer.Informer().HasSynced, clusters.HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName}),
-		broadcaster:  broadcaster,
-		recorder:     broadcaster.NewRecorder(util.Scheme, corev1.EventSource{Component: "captf-manager"}),
+		lister:       tcInformer.Lister(),
+		clusters:     clusterLister,
+		loop:         loop,
+		queue:        loop.Queue,
 		expectations: util.NewExpectations(),
 		written:      util.NewWrittenVersions(),
 		now:          time.Now,
 	}
-	c.engine = &workspace.Engine{Kube: kube, JobIndex: jobInformer.Informer().GetIndexer(), Recorder: c.recorder,
+	loop.Synced = []cache.InformerSynced{tcInformer.Informer().HasSynced, jobInformer.Informer().HasSynced, clusters.HasSynced}
+	loop.Sync = c.sync
+	c.engine = &workspace.Engine{Kube: kube, JobIndex: jobInformer.Informer().GetIndexer(), Recorder: loop.Recorder,
 		Expectations: c.expectations, Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, Now: c.now}
-	c.syncHandler = c.sync
 	if _, err := tcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addTerraformCluster,
 		UpdateFunc: c.updateTerraformCluster,
@@ -105,47 +89,4 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 }
 
 // Run starts workers and blocks until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrashWithContext(ctx)
-	c.broadcaster.StartStructuredLogging(3)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
-	defer c.broadcaster.Shutdown()
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting controller")
-	defer logger.Info("Shutting down controller")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	defer func() {
-		c.queue.ShutDown()
-		wg.Wait()
-	}()
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.syncHandler(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	utilruntime.HandleErrorWithContext(ctx, err, "Syncing TerraformCluster failed", "terraformCluster", key)
-	c.queue.AddRateLimited(key)
-	return true
-}
-
-func (c *Controller) String() string { return fmt.Sprintf("%s controller", ControllerName) }
+func (c *Controller) Run(ctx context.Context, workers int) { c.loop.Run(ctx, workers) }

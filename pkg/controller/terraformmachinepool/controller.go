@@ -6,17 +6,11 @@ package terraformmachinepool
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	batchv1informers "k8s.io/client-go/informers/batch/v1"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -57,10 +51,9 @@ type Controller struct {
 	tcs      infralisters.TerraformClusterLister
 	pools    cache.GenericLister
 	clusters cache.GenericLister
-	synced   []cache.InformerSynced
 
+	loop         *workspace.Loop
 	queue        workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	broadcaster  record.EventBroadcaster
 	expectations *util.Expectations
 	written      *util.WrittenVersions
 	engine       *workspace.Engine
@@ -69,23 +62,22 @@ type Controller struct {
 // NewController wires the controller to its informers.
 func NewController(ctx context.Context, kube kubernetes.Interface, captf versioned.Interface, inf Informers, access *util.RunnerAccess, config Config) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	recorder := broadcaster.NewRecorder(util.Scheme, corev1.EventSource{Component: "captf-manager"})
+	loop := workspace.NewLoop(ctx, ControllerName, kube)
 	c := &Controller{
 		kube: kube, captf: captf,
-		lister:   inf.TerraformMachinePools.Lister(),
-		tcs:      inf.TerraformClusters.Lister(),
-		pools:    inf.MachinePoolLister,
-		clusters: inf.ClusterLister,
-		synced: []cache.InformerSynced{inf.TerraformMachinePools.Informer().HasSynced, inf.TerraformClusters.Informer().HasSynced,
-			inf.Jobs.Informer().HasSynced, inf.MachinePools.HasSynced, inf.Clusters.HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: ControllerName}),
-		broadcaster:  broadcaster,
+		lister:       inf.TerraformMachinePools.Lister(),
+		tcs:          inf.TerraformClusters.Lister(),
+		pools:        inf.MachinePoolLister,
+		clusters:     inf.ClusterLister,
+		loop:         loop,
+		queue:        loop.Queue,
 		expectations: util.NewExpectations(),
 		written:      util.NewWrittenVersions(),
 	}
-	c.engine = &workspace.Engine{Kube: kube, JobIndex: inf.Jobs.Informer().GetIndexer(), Recorder: recorder, Expectations: c.expectations,
+	loop.Synced = []cache.InformerSynced{inf.TerraformMachinePools.Informer().HasSynced, inf.TerraformClusters.Informer().HasSynced,
+		inf.Jobs.Informer().HasSynced, inf.MachinePools.HasSynced, inf.Clusters.HasSynced}
+	loop.Sync = c.sync
+	c.engine = &workspace.Engine{Kube: kube, JobIndex: inf.Jobs.Informer().GetIndexer(), Recorder: loop.Recorder, Expectations: c.expectations,
 		Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, Now: time.Now}
 	handlers := []struct {
 		informer cache.SharedIndexInformer
@@ -110,44 +102,4 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 }
 
 // Run starts workers and blocks until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrashWithContext(ctx)
-	c.broadcaster.StartStructuredLogging(3)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
-	defer c.broadcaster.Shutdown()
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting controller")
-	defer logger.Info("Shutting down controller")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	defer func() {
-		c.queue.ShutDown()
-		wg.Wait()
-	}()
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Syncing TerraformMachinePool failed", "terraformMachinePool", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
-}
+func (c *Controller) Run(ctx context.Context, workers int) { c.loop.Run(ctx, workers) }

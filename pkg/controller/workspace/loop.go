@@ -1,0 +1,91 @@
+package workspace
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/captf/captf/pkg/controller/util"
+)
+
+// Loop is a controller's named, rate-limited queue, its workers and its
+// event broadcaster: what every CAPTF controller runs the same way.
+type Loop struct {
+	Name     string
+	Queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	Recorder record.EventRecorder
+	// Synced are the informers the workers wait for.
+	Synced []cache.InformerSynced
+	// Sync reconciles one object; an error retries it with backoff.
+	Sync func(ctx context.Context, key cache.ObjectName) error
+
+	kube        kubernetes.Interface
+	broadcaster record.EventBroadcaster
+}
+
+// NewLoop makes the queue (named, so it has workqueue metrics) and the
+// event recorder of controller name.
+func NewLoop(ctx context.Context, name string, kube kubernetes.Interface) *Loop {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	return &Loop{
+		Name: name,
+		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: name}),
+		Recorder:    broadcaster.NewRecorder(util.Scheme, corev1.EventSource{Component: "captf-manager"}),
+		kube:        kube,
+		broadcaster: broadcaster,
+	}
+}
+
+// Run waits for the informers, then runs workers until ctx ends.
+func (l *Loop) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	l.broadcaster.StartStructuredLogging(3)
+	l.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: l.kube.CoreV1().Events("")})
+	defer l.broadcaster.Shutdown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting controller")
+	defer logger.Info("Shutting down controller")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, l.Synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		l.Queue.ShutDown()
+		wg.Wait()
+	}()
+	for range workers {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for l.processNextWorkItem(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	<-ctx.Done()
+}
+
+func (l *Loop) processNextWorkItem(ctx context.Context) bool {
+	key, quit := l.Queue.Get()
+	if quit {
+		return false
+	}
+	defer l.Queue.Done(key)
+	if err := l.Sync(ctx, key); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
+		l.Queue.AddRateLimited(key)
+		return true
+	}
+	l.Queue.Forget(key)
+	return true
+}
