@@ -33,6 +33,7 @@ import (
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
+	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
 	"github.com/captf/captf/pkg/controller/util"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
@@ -256,6 +257,12 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 
+	tmtCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformmachinetemplate.ControllerName))
+	tmt, err := terraformmachinetemplate.NewController(tmtCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformMachineTemplates())
+	if err != nil {
+		return err
+	}
+
 	captfFactory.Start(ctx.Done())
 	kubeFactory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
@@ -276,6 +283,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	wg.Go(func() { tc.Run(tcCtx, o.ClusterConcurrency) })
 	wg.Go(func() { tm.Run(tmCtx, o.MachineConcurrency) })
 	wg.Go(func() { pool.Run(poolCtx, o.MachinePoolConcurrency) })
+	wg.Go(func() { tmt.Run(tmtCtx, o.MachineTemplateConcurrency) })
 	wg.Wait()
 	return nil
 }

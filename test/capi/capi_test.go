@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -276,11 +277,15 @@ func machineDeployment(t *testing.T, ns, root, instances string) {
 	}
 	tmpl := &infrav1.TerraformMachineTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
-		Spec: infrav1.TerraformMachineTemplateSpec{Template: infrav1.TerraformMachineTemplateResource{Spec: infrav1.TerraformMachineSpec{
-			WorkspaceSpec: infrav1.WorkspaceSpec{
-				Module:    infrav1.Module{Inline: string(module)},
-				Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
-			}}}},
+		Spec: infrav1.TerraformMachineTemplateSpec{
+			Template: infrav1.TerraformMachineTemplateResource{Spec: infrav1.TerraformMachineSpec{
+				WorkspaceSpec: infrav1.WorkspaceSpec{
+					Module:    infrav1.Module{Inline: string(module)},
+					Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+				}}},
+			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+			NodeInfo: &infrav1.NodeInfo{Architecture: "arm64", OperatingSystem: "linux"},
+		},
 	}
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -350,6 +355,14 @@ func machineDeployment(t *testing.T, ns, root, instances string) {
 			t.Fatalf("want %d machines with provider IDs and %d instances; have provider IDs %v, instances %v\nMachineDeployment status %v\ncapi log:\n%s",
 				n, n, ids, files, mds.Object["status"], plane.Logs("capi-manager", 40))
 		}
+	}
+	// The autoscaler reads the template's status to scale from zero.
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates(ns).Get(ctx, "workers", metav1.GetOptions{})
+		return err == nil && got.Status.Capacity.Memory().String() == "4Gi" && got.Status.NodeInfo != nil && got.Status.NodeInfo.Architecture == "arm64", nil
+	})
+	if err != nil {
+		t.Errorf("the template's status never got its capacity and nodeInfo")
 	}
 	scale(3)
 	waitFor(3)
