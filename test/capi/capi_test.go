@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,36 +41,47 @@ func TestMain(m *testing.M) {
 
 var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
 
+var (
+	setupOnce sync.Once
+	capiMgr   *framework.CAPIManager
+	setupErr  error
+)
+
+// setup starts, once per package, CAPI's core manager, the executor and a
+// CAPTF manager watching every namespace; they stop with the plane.
+func setup(t *testing.T) (string, *framework.CAPIManager) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setupOnce.Do(func() {
+		ctx := context.Background()
+		if capiMgr, setupErr = plane.StartCAPI(ctx, "MachinePool=true"); setupErr != nil {
+			return
+		}
+		if setupErr = plane.InstallRBAC(ctx, "captf-system"); setupErr != nil {
+			return
+		}
+		if _, setupErr = plane.StartExecutor(ctx, framework.ExecutorOptions{Commands: map[string]string{"/captf": binary},
+			Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")}}); setupErr != nil {
+			return
+		}
+		_, setupErr = plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: plane.Dir})
+	})
+	if setupErr != nil {
+		t.Fatal(setupErr)
+	}
+	return root, capiMgr
+}
+
 // TestClusterProvisionedByCAPI: with Cluster API's own controllers, a
 // Cluster whose infrastructureRef names a TerraformCluster gets an owner
 // reference from CAPI, CAPTF applies the module, and CAPI reads back
 // provisioned, Ready and the control-plane endpoint.
 func TestClusterProvisionedByCAPI(t *testing.T) {
 	ctx := context.Background()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	capi, err := plane.StartCAPI(ctx, "MachinePool=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer capi.Stop()
-	if err := plane.InstallRBAC(ctx, "captf-system"); err != nil {
-		t.Fatal(err)
-	}
-	ex, err := plane.StartExecutor(ctx, framework.ExecutorOptions{Commands: map[string]string{"/captf": binary},
-		Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ex.Stop()
-	mgr, err := plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mgr.Stop()
-
+	root, capi := setup(t)
 	ns := "capi"
 	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

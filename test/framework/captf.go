@@ -124,6 +124,7 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 		out.Close()
 		close(m.done)
 	}()
+	cp.onStop(m.Stop)
 	return m, nil
 }
 

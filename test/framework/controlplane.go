@@ -63,6 +63,15 @@ type ControlPlane struct {
 	removeDir bool
 	stopOnce  sync.Once
 	procs     []*process // in start order
+	mu        sync.Mutex
+	cleanups  []func() // what runs on the plane: stopped first, newest first
+}
+
+// onStop registers what Stop stops before the plane itself.
+func (cp *ControlPlane) onStop(f func()) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.cleanups = append(cp.cleanups, f)
 }
 
 // Start builds nothing: it starts the plane from prebuilt binaries and waits
@@ -386,10 +395,17 @@ func (cp *ControlPlane) waitControllerManager(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops every process in reverse start order and removes the plane's
+// Stop stops managers and executors started on the plane, then every
+// process in reverse start order and removes the plane's
 // directory unless it was given or CAPTF_KEEP_PLANE is set.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
+		cp.mu.Lock()
+		cleanups := cp.cleanups
+		cp.mu.Unlock()
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
 		for i := len(cp.procs) - 1; i >= 0; i-- {
 			cp.procs[i].stop(10 * time.Second)
 		}

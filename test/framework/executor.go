@@ -123,6 +123,7 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 		e.queue.ShutDown()
 		factory.Shutdown()
 	}()
+	cp.onStop(e.Stop)
 	return e, nil
 }
 
