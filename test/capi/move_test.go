@@ -95,11 +95,15 @@ func TestMoveNeverDestroys(t *testing.T) {
 		{"TerraformMachine", "src-m", func(n string, d []byte) error {
 			_, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Patch(ctx, n, "application/merge-patch+json", d, metav1.PatchOptions{})
 			return err
-		}, func(n string) error { return plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Delete(ctx, n, metav1.DeleteOptions{}) }},
+		}, func(n string) error {
+			return plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Delete(ctx, n, metav1.DeleteOptions{})
+		}},
 		{"TerraformCluster", "src", func(n string, d []byte) error {
 			_, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Patch(ctx, n, "application/merge-patch+json", d, metav1.PatchOptions{})
 			return err
-		}, func(n string) error { return plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Delete(ctx, n, metav1.DeleteOptions{}) }},
+		}, func(n string) error {
+			return plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Delete(ctx, n, metav1.DeleteOptions{})
+		}},
 		{"Cluster", "src", dynPatch(ns, "clusters"), dynDelete(ns, "clusters")},
 	} {
 		for _, step := range []func() error{
