@@ -53,7 +53,8 @@ func doSetup() error {
 	var err error
 	executor, err = plane.StartExecutor(context.Background(), framework.ExecutorOptions{
 		Commands: map[string]string{"/captf": captfBinary},
-		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
+		// CAPTF_TERRAFORM=tofu runs the suite with OpenTofu.
+		Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin"), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")},
 	})
 	return err
 }
