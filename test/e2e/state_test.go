@@ -83,3 +83,32 @@ func tailBytes(b []byte) string {
 	}
 	return string(b)
 }
+
+// TestFiftyMiBState: a 50 MiB state (of the repetitive JSON Terraform
+// writes) round-trips through the real API server.
+func TestFiftyMiBState(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var b bytes.Buffer
+	for i := 0; b.Len() < 50<<20; i++ {
+		fmt.Fprintf(&b, `{"address":"terraform_data.instance[%d]","values":{"id":"%08x-5f1c-4c1e-9a3b-%012x","input":{"zone":"zone-%d"}}},`, i, i*7919, i*104729, i%3)
+	}
+	state := b.Bytes()
+	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "huge"},
+		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
+	if err := store.Write(ctx, state); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, state) {
+		t.Fatalf("read %d bytes back, wrote %d", len(got), len(state))
+	}
+	head, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, "tfc-huge-state", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d MiB of state in %s chunk Secrets", len(state)>>20, head.Annotations["captf.io/chunks"])
+}
