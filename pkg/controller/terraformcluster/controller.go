@@ -72,11 +72,7 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := jobInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.handleJob(logger, obj, true) },
-		UpdateFunc: func(old, cur any) { c.updateJob(logger, old, cur) },
-		DeleteFunc: func(obj any) { c.handleJob(logger, obj, false) },
-	}); err != nil {
+	if _, err := jobInformer.Informer().AddEventHandler(workspace.JobEventHandler(logger, gvk.Kind, c.queue, c.expectations)); err != nil {
 		return nil, err
 	}
 	if _, err := clusters.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -291,7 +291,7 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 	// Once the informer shows it, the controller waits for it: still one.
 	jobs, _ := f.kube.BatchV1().Jobs("ns").List(context.Background(), metav1.ListOptions{})
 	job := jobs.Items[0].DeepCopy()
-	f.c.handleJob(ktesting.NewLogger(t, ktesting.NewConfig()), job, true)
+	workspace.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), gvk.Kind, f.c.queue, f.c.expectations).OnAdd(job, false)
 	if err := f.c.engine.JobIndex.Add(job); err != nil {
 		t.Fatal(err)
 	}

@@ -84,11 +84,7 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 		h        cache.ResourceEventHandler
 	}{
 		{inf.TerraformMachinePools.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: c.updateTerraformMachinePool, DeleteFunc: c.deleteTerraformMachinePool}},
-		{inf.Jobs.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.handleJob(logger, obj, true) },
-			UpdateFunc: func(_, cur any) { c.handleJob(logger, cur, false) },
-			DeleteFunc: func(obj any) { c.handleJob(logger, obj, false) },
-		}},
+		{inf.Jobs.Informer(), workspace.JobEventHandler(logger, gvk.Kind, c.queue, c.expectations)},
 		{inf.MachinePools, cache.ResourceEventHandlerFuncs{AddFunc: c.handleMachinePool, UpdateFunc: func(_, cur any) { c.handleMachinePool(cur) }}},
 		{inf.Clusters, cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, cur any) { c.handleCluster(cur) }}},
 		{inf.TerraformClusters.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: c.handleTerraformCluster}},

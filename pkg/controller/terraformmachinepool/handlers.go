@@ -1,13 +1,10 @@
 package terraformmachinepool
 
 import (
-	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/workspace"
@@ -34,26 +31,6 @@ func (c *Controller) deleteTerraformMachinePool(obj any) {
 		c.written.Forget(key)
 		c.queue.Add(key)
 	}
-}
-
-func (c *Controller) handleJob(logger klog.Logger, obj any, added bool) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	job, ok := obj.(*batchv1.Job)
-	if !ok {
-		return
-	}
-	owner := metav1.GetControllerOf(job)
-	if owner == nil || owner.Kind != gvk.Kind || owner.APIVersion != infrav1.SchemeGroupVersion.String() {
-		return
-	}
-	key := cache.ObjectName{Namespace: job.Namespace, Name: owner.Name}
-	if added {
-		c.expectations.JobObserved(key, job.Name)
-	}
-	logger.V(4).Info("Job changed", "job", klog.KObj(job), "terraformMachinePool", key)
-	c.queue.Add(key)
 }
 
 // handleMachinePool enqueues the TerraformMachinePool a MachinePool points
