@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,7 +161,7 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 
 	t.Run("a Machine gets its providerID and addresses", func(t *testing.T) { machine(t, ns, root, instances) })
 	t.Run("a MachineDeployment scales 0 to 3 to 1", func(t *testing.T) { machineDeployment(t, ns, root, instances) })
-	t.Run("a MachinePool reaches its replicas; exports re-apply it", func(t *testing.T) { machinePool(t, ns, root, instances) })
+	t.Run("a MachinePool reaches its replicas; exports re-apply it", func(t *testing.T) { machinePool(t, ns, root, instances, capi) })
 
 	// Deleting the Cluster deletes its Machine and the TerraformCluster,
 	// which destroy.
@@ -402,7 +403,7 @@ var machinePoolsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Ver
 // machinePool: a MachinePool with a TerraformMachinePool reaches its
 // replicas with a providerIDList matching the instances, and a change of
 // the cluster's exports re-applies the pool, without approval.
-func machinePool(t *testing.T, ns, root, instances string) {
+func machinePool(t *testing.T, ns, root, instances string, capi *framework.CAPIManager) {
 	ctx := context.Background()
 	module, err := os.ReadFile(filepath.Join(root, "examples", "local-pool", "main.tf"))
 	if err != nil {
@@ -434,13 +435,25 @@ func machinePool(t *testing.T, ns, root, instances string) {
 	if _, err := plane.Dynamic.Resource(machinePoolsGVR).Namespace(ns).Create(ctx, mp, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// CAPI marks the pool's infrastructure provisioned from status.ready;
-	// copying providerIDList and replicas needs a connection to the
-	// workload cluster's API, which this plane does not have (no kubelet,
-	// no workload cluster): the TerraformMachinePool's own fields are
-	// checked instead.
+	// CAPI copies providerIDList and replicas only once it reaches the
+	// workload cluster through the "<cluster>-kubeconfig" Secret. The plane
+	// itself is the workload cluster here (a self-hosted management
+	// cluster); the test plays the kubelets, registering a Node per
+	// instance with its providerID.
+	kubeconfig, err := os.ReadFile(plane.KubeconfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "work-kubeconfig", Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
+		Type:       "cluster.x-k8s.io/secret",
+		Data:       map[string][]byte{"value": kubeconfig},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	var got *unstructured.Unstructured
 	var pool *infrav1.TerraformMachinePool
+	var mpIDs []string
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if got, err = plane.Dynamic.Resource(machinePoolsGVR).Namespace(ns).Get(ctx, "pool", metav1.GetOptions{}); err != nil {
 			return false, nil
@@ -449,15 +462,48 @@ func machinePool(t *testing.T, ns, root, instances string) {
 			return false, nil
 		}
 		provisioned, _, _ := unstructured.NestedBool(got.Object, "status", "initialization", "infrastructureProvisioned")
-		return provisioned && pool.Status.Replicas == 2 && len(pool.Spec.ProviderIDList) == 2, nil
+		replicas, _, _ := unstructured.NestedInt64(got.Object, "status", "replicas")
+		mpIDs, _, _ = unstructured.NestedStringSlice(got.Object, "spec", "providerIDList")
+		return provisioned && replicas == 2 && len(mpIDs) == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("the pool never reached 2 replicas: MachinePool status %v\nTerraformMachinePool %+v", got.Object["status"], pool)
+		t.Fatalf("the MachinePool never got 2 replicas and their providerIDs from CAPI: MachinePool spec.providerIDList %v status %v\nTerraformMachinePool %+v", mpIDs, got.Object["status"], pool)
 	}
 	ids := pool.Spec.ProviderIDList
 	files := instanceFiles(instances, "pool-")
 	if len(files) != 2 || ids[0] != "local:///"+files[0] || ids[1] != "local:///"+files[1] {
 		t.Errorf("providerIDList %v does not match the instances %v", ids, files)
+	}
+	if !slices.Equal(mpIDs, ids) {
+		t.Errorf("MachinePool spec.providerIDList %v, want the TerraformMachinePool's %v", mpIDs, ids)
+	}
+	for i, id := range mpIDs {
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-node-%d", i)},
+			Spec:       corev1.NodeSpec{ProviderID: id},
+		}
+		node, err := plane.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = plane.Kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+		})
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		if _, err := plane.Kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if got, err = plane.Dynamic.Resource(machinePoolsGVR).Namespace(ns).Get(ctx, "pool", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		ready, _, _ := unstructured.NestedInt64(got.Object, "status", "readyReplicas")
+		refs, _, _ := unstructured.NestedSlice(got.Object, "status", "nodeRefs")
+		return ready == 2 && len(refs) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the MachinePool never reached 2 ready replicas with node references: status %v\ncapi log:\n%s", got.Object["status"], capi.Logs(30))
 	}
 	if !pool.Status.Ready || pool.Status.Initialization == nil || !*pool.Status.Initialization.Provisioned {
 		t.Errorf("pool status ready=%v initialization=%+v, want both true", pool.Status.Ready, pool.Status.Initialization)
