@@ -120,3 +120,24 @@ func TestWaitsForOwner(t *testing.T) {
 	})
 	e.waitFor("orphan", 2*time.Minute, "Ready", isReady)
 }
+
+// TestExternallyManaged: the cluster.x-k8s.io/managed-by annotation means
+// hands off: no finalizer, no Job, no status write; removing it hands the
+// object back.
+func TestExternallyManaged(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	tc := e.localCloud("external", e.newCluster("external", false), map[string]any{})
+	tc.Annotations = map[string]string{"cluster.x-k8s.io/managed-by": "someone-else"}
+	created := e.create(tc)
+	time.Sleep(3 * time.Second)
+	now := e.get("external")
+	if now.ResourceVersion != created.ResourceVersion {
+		t.Errorf("an externally managed object was written: finalizers %v, status %+v", now.Finalizers, now.Status)
+	}
+	if n := len(e.jobs("")); n != 0 {
+		t.Fatalf("%d Jobs ran for an externally managed object", n)
+	}
+	e.update("external", func(tc *infrav1.TerraformCluster) { delete(tc.Annotations, "cluster.x-k8s.io/managed-by") })
+	e.waitFor("external", 2*time.Minute, "Ready once handed back", isReady)
+}
