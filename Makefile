@@ -5,6 +5,8 @@ GO ?= go
 # machines this runs on have two cores. -count=1: the e2e tests run a captf
 # binary they build, which Go's test cache cannot see.
 TEST_FLAGS ?= -p 1 -count=1 -timeout 60m
+# How long each fuzz target runs in `make test`.
+FUZZTIME ?= 15s
 
 .PHONY: help
 help: ## List the targets
@@ -23,6 +25,12 @@ local-up: controlplane ## Run the local management plane with the CRDs installed
 .PHONY: test
 test: controlplane ## Run every test, against a real local control plane
 	$(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) fuzz
+
+.PHONY: fuzz
+fuzz: ## Fuzz the webhook's AdmissionReview decoding and validators, FUZZTIME each (seeds in pkg/webhook/testdata/fuzz)
+	$(GO) test -run '^$$' -fuzz '^FuzzAdmissionReview$$' -fuzztime $(FUZZTIME) ./pkg/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./pkg/webhook/
 
 .PHONY: generate
 generate: ## Regenerate clients, listers, informers, deepcopy and CRDs

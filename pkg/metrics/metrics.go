@@ -71,3 +71,13 @@ func (leaderMetric) On(name string)  { leader.WithLabelValues(name).Set(1) }
 func (leaderMetric) Off(name string) { leader.WithLabelValues(name).Set(0) }
 
 func (leaderMetric) SlowpathExercised(name string) { leaderSlowpath.WithLabelValues(name).Inc() }
+
+// IdentityDenied counts writes of spec.providerID (machines) or
+// spec.providerIDList (pools) the webhook refused because another user than
+// the manager made them.
+var IdentityDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "captf_identity_denied_total",
+	Help: "Writes of a provider ID by another user than the manager, refused by the webhook.",
+}, []string{"kind"})
+
+func init() { Registry.MustRegister(IdentityDenied) }

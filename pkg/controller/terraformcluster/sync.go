@@ -87,30 +87,20 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 }
 
 func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
-	tc := s.tc
-	deleting := tc.DeletionTimestamp != nil
-	if s.cluster == nil && !deleting {
-		c.engine.SetReady(s.run, metav1.ConditionFalse, ReasonWaitingForOwner, "Waiting for a Cluster to own this TerraformCluster: Cluster API sets the owner reference once the Cluster's spec.infrastructureRef names it")
-		return nil
+	l := workspace.Lifecycle{
+		Finalizer: infrav1.TerraformClusterFinalizer,
+		Cluster:   s.cluster,
+		Update:    func(ctx context.Context) error { return c.update(ctx, s) },
+		Render: func() (*util.Inputs, error) {
+			return util.Render(ctx, c.kube, s.tc.Namespace, s.tc.Spec.WorkspaceSpec, c.captfInputs(s))
+		},
 	}
-	if !deleting && !slices.Contains(tc.Finalizers, infrav1.TerraformClusterFinalizer) {
-		tc.Finalizers = append(tc.Finalizers, infrav1.TerraformClusterFinalizer)
-		updated, err := c.captf.InfrastructureV1alpha1().TerraformClusters(tc.Namespace).Update(ctx, tc, metav1.UpdateOptions{FieldManager: ControllerName})
-		if err != nil {
-			return err
-		}
-		c.written.Wrote(s.key, updated.ResourceVersion)
-		tc.ObjectMeta = updated.ObjectMeta
+	if s.cluster == nil {
+		l.OwnerMissing = &workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a Cluster to own this TerraformCluster: Cluster API sets the owner reference once the Cluster's spec.infrastructureRef names it"}
 	}
-	// Pause comes before deletion: clusterctl move pauses, then deletes and
-	// strips finalizers; that must never destroy anything.
-	if reason, paused := workspace.Paused(s.cluster, tc, gvk.Kind); paused {
-		workspace.SetCondition(tc, infrav1.ConditionPaused, metav1.ConditionTrue, workspace.ReasonPaused, reason)
-		return nil
-	}
-	workspace.SetCondition(tc, infrav1.ConditionPaused, metav1.ConditionFalse, workspace.ReasonNotPaused, "")
-	if deleting {
-		return c.reconcileDelete(ctx, s)
+	live, err := c.engine.Reconcile(ctx, s.run, l)
+	if err != nil || !live {
+		return err
 	}
 	return c.reconcileNormal(ctx, s)
 }
@@ -137,44 +127,29 @@ func (c *Controller) reconcileNormal(ctx context.Context, s *syncCtx) error {
 	}
 	if tc.Spec.ControlPlaneEndpoint.IsZero() && endpoint != nil {
 		tc.Spec.ControlPlaneEndpoint = *endpoint
-		status := tc.Status
-		updated, err := c.captf.InfrastructureV1alpha1().TerraformClusters(tc.Namespace).Update(ctx, tc, metav1.UpdateOptions{FieldManager: ControllerName})
-		if err != nil {
+		if err := c.update(ctx, s); err != nil {
 			return err
 		}
-		c.written.Wrote(s.key, updated.ResourceVersion)
-		*tc = *updated
-		tc.Status = status
 	}
 	tc.Status.FailureDomains = domains
 	c.engine.Applied(s.run, in.Hash, job, res)
 	return nil
 }
 
-func (c *Controller) reconcileDelete(ctx context.Context, s *syncCtx) error {
-	tc := s.tc
-	if !slices.Contains(tc.Finalizers, infrav1.TerraformClusterFinalizer) {
-		return nil
-	}
-	done, err := c.engine.Destroy(ctx, s.run, func() (*util.Inputs, error) {
-		return util.Render(ctx, c.kube, tc.Namespace, tc.Spec.WorkspaceSpec, c.captfInputs(s))
-	})
-	if err != nil || !done {
-		return err
-	}
-	return c.removeFinalizer(ctx, tc)
-}
-
-func (c *Controller) removeFinalizer(ctx context.Context, tc *infrav1.TerraformCluster) error {
-	tc.Finalizers = slices.DeleteFunc(tc.Finalizers, func(f string) bool { return f == infrav1.TerraformClusterFinalizer })
-	updated, err := c.captf.InfrastructureV1alpha1().TerraformClusters(tc.Namespace).Update(ctx, tc, metav1.UpdateOptions{FieldManager: ControllerName})
-	if apierrors.IsNotFound(err) {
+// update writes the object's metadata and spec, keeping the status this
+// sync computed.
+func (c *Controller) update(ctx context.Context, s *syncCtx) error {
+	status := s.tc.Status
+	updated, err := c.captf.InfrastructureV1alpha1().TerraformClusters(s.tc.Namespace).Update(ctx, s.tc, metav1.UpdateOptions{FieldManager: ControllerName})
+	if apierrors.IsNotFound(err) && s.tc.DeletionTimestamp != nil {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	tc.ObjectMeta = updated.ObjectMeta
+	c.written.Wrote(s.key, updated.ResourceVersion)
+	*s.tc = *updated
+	s.tc.Status = status
 	return nil
 }
 

@@ -92,35 +92,18 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 }
 
 func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
-	tm := s.tm
-	deleting := tm.DeletionTimestamp != nil
-	if s.machine == nil && !deleting {
-		c.engine.SetReady(s.run, metav1.ConditionFalse, ReasonWaitingForOwner, "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference")
-		return nil
+	l := workspace.Lifecycle{
+		Finalizer: infrav1.TerraformMachineFinalizer,
+		Cluster:   s.cluster,
+		Update:    func(ctx context.Context) error { return c.update(ctx, s) },
+		Render:    func() (*util.Inputs, error) { return c.render(ctx, s) },
 	}
-	if !deleting && !slices.Contains(tm.Finalizers, infrav1.TerraformMachineFinalizer) {
-		tm.Finalizers = append(tm.Finalizers, infrav1.TerraformMachineFinalizer)
-		if err := c.update(ctx, s); err != nil {
-			return err
-		}
+	if s.machine == nil {
+		l.OwnerMissing = &workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference"}
 	}
-	// Pause before deletion: clusterctl move pauses, deletes and strips
-	// finalizers; that must never destroy.
-	if why, paused := workspace.Paused(s.cluster, tm, gvk.Kind); paused {
-		workspace.SetCondition(tm, infrav1.ConditionPaused, metav1.ConditionTrue, workspace.ReasonPaused, why)
-		return nil
-	}
-	workspace.SetCondition(tm, infrav1.ConditionPaused, metav1.ConditionFalse, workspace.ReasonNotPaused, "")
-	if deleting {
-		if !slices.Contains(tm.Finalizers, infrav1.TerraformMachineFinalizer) {
-			return nil
-		}
-		done, err := c.engine.Destroy(ctx, s.run, func() (*util.Inputs, error) { return c.render(ctx, s) })
-		if err != nil || !done {
-			return err
-		}
-		tm.Finalizers = slices.DeleteFunc(tm.Finalizers, func(f string) bool { return f == infrav1.TerraformMachineFinalizer })
-		return c.update(ctx, s)
+	live, err := c.engine.Reconcile(ctx, s.run, l)
+	if err != nil || !live {
+		return err
 	}
 	return c.reconcileNormal(ctx, s)
 }

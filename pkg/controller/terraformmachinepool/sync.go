@@ -87,34 +87,24 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 }
 
 func (c *Controller) reconcile(ctx context.Context, s *syncCtx) error {
+	l := workspace.Lifecycle{
+		Finalizer: infrav1.TerraformMachinePoolFinalizer,
+		Cluster:   s.cluster,
+		Update:    func(ctx context.Context) error { return c.update(ctx, s) },
+		Render:    func() (*util.Inputs, error) { return c.render(ctx, s) },
+	}
+	if s.owner == nil {
+		l.OwnerMissing = &workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference"}
+	}
+	live, err := c.engine.Reconcile(ctx, s.run, l)
+	if err != nil || !live {
+		return err
+	}
+	return c.reconcileNormal(ctx, s)
+}
+
+func (c *Controller) reconcileNormal(ctx context.Context, s *syncCtx) error {
 	pool := s.pool
-	deleting := pool.DeletionTimestamp != nil
-	if s.owner == nil && !deleting {
-		c.engine.SetReady(s.run, metav1.ConditionFalse, ReasonWaitingForOwner, "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference")
-		return nil
-	}
-	if !deleting && !slices.Contains(pool.Finalizers, infrav1.TerraformMachinePoolFinalizer) {
-		pool.Finalizers = append(pool.Finalizers, infrav1.TerraformMachinePoolFinalizer)
-		if err := c.update(ctx, s); err != nil {
-			return err
-		}
-	}
-	if why, paused := workspace.Paused(s.cluster, pool, gvk.Kind); paused {
-		workspace.SetCondition(pool, infrav1.ConditionPaused, metav1.ConditionTrue, workspace.ReasonPaused, why)
-		return nil
-	}
-	workspace.SetCondition(pool, infrav1.ConditionPaused, metav1.ConditionFalse, workspace.ReasonNotPaused, "")
-	if deleting {
-		if !slices.Contains(pool.Finalizers, infrav1.TerraformMachinePoolFinalizer) {
-			return nil
-		}
-		done, err := c.engine.Destroy(ctx, s.run, func() (*util.Inputs, error) { return c.render(ctx, s) })
-		if err != nil || !done {
-			return err
-		}
-		pool.Finalizers = slices.DeleteFunc(pool.Finalizers, func(f string) bool { return f == infrav1.TerraformMachinePoolFinalizer })
-		return c.update(ctx, s)
-	}
 	if s.cluster == nil || !workspace.InfrastructureProvisioned(s.cluster) {
 		c.engine.SetReady(s.run, metav1.ConditionFalse, ReasonWaitingForClusterInfrastructureReady, "Waiting for the Cluster's infrastructure to be provisioned")
 		return nil

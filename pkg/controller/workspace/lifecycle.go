@@ -1,0 +1,68 @@
+package workspace
+
+import (
+	"context"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/util"
+)
+
+// Lifecycle is the part of a sync every kind shares, in Cluster API's order:
+// the owner, the finalizer, pause, deletion.
+type Lifecycle struct {
+	Finalizer string
+	// OwnerMissing is set, with CAPI's reason and a message, while Cluster
+	// API has not made the object's owner yet.
+	OwnerMissing *Wait
+	Cluster      *unstructured.Unstructured
+	// Update writes the object's metadata and spec and refreshes r.Obj but
+	// not its status.
+	Update func(context.Context) error
+	// Render renders the inputs a destroy falls back on when no durable
+	// inputs were saved.
+	Render func() (*util.Inputs, error)
+}
+
+// Wait is why an object waits: a Ready reason and message.
+type Wait struct{ Reason, Message string }
+
+// Reconcile runs the shared part of a sync. It returns true when the object
+// is owned, unpaused, not being deleted and carries its finalizer: the
+// caller goes on with its own work.
+func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, error) {
+	obj := r.Obj
+	deleting := obj.GetDeletionTimestamp() != nil
+	if l.OwnerMissing != nil && !deleting {
+		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
+		return false, nil
+	}
+	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
+		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
+		if err := l.Update(ctx); err != nil {
+			return false, err
+		}
+	}
+	// Pause comes before deletion: clusterctl move pauses, then deletes and
+	// strips finalizers; that must never destroy anything.
+	if why, paused := Paused(l.Cluster, obj, e.GVK.Kind); paused {
+		SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionTrue, ReasonPaused, why)
+		return false, nil
+	}
+	SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
+	if !deleting {
+		return true, nil
+	}
+	if !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
+		return false, nil
+	}
+	done, err := e.Destroy(ctx, r, l.Render)
+	if err != nil || !done {
+		return false, err
+	}
+	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
+	return false, l.Update(ctx)
+}

@@ -1,0 +1,210 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/metrics"
+)
+
+// MaxRequestBytes bounds an AdmissionReview body: an object and its old
+// version, each at most what etcd stores (1.5 MiB), with room to spare.
+const MaxRequestBytes = 7 << 20
+
+// Path is the webhook path of a kind.
+func Path(kind string) string {
+	return "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-" + lower(kind)
+}
+
+// Kinds are the kinds the webhook validates.
+var Kinds = []string{"TerraformCluster", "TerraformClusterTemplate", "TerraformMachine", "TerraformMachinePool", "TerraformMachineTemplate"}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// Handler admits or refuses writes of the Terraform* kinds.
+type Handler struct {
+	// ManagerUser is the manager's own username, the only one that may
+	// write provider IDs; empty when POD_NAMESPACE or SERVICE_ACCOUNT_NAME
+	// is unset, and then nobody may.
+	ManagerUser string
+	// ClusterPaused says whether the Cluster namespace/name exists and is
+	// paused: clusterctl move creates a machine with its provider ID
+	// while the moved Cluster is paused.
+	ClusterPaused func(ctx context.Context, namespace, name string) (bool, error)
+}
+
+// Mux serves every kind's path.
+func (h *Handler) Mux() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, kind := range Kinds {
+		mux.HandleFunc("POST "+Path(kind), func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, kind) })
+	}
+	return mux
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, kind string) {
+	logger := klog.FromContext(r.Context()).WithName("webhook")
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("request body larger than %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	review, err := DecodeReview(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	review.Response = h.Admit(r.Context(), kind, review.Request)
+	review.Request = nil
+	if !review.Response.Allowed {
+		logger.V(2).Info("Refused", "kind", kind, "uid", review.Response.UID, "message", review.Response.Result.Message)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(review); err != nil {
+		logger.Error(err, "Writing the admission response")
+	}
+}
+
+// DecodeReview decodes an admission.k8s.io/v1 AdmissionReview with a request.
+func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
+	}
+	if gvk := review.GroupVersionKind(); gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
+		return nil, fmt.Errorf("want an admission.k8s.io/v1 AdmissionReview, got %s", gvk)
+	}
+	if review.Request == nil {
+		return nil, errors.New("the AdmissionReview has no request")
+	}
+	return &review, nil
+}
+
+// Admit decides on one request for kind.
+func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if req.Kind.Group != infrav1.GroupName || req.Kind.Kind != kind {
+		return deny(resp, apierrors.NewBadRequest(fmt.Sprintf("this path validates %s, not %s", kind, req.Kind.Kind)))
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return resp
+	}
+	gk := schema.GroupKind{Group: infrav1.GroupName, Kind: kind}
+	var errs field.ErrorList
+	var err error
+	switch kind {
+	case "TerraformCluster":
+		errs, err = validate(req, ValidateTerraformCluster)
+	case "TerraformClusterTemplate":
+		errs, err = validate(req, ValidateTerraformClusterTemplate)
+	case "TerraformMachineTemplate":
+		errs, err = validate(req, ValidateTerraformMachineTemplate)
+	case "TerraformMachine":
+		errs, err = validate(req, func(obj, old *infrav1.TerraformMachine) field.ErrorList {
+			errs := ValidateTerraformMachine(obj, old)
+			if old == nil && obj.Spec.ProviderID != "" || old != nil && obj.Spec.ProviderID != old.Spec.ProviderID {
+				errs = append(errs, h.checkIdentity(ctx, req, obj, field.NewPath("spec", "providerID"))...)
+			}
+			return errs
+		})
+	case "TerraformMachinePool":
+		errs, err = validate(req, func(obj, old *infrav1.TerraformMachinePool) field.ErrorList {
+			errs := ValidateTerraformMachinePool(obj, old)
+			if old == nil && len(obj.Spec.ProviderIDList) > 0 || old != nil && !slices.Equal(obj.Spec.ProviderIDList, old.Spec.ProviderIDList) {
+				errs = append(errs, h.checkIdentity(ctx, req, obj, field.NewPath("spec", "providerIDList"))...)
+			}
+			return errs
+		})
+	default:
+		return deny(resp, apierrors.NewBadRequest("unknown kind "+kind))
+	}
+	if err != nil {
+		return deny(resp, apierrors.NewBadRequest(err.Error()))
+	}
+	if len(errs) > 0 {
+		return deny(resp, apierrors.NewInvalid(gk, req.Name, errs))
+	}
+	return resp
+}
+
+func deny(resp *admissionv1.AdmissionResponse, err apierrors.APIStatus) *admissionv1.AdmissionResponse {
+	resp.Allowed = false
+	status := err.Status()
+	resp.Result = &status
+	return resp
+}
+
+// validate decodes the request's object (and old object on update) and runs
+// check on them.
+func validate[T any](req *admissionv1.AdmissionRequest, check func(obj, old *T) field.ErrorList) (field.ErrorList, error) {
+	obj := new(T)
+	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
+		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	var old *T
+	if req.Operation == admissionv1.Update {
+		old = new(T)
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return nil, fmt.Errorf("decoding the old object: %w", err)
+		}
+	}
+	return check(obj, old), nil
+}
+
+// checkIdentity refuses a provider ID write by anyone but the manager: a
+// provider ID ties a Machine to real infrastructure (and to a Node).
+func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionRequest, obj metav1.Object, path *field.Path) field.ErrorList {
+	user := req.UserInfo.Username
+	if h.ManagerUser != "" && user == h.ManagerUser {
+		return nil
+	}
+	if req.Operation == admissionv1.Create && h.ClusterPaused != nil {
+		// clusterctl move recreates objects as they were, provider IDs
+		// included, while their Cluster is paused.
+		if cluster := obj.GetLabels()["cluster.x-k8s.io/cluster-name"]; cluster != "" {
+			paused, err := h.ClusterPaused(ctx, obj.GetNamespace(), cluster)
+			if err != nil {
+				return field.ErrorList{field.InternalError(path, fmt.Errorf("reading Cluster %s to check for a move: %w", cluster, err))}
+			}
+			if paused {
+				return nil
+			}
+		}
+	}
+	metrics.IdentityDenied.WithLabelValues(req.Kind.Kind).Inc()
+	if h.ManagerUser == "" {
+		return field.ErrorList{field.Forbidden(path, "only the CAPTF manager may set it, and the manager's username is unknown: set POD_NAMESPACE and SERVICE_ACCOUNT_NAME on the manager")}
+	}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it; %s may not", h.ManagerUser, user))}
+}

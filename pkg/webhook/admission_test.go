@@ -1,0 +1,126 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+const managerUser = "system:serviceaccount:captf-system:captf-manager"
+
+func machine(providerID string) *infrav1.TerraformMachine {
+	m := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}}}
+	m.Spec.Module.Inline = "a"
+	m.Spec.ProviderID = providerID
+	return m
+}
+
+func request(op admissionv1.Operation, user string, obj, old runtime.Object) *admissionv1.AdmissionRequest {
+	raw := func(o runtime.Object) runtime.RawExtension {
+		if o == nil {
+			return runtime.RawExtension{}
+		}
+		b, _ := json.Marshal(o)
+		return runtime.RawExtension{Raw: b}
+	}
+	kind := "TerraformCluster"
+	switch obj.(type) {
+	case *infrav1.TerraformMachine:
+		kind = "TerraformMachine"
+	case *infrav1.TerraformMachinePool:
+		kind = "TerraformMachinePool"
+	}
+	return &admissionv1.AdmissionRequest{
+		UID:       "uid-1",
+		Kind:      metav1.GroupVersionKind{Group: infrav1.GroupName, Version: "v1alpha1", Kind: kind},
+		Name:      "m",
+		Namespace: "ns",
+		Operation: op,
+		UserInfo:  authenticationv1.UserInfo{Username: user},
+		Object:    raw(obj),
+		OldObject: raw(old),
+	}
+}
+
+// TestIdentityRule: only the manager writes provider IDs; a clusterctl move
+// into a paused Cluster may create them; other fields stay open to others.
+func TestIdentityRule(t *testing.T) {
+	paused := map[string]bool{"moved": true}
+	h := &Handler{ManagerUser: managerUser, ClusterPaused: func(_ context.Context, _, name string) (bool, error) { return paused[name], nil }}
+	withLabels := func(m *infrav1.TerraformMachine, cluster string) *infrav1.TerraformMachine {
+		m.Labels["cluster.x-k8s.io/cluster-name"] = cluster
+		return m
+	}
+	relabelled := machine("local:///a")
+	relabelled.Labels["extra"] = "yes"
+	pool := func(ids ...string) *infrav1.TerraformMachinePool {
+		p := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+		p.Spec.Module.Inline = "a"
+		p.Spec.ProviderIDList = ids
+		return p
+	}
+	cases := []struct {
+		name string
+		req  *admissionv1.AdmissionRequest
+		want string // "" = allowed
+	}{
+		{"manager sets providerID", request(admissionv1.Update, managerUser, machine("local:///a"), machine("")), ""},
+		{"user sets providerID", request(admissionv1.Update, "admin", machine("local:///a"), machine("")),
+			"spec.providerID: Forbidden: only the CAPTF manager (system:serviceaccount:captf-system:captf-manager) may set it; admin may not"},
+		{"user creates with providerID", request(admissionv1.Create, "admin", machine("local:///a"), nil), "spec.providerID: Forbidden"},
+		{"move creates with providerID under a paused Cluster", request(admissionv1.Create, "admin", withLabels(machine("local:///a"), "moved"), nil), ""},
+		{"CAPI changes other fields", request(admissionv1.Update, "system:serviceaccount:capi-system:capi-manager", relabelled, machine("local:///a")), ""},
+		{"user removes providerID", request(admissionv1.Update, "admin", machine(""), machine("local:///a")), "spec.providerID: Forbidden"},
+		{"manager sets providerIDList", request(admissionv1.Update, managerUser, pool("local:///a"), pool()), ""},
+		{"user sets providerIDList", request(admissionv1.Update, "admin", pool("local:///a"), pool()), "spec.providerIDList: Forbidden"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := h.Admit(context.Background(), tc.req.Kind.Kind, tc.req)
+			if resp.UID != tc.req.UID {
+				t.Errorf("response UID %q, want the request's", resp.UID)
+			}
+			switch {
+			case tc.want == "" && !resp.Allowed:
+				t.Errorf("refused: %s", resp.Result.Message)
+			case tc.want != "" && resp.Allowed:
+				t.Errorf("allowed, want %q", tc.want)
+			case tc.want != "" && !strings.Contains(resp.Result.Message, tc.want):
+				t.Errorf("message %q, want it to contain %q", resp.Result.Message, tc.want)
+			}
+		})
+	}
+
+	// Without its own username the manager cannot be told apart: nobody
+	// may write provider IDs.
+	unknown := &Handler{}
+	resp := unknown.Admit(context.Background(), "TerraformMachine", request(admissionv1.Update, managerUser, machine("local:///a"), machine("")))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "set POD_NAMESPACE and SERVICE_ACCOUNT_NAME") {
+		t.Errorf("with no manager username: allowed=%v %v", resp.Allowed, resp.Result)
+	}
+}
+
+func TestAdmitWrongPathAndDecoding(t *testing.T) {
+	h := &Handler{ManagerUser: managerUser}
+	req := request(admissionv1.Create, "admin", machine(""), nil)
+	if resp := h.Admit(context.Background(), "TerraformCluster", req); resp.Allowed || resp.Result.Code != 400 {
+		t.Errorf("a TerraformMachine on the TerraformCluster path: %+v", resp)
+	}
+	req.Object.Raw = []byte(`{"spec": 3}`)
+	if resp := h.Admit(context.Background(), "TerraformMachine", req); resp.Allowed || !strings.Contains(resp.Result.Message, "decoding the object") {
+		t.Errorf("an undecodable object: %+v", resp)
+	}
+	for _, body := range []string{``, `{}`, `{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}`, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`} {
+		if _, err := DecodeReview([]byte(body)); err == nil {
+			t.Errorf("DecodeReview(%q) took it", body)
+		}
+	}
+}

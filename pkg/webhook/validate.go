@@ -1,0 +1,394 @@
+package webhook
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+)
+
+// Bounds of spec.drift.interval: checks more often than a minute would keep a
+// runner Job busy all the time; the upper bound is the CRD's.
+const (
+	MinDriftInterval = 10 * time.Second
+	MaxDriftInterval = 168 * time.Hour
+)
+
+// DryRunAnnotation marks the server-side dry runs of ClusterClass topology,
+// which may change a template's spec.
+const DryRunAnnotation = "topology.cluster.x-k8s.io/dry-run"
+
+var (
+	variableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+	planHash     = regexp.MustCompile(`^[0-9a-f]{16}$`)
+	backupStamp  = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}(-[0-9]+)?$`)
+)
+
+// Envs the runner sets itself; a job policy may not override them.
+var reservedEnv = map[string]bool{"POD_NAME": true, "POD_NAMESPACE": true, "POD_UID": true, "TF_IN_AUTOMATION": true, "TF_INPUT": true, "TF_DATA_DIR": true}
+
+// ValidateTerraformCluster validates a create (old nil) or an update.
+func ValidateTerraformCluster(obj, old *infrav1.TerraformCluster) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateAnnotations(obj.Annotations, true, names.Object{Kind: "tfc", Name: obj.Name})...)
+	errs = append(errs, validateClusterSpec(&obj.Spec, field.NewPath("spec"))...)
+	if old != nil && !old.Spec.ControlPlaneEndpoint.IsZero() && obj.Spec.ControlPlaneEndpoint != old.Spec.ControlPlaneEndpoint {
+		// Cluster API copies the endpoint once; machines and kubeconfigs
+		// point at it.
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "controlPlaneEndpoint"), "is immutable once set"))
+	}
+	return errs
+}
+
+// ValidateTerraformMachine validates a create (old nil) or an update. The
+// providerID identity rule is the admission handler's: it needs the user.
+func ValidateTerraformMachine(obj, old *infrav1.TerraformMachine) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateAnnotations(obj.Annotations, false, names.Object{Kind: "tfm", Name: obj.Name})...)
+	errs = append(errs, validateMachineSpec(&obj.Spec, field.NewPath("spec"))...)
+	if old != nil && old.Spec.ProviderID != "" && obj.Spec.ProviderID != old.Spec.ProviderID {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "providerID"), "is immutable once set"))
+	}
+	return errs
+}
+
+// ValidateTerraformMachinePool validates a create (old nil) or an update.
+func ValidateTerraformMachinePool(obj, old *infrav1.TerraformMachinePool) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateAnnotations(obj.Annotations, false, names.Object{Kind: "tfmp", Name: obj.Name})...)
+	errs = append(errs, validateWorkspace(&obj.Spec.WorkspaceSpec, field.NewPath("spec"))...)
+	errs = append(errs, validateProviderIDs(obj.Spec.ProviderIDList, field.NewPath("spec", "providerIDList"))...)
+	return errs
+}
+
+// ValidateTerraformClusterTemplate validates a create (old nil) or an update.
+func ValidateTerraformClusterTemplate(obj, old *infrav1.TerraformClusterTemplate) field.ErrorList {
+	spec := field.NewPath("spec", "template", "spec")
+	errs := validateClusterSpec(&obj.Spec.Template.Spec, spec)
+	errs = append(errs, validateTemplateMeta(&obj.Spec.Template.ObjectMeta, field.NewPath("spec", "template", "metadata"))...)
+	if old != nil && !dryRun(obj) && !apiequality.Semantic.DeepEqual(obj.Spec, old.Spec) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "a template is immutable: create a new template and point the Cluster (or ClusterClass) at it"))
+	}
+	return errs
+}
+
+// ValidateTerraformMachineTemplate validates a create (old nil) or an update.
+func ValidateTerraformMachineTemplate(obj, old *infrav1.TerraformMachineTemplate) field.ErrorList {
+	spec := field.NewPath("spec", "template", "spec")
+	errs := validateMachineSpec(&obj.Spec.Template.Spec, spec)
+	if obj.Spec.Template.Spec.ProviderID != "" {
+		errs = append(errs, field.Forbidden(spec.Child("providerID"), "a template cannot name a provider ID: each machine gets its own"))
+	}
+	errs = append(errs, validateTemplateMeta(&obj.Spec.Template.ObjectMeta, field.NewPath("spec", "template", "metadata"))...)
+	for name, q := range obj.Spec.Capacity {
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "capacity").Key(string(name)), q.String(), "must not be negative"))
+		}
+	}
+	if old != nil && !dryRun(obj) && !apiequality.Semantic.DeepEqual(obj.Spec, old.Spec) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "a template is immutable: create a new template and point the MachineDeployment (or ClusterClass) at it"))
+	}
+	return errs
+}
+
+func dryRun(obj metav1.Object) bool {
+	_, ok := obj.GetAnnotations()[DryRunAnnotation]
+	return ok
+}
+
+func validateClusterSpec(spec *infrav1.TerraformClusterSpec, path *field.Path) field.ErrorList {
+	errs := validateWorkspace(&spec.WorkspaceSpec, path)
+	switch spec.ApprovalPolicy {
+	case "", infrav1.ApprovalPolicyDestructive, infrav1.ApprovalPolicyManual:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("approvalPolicy"), spec.ApprovalPolicy, []infrav1.ApprovalPolicy{infrav1.ApprovalPolicyDestructive, infrav1.ApprovalPolicyManual}))
+	}
+	if ep := spec.ControlPlaneEndpoint; !ep.IsZero() {
+		if ep.Host == "" {
+			errs = append(errs, field.Required(path.Child("controlPlaneEndpoint", "host"), "is required with a port"))
+		}
+		if ep.Port < 1 || ep.Port > 65535 {
+			errs = append(errs, field.Invalid(path.Child("controlPlaneEndpoint", "port"), ep.Port, "must be between 1 and 65535"))
+		}
+	}
+	if spec.Defaults != nil && spec.Defaults.Jobs != nil {
+		errs = append(errs, validateJobPolicy(spec.Defaults.Jobs, path.Child("defaults", "jobs"))...)
+	}
+	return errs
+}
+
+func validateMachineSpec(spec *infrav1.TerraformMachineSpec, path *field.Path) field.ErrorList {
+	errs := validateWorkspace(&spec.WorkspaceSpec, path)
+	if spec.ProviderID != "" {
+		errs = append(errs, validateProviderIDs([]string{spec.ProviderID}, path.Child("providerID"))...)
+	}
+	return errs
+}
+
+func validateTemplateMeta(m *infrav1.TemplateMeta, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for k, v := range m.Labels {
+		for _, msg := range utilvalidation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(path.Child("labels").Key(k), k, msg))
+		}
+		for _, msg := range utilvalidation.IsValidLabelValue(v) {
+			errs = append(errs, field.Invalid(path.Child("labels").Key(k), v, msg))
+		}
+	}
+	for k := range m.Annotations {
+		for _, msg := range utilvalidation.IsQualifiedName(strings.ToLower(k)) {
+			errs = append(errs, field.Invalid(path.Child("annotations").Key(k), k, msg))
+		}
+	}
+	return errs
+}
+
+func validateProviderIDs(ids []string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, id := range ids {
+		p := path
+		if len(ids) > 1 || path.String() == "spec.providerIDList" {
+			p = path.Index(i)
+		}
+		scheme, rest, ok := strings.Cut(id, "://")
+		if !ok || scheme == "" || rest == "" {
+			errs = append(errs, field.Invalid(p, id, "must look like <provider>://<id>"))
+		}
+		if seen[id] {
+			errs = append(errs, field.Duplicate(p, id))
+		}
+		seen[id] = true
+	}
+	return errs
+}
+
+// validateWorkspace checks what every kind that runs Terraform shares.
+func validateWorkspace(ws *infrav1.WorkspaceSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateModule(&ws.Module, path.Child("module"))...)
+	errs = append(errs, validateVariables(ws.Variables, path.Child("variables"))...)
+	if ws.Jobs != nil {
+		errs = append(errs, validateJobPolicy(ws.Jobs, path.Child("jobs"))...)
+	}
+	if d := ws.Drift; d != nil {
+		if d.Interval != nil && (d.Interval.Duration < MinDriftInterval || d.Interval.Duration > MaxDriftInterval) {
+			errs = append(errs, field.Invalid(path.Child("drift", "interval"), d.Interval.Duration.String(),
+				fmt.Sprintf("must be between %s and %s", MinDriftInterval, MaxDriftInterval)))
+		}
+		switch d.Remediation {
+		case "", infrav1.DriftRemediationNone, infrav1.DriftRemediationApply:
+		default:
+			errs = append(errs, field.NotSupported(path.Child("drift", "remediation"), d.Remediation, []infrav1.DriftRemediation{infrav1.DriftRemediationNone, infrav1.DriftRemediationApply}))
+		}
+	}
+	return errs
+}
+
+func validateModule(m *infrav1.Module, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	set := 0
+	for _, b := range []bool{m.Source != "", m.ConfigMap != nil, m.Inline != ""} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("%d sources", set), "exactly one of source, configMap or inline must be set"))
+	}
+	if m.Version != "" {
+		// terraform init -from-module takes no version; a ref in the
+		// source pins one.
+		errs = append(errs, field.Forbidden(path.Child("version"), `is not supported: pin the module in the source instead, e.g. "git::https://example.com/modules.git//cluster?ref=v1.2.0"`))
+	}
+	if m.Source != "" && strings.TrimSpace(m.Source) != m.Source {
+		errs = append(errs, field.Invalid(path.Child("source"), m.Source, "must not start or end with white space"))
+	}
+	if m.ConfigMap != nil {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(m.ConfigMap.Name) {
+			errs = append(errs, field.Invalid(path.Child("configMap", "name"), m.ConfigMap.Name, msg))
+		}
+	}
+	return errs
+}
+
+func validateVariables(vars []infrav1.Variable, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, v := range vars {
+		p := path.Index(i)
+		switch {
+		case !variableName.MatchString(v.Name):
+			errs = append(errs, field.Invalid(p.Child("name"), v.Name, "must start with a letter or an underscore and hold only letters, digits, underscores and dashes (a Terraform variable name)"))
+		case strings.HasPrefix(v.Name, "captf_"):
+			errs = append(errs, field.Invalid(p.Child("name"), v.Name, "names starting with captf_ are reserved for the inputs CAPTF provides"))
+		case seen[v.Name]:
+			errs = append(errs, field.Duplicate(p.Child("name"), v.Name))
+		}
+		seen[v.Name] = true
+		if (v.Value != nil) == (v.ValueFrom != nil) {
+			errs = append(errs, field.Invalid(p, v.Name, "exactly one of value or valueFrom must be set"))
+		}
+		if v.ValueFrom != nil {
+			errs = append(errs, validateValueFrom(v.ValueFrom, p.Child("valueFrom"))...)
+		}
+	}
+	return errs
+}
+
+func validateValueFrom(src *infrav1.VariableSource, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if (src.SecretKeyRef != nil) == (src.ConfigMapKeyRef != nil) {
+		errs = append(errs, field.Invalid(path, "", "exactly one of secretKeyRef or configMapKeyRef must be set"))
+	}
+	check := func(p *field.Path, name, key string) {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(name) {
+			errs = append(errs, field.Invalid(p.Child("name"), name, msg))
+		}
+		for _, msg := range utilvalidation.IsConfigMapKey(key) {
+			errs = append(errs, field.Invalid(p.Child("key"), key, msg))
+		}
+	}
+	if ref := src.SecretKeyRef; ref != nil {
+		check(path.Child("secretKeyRef"), ref.Name, ref.Key)
+		if ref.Optional != nil && *ref.Optional {
+			errs = append(errs, field.Forbidden(path.Child("secretKeyRef", "optional"), "a Terraform input cannot be optional: a missing value would plan with a default silently"))
+		}
+	}
+	if ref := src.ConfigMapKeyRef; ref != nil {
+		check(path.Child("configMapKeyRef"), ref.Name, ref.Key)
+		if ref.Optional != nil && *ref.Optional {
+			errs = append(errs, field.Forbidden(path.Child("configMapKeyRef", "optional"), "a Terraform input cannot be optional: a missing value would plan with a default silently"))
+		}
+	}
+	switch src.Format {
+	case "", infrav1.ValueFormatString, infrav1.ValueFormatJSON:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("format"), src.Format, []infrav1.ValueFormat{infrav1.ValueFormatString, infrav1.ValueFormatJSON}))
+	}
+	return errs
+}
+
+func validateJobPolicy(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if r := jp.Resources; r != nil {
+		rp := path.Child("resources")
+		for name, q := range r.Requests {
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(rp.Child("requests").Key(string(name)), q.String(), "must not be negative"))
+			}
+			if limit, ok := r.Limits[name]; ok && q.Cmp(limit) > 0 {
+				errs = append(errs, field.Invalid(rp.Child("requests").Key(string(name)), q.String(), "must be less than or equal to the limit "+limit.String()))
+			}
+		}
+		for name, q := range r.Limits {
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(rp.Child("limits").Key(string(name)), q.String(), "must not be negative"))
+			}
+		}
+		if mem, ok := r.Limits[corev1.ResourceMemory]; ok && mem.Cmp(resource.MustParse("64Mi")) < 0 {
+			errs = append(errs, field.Invalid(rp.Child("limits").Key(string(corev1.ResourceMemory)), mem.String(), "must be at least 64Mi: terraform is killed below that"))
+		}
+	}
+	if d := jp.ActiveDeadlineSeconds; d != nil && *d <= 0 {
+		errs = append(errs, field.Invalid(path.Child("activeDeadlineSeconds"), *d, "must be greater than 0"))
+	}
+	if lt := jp.LockTimeout; lt != nil {
+		if lt.Duration <= 0 {
+			errs = append(errs, field.Invalid(path.Child("lockTimeout"), lt.Duration.String(), "must be greater than 0"))
+		}
+		deadline := time.Hour // the default deadline
+		if jp.ActiveDeadlineSeconds != nil {
+			deadline = time.Duration(*jp.ActiveDeadlineSeconds) * time.Second
+		}
+		if lt.Duration >= deadline {
+			errs = append(errs, field.Invalid(path.Child("lockTimeout"), lt.Duration.String(), fmt.Sprintf("must be shorter than the Job deadline (%s)", deadline)))
+		}
+	}
+	for _, l := range []struct {
+		name string
+		v    *int32
+	}{{"successfulJobsHistoryLimit", jp.SuccessfulJobsHistoryLimit}, {"failedJobsHistoryLimit", jp.FailedJobsHistoryLimit}} {
+		if l.v != nil && *l.v < 0 {
+			errs = append(errs, field.Invalid(path.Child(l.name), *l.v, "must be greater than or equal to 0"))
+		}
+	}
+	for k, v := range jp.NodeSelector {
+		for _, msg := range utilvalidation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(path.Child("nodeSelector").Key(k), k, msg))
+		}
+		for _, msg := range utilvalidation.IsValidLabelValue(v) {
+			errs = append(errs, field.Invalid(path.Child("nodeSelector").Key(k), v, msg))
+		}
+	}
+	for i, t := range jp.Tolerations {
+		p := path.Child("tolerations").Index(i)
+		if t.Operator == corev1.TolerationOpExists && t.Value != "" {
+			errs = append(errs, field.Invalid(p.Child("value"), t.Value, "must be empty when operator is Exists"))
+		}
+		if t.Key != "" {
+			for _, msg := range utilvalidation.IsQualifiedName(t.Key) {
+				errs = append(errs, field.Invalid(p.Child("key"), t.Key, msg))
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for i, e := range jp.Env {
+		p := path.Child("env").Index(i)
+		switch {
+		case len(utilvalidation.IsEnvVarName(e.Name)) > 0:
+			errs = append(errs, field.Invalid(p.Child("name"), e.Name, strings.Join(utilvalidation.IsEnvVarName(e.Name), "; ")))
+		case reservedEnv[e.Name] || strings.HasPrefix(e.Name, "CAPTF_") || strings.HasPrefix(e.Name, "TF_VAR_captf_"):
+			errs = append(errs, field.Forbidden(p.Child("name"), "is set by the runner"))
+		case seen[e.Name]:
+			errs = append(errs, field.Duplicate(p.Child("name"), e.Name))
+		}
+		seen[e.Name] = true
+	}
+	if sa := jp.ServiceAccountName; sa != "" {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(sa) {
+			errs = append(errs, field.Invalid(path.Child("serviceAccountName"), sa, msg))
+		}
+	}
+	return errs
+}
+
+// validateAnnotations checks the values of the captf.io/* annotations; gated
+// says whether the kind takes plan approvals (clusters only).
+func validateAnnotations(annotations map[string]string, gated bool, obj names.Object) field.ErrorList {
+	var errs field.ErrorList
+	path := field.NewPath("metadata", "annotations")
+	for _, key := range []string{infrav1.AnnotationApprovePlan, infrav1.AnnotationApproveDestructivePlan} {
+		v, ok := annotations[key]
+		if !ok {
+			continue
+		}
+		if !gated {
+			errs = append(errs, field.Forbidden(path.Key(key), "only a TerraformCluster's plans wait for approval: machines and pools are never gated"))
+			continue
+		}
+		if !planHash.MatchString(v) {
+			errs = append(errs, field.Invalid(path.Key(key), v, "must be a plan hash (16 lower-case hex digits) as status.lastPlan.hash shows it"))
+		}
+	}
+	if v, ok := annotations[infrav1.AnnotationRestoreState]; ok {
+		prefix := obj.Backup("")
+		if stamp, found := strings.CutPrefix(v, prefix); !found || !backupStamp.MatchString(stamp) {
+			errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationRestoreState), v, fmt.Sprintf("must name one of this object's state backups (%s<yyyymmdd-hhmmss>); list them with: kubectl get secrets -l %s=%s", prefix, names.LabelSecretType, names.SecretTypeBackup)))
+		}
+	}
+	if v, ok := annotations[infrav1.AnnotationAbandonInfrastructure]; ok && v != "true" && v != "false" {
+		errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationAbandonInfrastructure), v, `must be "true" or "false"`))
+	}
+	return errs
+}

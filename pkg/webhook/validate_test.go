@@ -1,0 +1,195 @@
+package webhook
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+func validCluster() *infrav1.TerraformCluster {
+	return &infrav1.TerraformCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: "ns"},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module:    infrav1.Module{Source: "git::https://example.com/m.git//cluster?ref=v1"},
+			Variables: []infrav1.Variable{{Name: "zones", Value: &runtime.RawExtension{Raw: []byte(`["a"]`)}}},
+		}},
+	}
+}
+
+// TestValidateTerraformCluster: each invalid case is refused with a message
+// naming the field.
+func TestValidateTerraformCluster(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*infrav1.TerraformCluster)
+		old    func(*infrav1.TerraformCluster)
+		want   string // "" = valid
+	}{
+		{name: "valid", change: func(*infrav1.TerraformCluster) {}},
+		{name: "two module sources", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Inline = "x" },
+			want: "spec.module: Invalid value: \"2 sources\": exactly one of source, configMap or inline must be set"},
+		{name: "no module source", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Source = "" },
+			want: "exactly one of source, configMap or inline"},
+		{name: "module version", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Version = "1.0.0" },
+			want: "spec.module.version: Forbidden: is not supported: pin the module in the source"},
+		{name: "configMap name", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Module = infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "Bad_Name"}}
+		}, want: "spec.module.configMap.name: Invalid value: \"Bad_Name\""},
+		{name: "duplicate variable", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables = append(tc.Spec.Variables, tc.Spec.Variables[0])
+		}, want: "spec.variables[1].name: Duplicate value: \"zones\""},
+		{name: "bad variable name", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Variables[0].Name = "9lives" },
+			want: "spec.variables[0].name: Invalid value: \"9lives\""},
+		{name: "reserved variable name", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Variables[0].Name = "captf_name" },
+			want: "spec.variables[0].name: Invalid value: \"captf_name\": names starting with captf_ are reserved"},
+		{name: "value and valueFrom", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables[0].ValueFrom = &infrav1.VariableSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}
+		}, want: "spec.variables[0]: Invalid value: \"zones\": exactly one of value or valueFrom must be set"},
+		{name: "valueFrom with both refs", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables[0].Value = nil
+			tc.Spec.Variables[0].ValueFrom = &infrav1.VariableSource{
+				SecretKeyRef:    &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"},
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "k"},
+			}
+		}, want: "spec.variables[0].valueFrom: Invalid value: \"\": exactly one of secretKeyRef or configMapKeyRef"},
+		{name: "valueFrom bad key", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables[0].Value = nil
+			tc.Spec.Variables[0].ValueFrom = &infrav1.VariableSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "a/b"}}
+		}, want: "spec.variables[0].valueFrom.secretKeyRef.key: Invalid value: \"a/b\""},
+		{name: "valueFrom optional", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables[0].Value = nil
+			tc.Spec.Variables[0].ValueFrom = &infrav1.VariableSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "k", Optional: ptr.To(true)}}
+		}, want: "spec.variables[0].valueFrom.configMapKeyRef.optional: Forbidden"},
+		{name: "request above limit", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{Resources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+			}}
+		}, want: "spec.jobs.resources.requests[memory]: Invalid value: \"4Gi\": must be less than or equal to the limit 2Gi"},
+		{name: "deadline zero", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{ActiveDeadlineSeconds: ptr.To[int64](0)}
+		}, want: "spec.jobs.activeDeadlineSeconds: Invalid value: 0: must be greater than 0"},
+		{name: "lock timeout beyond the default deadline", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{LockTimeout: &metav1.Duration{Duration: 2 * time.Hour}}
+		}, want: "spec.jobs.lockTimeout: Invalid value: \"2h0m0s\": must be shorter than the Job deadline (1h0m0s)"},
+		{name: "negative history", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{FailedJobsHistoryLimit: ptr.To[int32](-1)}
+		}, want: "spec.jobs.failedJobsHistoryLimit: Invalid value: -1"},
+		{name: "reserved env", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "TF_DATA_DIR", Value: "/x"}}}
+		}, want: "spec.jobs.env[0].name: Forbidden: is set by the runner"},
+		{name: "defaults validated too", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{SuccessfulJobsHistoryLimit: ptr.To[int32](-2)}}
+		}, want: "spec.defaults.jobs.successfulJobsHistoryLimit: Invalid value: -2"},
+		{name: "drift interval too short", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Second}}
+		}, want: "spec.drift.interval: Invalid value: \"1s\": must be between 10s and 168h0m0s"},
+		{name: "approval hash malformed", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationApprovePlan: "yes"}
+		}, want: "metadata.annotations[captf.io/approve-plan]: Invalid value: \"yes\": must be a plan hash"},
+		{name: "approval hash well formed", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationApproveDestructivePlan: "0123456789abcdef"}
+		}},
+		{name: "restore of another object's backup", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-other-backup-20261130-010203"}
+		}, want: "metadata.annotations[captf.io/restore-state]: Invalid value: \"tfc-other-backup-20261130-010203\": must name one of this object's state backups (tfc-work-backup-<yyyymmdd-hhmmss>)"},
+		{name: "restore of own backup", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-work-backup-20261130-010203-1"}
+		}},
+		{name: "abandon value", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "yes"}
+		}, want: "metadata.annotations[captf.io/abandon-infrastructure]: Invalid value: \"yes\": must be \"true\" or \"false\""},
+		{name: "endpoint changed once set",
+			old:    func(tc *infrav1.TerraformCluster) { tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "a", Port: 6443} },
+			change: func(tc *infrav1.TerraformCluster) { tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "b", Port: 6443} },
+			want:   "spec.controlPlaneEndpoint: Forbidden: is immutable once set"},
+		{name: "endpoint set the first time",
+			old:    func(tc *infrav1.TerraformCluster) {},
+			change: func(tc *infrav1.TerraformCluster) { tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "b", Port: 6443} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := validCluster()
+			tc.change(obj)
+			var old *infrav1.TerraformCluster
+			if tc.old != nil {
+				old = validCluster()
+				tc.old(old)
+			}
+			checkErrors(t, ValidateTerraformCluster(obj, old).ToAggregate(), tc.want)
+		})
+	}
+}
+
+func checkErrors(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("refused a valid object: %v", err)
+	case want != "" && err == nil:
+		t.Errorf("admitted, want %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Errorf("got %q, want it to contain %q", err, want)
+	}
+}
+
+// TestValidateTemplatesImmutable: a template's spec does not change, except
+// in ClusterClass's dry runs.
+func TestValidateTemplatesImmutable(t *testing.T) {
+	old := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
+	old.Spec.Template.Spec.Module.Inline = "a"
+	changed := old.DeepCopy()
+	changed.Spec.Template.Spec.Module.Inline = "b"
+	checkErrors(t, ValidateTerraformMachineTemplate(changed, nil).ToAggregate(), "")
+	checkErrors(t, ValidateTerraformMachineTemplate(changed, old).ToAggregate(), "spec: Forbidden: a template is immutable")
+	changed.Annotations = map[string]string{DryRunAnnotation: ""}
+	checkErrors(t, ValidateTerraformMachineTemplate(changed, old).ToAggregate(), "")
+	relabelled := old.DeepCopy()
+	relabelled.Labels = map[string]string{"a": "b"}
+	checkErrors(t, ValidateTerraformMachineTemplate(relabelled, old).ToAggregate(), "")
+	withID := old.DeepCopy()
+	withID.Spec.Template.Spec.ProviderID = "local:///x"
+	checkErrors(t, ValidateTerraformMachineTemplate(withID, nil).ToAggregate(), "spec.template.spec.providerID: Forbidden")
+
+	oldC := &infrav1.TerraformClusterTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
+	oldC.Spec.Template.Spec.Module.Inline = "a"
+	changedC := oldC.DeepCopy()
+	changedC.Spec.Template.Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+	checkErrors(t, ValidateTerraformClusterTemplate(changedC, oldC).ToAggregate(), "spec: Forbidden: a template is immutable")
+	badC := oldC.DeepCopy()
+	badC.Spec.Template.Spec.Module.Source = "x"
+	checkErrors(t, ValidateTerraformClusterTemplate(badC, nil).ToAggregate(), "spec.template.spec.module: Invalid value")
+}
+
+func TestValidateMachineAndPool(t *testing.T) {
+	m := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}}
+	m.Spec.Module.Inline = "a"
+	checkErrors(t, ValidateTerraformMachine(m, nil).ToAggregate(), "")
+	gated := m.DeepCopy()
+	gated.Annotations = map[string]string{infrav1.AnnotationApprovePlan: "0123456789abcdef"}
+	checkErrors(t, ValidateTerraformMachine(gated, nil).ToAggregate(), "metadata.annotations[captf.io/approve-plan]: Forbidden: only a TerraformCluster's plans wait for approval")
+	badID := m.DeepCopy()
+	badID.Spec.ProviderID = "no-scheme"
+	checkErrors(t, ValidateTerraformMachine(badID, nil).ToAggregate(), "spec.providerID: Invalid value: \"no-scheme\": must look like <provider>://<id>")
+	set := m.DeepCopy()
+	set.Spec.ProviderID = "local:///a"
+	moved := set.DeepCopy()
+	moved.Spec.ProviderID = "local:///b"
+	checkErrors(t, ValidateTerraformMachine(moved, set).ToAggregate(), "spec.providerID: Forbidden: is immutable once set")
+
+	p := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	p.Spec.Module.Inline = "a"
+	p.Spec.ProviderIDList = []string{"local:///a", "local:///a"}
+	checkErrors(t, ValidateTerraformMachinePool(p, nil).ToAggregate(), "spec.providerIDList[1]: Duplicate value: \"local:///a\"")
+	p.Spec.ProviderIDList = []string{"local:///a", "local:///b"}
+	p.Spec.Drift = &infrav1.DriftPolicy{Remediation: "Now"}
+	checkErrors(t, ValidateTerraformMachinePool(p, nil).ToAggregate(), "spec.drift.remediation: Unsupported value: \"Now\"")
+}
