@@ -22,5 +22,5 @@ kube::codegen::gen_client --with-watch \
   --boilerplate hack/boilerplate.go.txt ./pkg/apis
 
 (cd hack/tools && go build -o "${GOBIN}/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen)
-rm -f manifests/crd/*.yaml
+rm -f manifests/crd/infrastructure.cluster.x-k8s.io_*.yaml
 "${GOBIN}/controller-gen" crd:maxDescLen=400 paths=./pkg/apis/... output:crd:dir=./manifests/crd

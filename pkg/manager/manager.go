@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/dynamic"
@@ -40,6 +42,7 @@ import (
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/version"
+	"github.com/captf/captf/pkg/webhook"
 )
 
 // Options are the manager's flags.
@@ -83,7 +86,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.DriftDefaultInterval, "drift-default-interval", 30*time.Minute, "drift check interval of objects that set none")
 	fs.IntVar(&o.StateBackups, "state-backups", 5, "state backups kept per object")
 	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
-	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's certificate and key")
 	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "file name of the webhook certificate")
 	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "file name of the webhook key")
@@ -124,6 +127,11 @@ func Main(args []string) error {
 	cfg.UserAgent = "captf-manager/" + version.Version
 
 	m := &manager{options: o}
+	if o.WebhookPort != 0 {
+		if m.webhook, err = startWebhook(ctx, o, cfg, podNamespace, serviceAccount); err != nil {
+			return err
+		}
+	}
 	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if err := m.serveProbes(ctx, health); err != nil {
 		return err
@@ -178,6 +186,33 @@ func Main(args []string) error {
 type manager struct {
 	options Options
 	ready   atomic.Bool
+	webhook *webhook.Server // nil with --webhook-port=0
+}
+
+// startWebhook serves the validating webhook; it runs on every replica.
+func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace, serviceAccount string) (*webhook.Server, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h := &webhook.Handler{
+		ClusterPaused: func(ctx context.Context, namespace, name string) (bool, error) {
+			cluster, err := dyn.Resource(clustersGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused")
+			return paused, nil
+		},
+	}
+	if podNamespace != "" && serviceAccount != "" {
+		h.ManagerUser = "system:serviceaccount:" + podNamespace + ":" + serviceAccount
+	}
+	srv := webhook.NewServer(o.WebhookPort, o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, h.Mux())
+	return srv, srv.Start(ctx)
 }
 
 var (
@@ -304,6 +339,12 @@ func (m *manager) serveProbes(ctx context.Context, health *leaderelection.Health
 		if !m.ready.Load() {
 			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
 			return
+		}
+		if m.webhook != nil {
+			if err := m.webhook.Ready(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		fmt.Fprintln(w, "ok")
 	})

@@ -68,7 +68,16 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 			Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")}}); setupErr != nil {
 			return
 		}
-		_, setupErr = plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: plane.Dir})
+		var mgr *framework.Manager
+		if mgr, setupErr = plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: plane.Dir}); setupErr != nil {
+			return
+		}
+		if setupErr = mgr.WaitReady(ctx); setupErr != nil {
+			return
+		}
+		// The webhook guards every write, CAPI's and the manager's own
+		// provider ID writes included.
+		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move")
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)

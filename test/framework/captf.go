@@ -78,6 +78,9 @@ type Manager struct {
 	ProbeAddr string
 	// MetricsAddr serves /metrics.
 	MetricsAddr string
+	// WebhookAddr serves the webhook over TLS with WebhookCert.
+	WebhookAddr string
+	WebhookCert *WebhookCert
 }
 
 // ManagerOptions configure StartManager.
@@ -99,14 +102,19 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 	if err := WriteKubeconfig(kubeconfig, cfg, "captf"); err != nil {
 		return nil, err
 	}
-	ports, err := FreePorts(2)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{done: make(chan struct{}), LogFile: filepath.Join(o.Dir, "manager.log"),
-		ProbeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+		ProbeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		WebhookAddr: fmt.Sprintf("127.0.0.1:%d", ports[2])}
+	if m.WebhookCert, err = NewWebhookCert(filepath.Join(o.Dir, "webhook-certs")); err != nil {
+		return nil, err
+	}
 	args := append([]string{"manager", "--kubeconfig=" + kubeconfig, "--runner-image=captf:local",
-		"--health-probe-bind-address=" + m.ProbeAddr, "--metrics-bind-address=" + m.MetricsAddr, "-v=2"}, o.Args...)
+		"--health-probe-bind-address=" + m.ProbeAddr, "--metrics-bind-address=" + m.MetricsAddr,
+		fmt.Sprintf("--webhook-port=%d", ports[2]), "--webhook-cert-dir=" + m.WebhookCert.Dir, "-v=2"}, o.Args...)
 	out, err := os.Create(m.LogFile)
 	if err != nil {
 		return nil, err
@@ -165,6 +173,24 @@ func (m *Manager) Ready() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// WaitReady waits up to a minute for /readyz: informers synced and the
+// webhook serving.
+func (m *Manager) WaitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for !m.Ready() {
+		if m.Exited() {
+			return fmt.Errorf("the manager exited; log: %s", m.LogFile)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the manager is not ready after a minute; log: %s", m.LogFile)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // LogContains reports whether the manager logged s.

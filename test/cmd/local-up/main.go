@@ -77,6 +77,12 @@ func run() error {
 		return err
 	}
 	defer mgr.Stop()
+	if err := mgr.WaitReady(ctx); err != nil {
+		return err
+	}
+	if _, err := cp.RegisterWebhook(ctx, "captf-validating-webhook-configuration", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "demo"); err != nil {
+		return err
+	}
 
 	step("applying examples/quickstart (a Cluster, its TerraformCluster and a MachineDeployment of 2 TerraformMachines)")
 	instances := filepath.Join(cp.Dir, "instances")
