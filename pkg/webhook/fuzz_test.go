@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-
 )
 
 // FuzzAdmissionReview: any request body gets an HTTP answer, never a panic;
@@ -64,4 +63,3 @@ func fuzzKind[T any, E any](obj, old []byte, validate func(obj, old *T) E) {
 		validate(o, p)
 	}
 }
-

@@ -108,12 +108,18 @@ func TestValidateTerraformCluster(t *testing.T) {
 			tc.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "yes"}
 		}, want: "metadata.annotations[captf.io/abandon-infrastructure]: Invalid value: \"yes\": must be \"true\" or \"false\""},
 		{name: "endpoint changed once set",
-			old:    func(tc *infrav1.TerraformCluster) { tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "a", Port: 6443} },
-			change: func(tc *infrav1.TerraformCluster) { tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "b", Port: 6443} },
-			want:   "spec.controlPlaneEndpoint: Forbidden: is immutable once set"},
+			old: func(tc *infrav1.TerraformCluster) {
+				tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "a", Port: 6443}
+			},
+			change: func(tc *infrav1.TerraformCluster) {
+				tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "b", Port: 6443}
+			},
+			want: "spec.controlPlaneEndpoint: Forbidden: is immutable once set"},
 		{name: "endpoint set the first time",
-			old:    func(tc *infrav1.TerraformCluster) {},
-			change: func(tc *infrav1.TerraformCluster) { tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "b", Port: 6443} }},
+			old: func(tc *infrav1.TerraformCluster) {},
+			change: func(tc *infrav1.TerraformCluster) {
+				tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "b", Port: 6443}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -102,4 +102,3 @@ func (cp *ControlPlane) SetWebhookCABundle(ctx context.Context, name string, caB
 	_, err = cp.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
 	return err
 }
-
