@@ -120,7 +120,9 @@ func TestShippedManifests(t *testing.T) {
 		(pod.Volumes[i].Secret.Optional != nil && *pod.Volumes[i].Secret.Optional) {
 		t.Errorf("the webhook certificate Secret is not mounted (non-optional) at --webhook-cert-dir %q", certDir)
 	}
-	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == service.Spec.Ports[0].TargetPort.StrVal && p.ContainerPort == 9443 }) {
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == service.Spec.Ports[0].TargetPort.StrVal && p.ContainerPort == 9443
+	}) {
 		t.Errorf("the Service targets port %q, which the container does not name as 9443", service.Spec.Ports[0].TargetPort.StrVal)
 	}
 	for k, v := range service.Spec.Selector {
