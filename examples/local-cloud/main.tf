@@ -41,20 +41,33 @@ variable "state_padding_kib" {
   description = "Random data kept in state, for tests of big states."
 }
 
+locals {
+  paths    = [for i in range(var.instances) : "${var.instance_dir}/${var.captf_cluster_name}-${i}"]
+  contents = [for i in range(var.instances) : "zone=${var.zones[i % length(var.zones)]}"]
+  # Like a cloud API, the plan looks at the instances as they are: one that
+  # is gone or changed out of band is replaced (drift). Each instance keeps
+  # a hidden generation file so that the plan after a repair is clean.
+  generation_files = [for p in local.paths : "${dirname(p)}/.${basename(p)}.generation"]
+  generations      = [for f in local.generation_files : fileexists(f) ? tonumber(trimspace(file(f))) : 0]
+  healthy          = [for i, p in local.paths : fileexists(p) ? trimspace(file(p)) == local.contents[i] : false]
+}
+
 resource "terraform_data" "instance" {
   count = var.instances
   input = {
-    path = "${var.instance_dir}/${var.captf_cluster_name}-${count.index}"
-    zone = var.zones[count.index % length(var.zones)]
+    path       = local.paths[count.index]
+    generation = local.generation_files[count.index]
+    zone       = var.zones[count.index % length(var.zones)]
   }
+  triggers_replace = local.healthy[count.index] ? local.generations[count.index] : local.generations[count.index] + 1
 
   provisioner "local-exec" {
-    command = "sleep ${var.sleep_seconds}; mkdir -p '${var.instance_dir}' && echo 'zone=${self.input.zone}' > '${self.input.path}'"
+    command = "sleep ${var.sleep_seconds}; mkdir -p '${var.instance_dir}' && echo 'zone=${self.input.zone}' > '${self.input.path}' && echo '${self.triggers_replace}' > '${self.input.generation}'"
   }
 
   provisioner "local-exec" {
     when    = destroy
-    command = "rm -f '${self.input.path}'"
+    command = "rm -f '${self.input.path}' '${self.input.generation}'"
   }
 }
 

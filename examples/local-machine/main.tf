@@ -19,14 +19,25 @@ variable "instance_dir" {
   type = string
 }
 
+locals {
+  path = "${var.instance_dir}/${var.captf_name}"
+  # The plan looks at the machine as it is: one removed out of band is
+  # replaced (drift). The hidden generation file keeps the plan after a
+  # repair clean.
+  generation_file = "${var.instance_dir}/.${var.captf_name}.generation"
+  generation      = fileexists(local.generation_file) ? tonumber(trimspace(file(local.generation_file))) : 0
+}
+
 resource "terraform_data" "instance" {
   input = {
-    path      = "${var.instance_dir}/${var.captf_name}"
-    bootstrap = var.captf_bootstrap_data
+    path       = local.path
+    generation = local.generation_file
+    bootstrap  = var.captf_bootstrap_data
   }
+  triggers_replace = fileexists(local.path) ? local.generation : local.generation + 1
 
   provisioner "local-exec" {
-    command = "mkdir -p '${var.instance_dir}' && printf '%s' \"$BOOTSTRAP\" > '${self.input.path}'"
+    command = "mkdir -p '${var.instance_dir}' && printf '%s' \"$BOOTSTRAP\" > '${self.input.path}' && echo '${self.triggers_replace}' > '${self.input.generation}'"
     environment = {
       BOOTSTRAP = self.input.bootstrap
     }
@@ -34,7 +45,7 @@ resource "terraform_data" "instance" {
 
   provisioner "local-exec" {
     when    = destroy
-    command = "rm -f '${self.input.path}'"
+    command = "rm -f '${self.input.path}' '${self.input.generation}'"
   }
 }
 

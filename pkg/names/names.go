@@ -26,6 +26,9 @@ const (
 	LabelInputsHash = "captf.io/inputs-hash"
 	// LabelAttempt numbers the Jobs of one operation and inputs hash.
 	LabelAttempt = "captf.io/attempt"
+	// LabelApprovedPlan on an apply Job is the plan hash an approval let it
+	// apply.
+	LabelApprovedPlan = "captf.io/approved-plan"
 	// LabelSecretType says what a Secret holds: see the SecretType* values.
 	LabelSecretType = "captf.io/secret-type"
 	// LabelAbandoned marks state and backups left behind on purpose by

@@ -36,10 +36,19 @@ func Main(args []string) error {
 	fs.IntVar(&c.StateBackups, "state-backups", 5, "state backups to keep")
 	fs.DurationVar(&c.LockTimeout, "lock-timeout", 5*time.Minute, "how long to wait for the state lock")
 	fs.BoolVar(&c.UseDurableInputs, "durable-inputs", false, "use the inputs of the last successful apply")
+	var gate string
+	fs.StringVar(&gate, "gate", "", "approval policy of an apply: Destructive or Manual (default: apply every plan)")
+	fs.StringVar(&c.ApprovedPlan, "approved-plan", "", "plan hash captf.io/approve-plan names")
+	fs.StringVar(&c.ApprovedDestructivePlan, "approved-destructive-plan", "", "plan hash captf.io/approve-destructive-plan names")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c.ObjectUID, c.Operation = types.UID(uid), infrav1.Operation(op)
+	c.ObjectUID, c.Operation, c.Gate = types.UID(uid), infrav1.Operation(op), infrav1.ApprovalPolicy(gate)
+	switch c.Gate {
+	case "", infrav1.ApprovalPolicyDestructive, infrav1.ApprovalPolicyManual:
+	default:
+		return fmt.Errorf("--gate=%s: want Destructive or Manual", gate)
+	}
 	c.Pod, c.PodUID = os.Getenv("POD_NAME"), types.UID(os.Getenv("POD_UID"))
 	if c.Namespace == "" || c.ObjectKind == "" || c.ObjectName == "" || c.ObjectUID == "" || c.Operation == "" || c.Job == "" || c.Pod == "" {
 		return errors.New("--namespace, --object-kind, --object-name, --object-uid, --operation, --job and env POD_NAME are required")

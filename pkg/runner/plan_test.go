@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	tfjson "github.com/hashicorp/terraform-json"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
 
 func change(addr string, after any, actions ...tfjson.Action) *tfjson.ResourceChange {
@@ -42,5 +44,35 @@ func TestSummarizePlan(t *testing.T) {
 	empty, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("e.v", nil, noop)}})
 	if empty.HasChanges() || empty.Destructive() {
 		t.Errorf("a no-op plan reports changes: %+v", empty.Summary)
+	}
+}
+
+func TestApproval(t *testing.T) {
+	const h = "0123456789abcdef"
+	add := &Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1}}
+	replace := &Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1, Replace: 1}}
+	none := &Plan{Hash: h}
+	cases := []struct {
+		name                   string
+		plan                   *Plan
+		gate                   infrav1.ApprovalPolicy
+		approved, approvedDest string
+		want                   string
+	}{
+		{"machines are never gated", replace, "", "", "", ""},
+		{"default policy applies a harmless plan", add, infrav1.ApprovalPolicyDestructive, "", "", ""},
+		{"default policy stops a replacement", replace, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},
+		{"approve-plan is not enough for a replacement", replace, infrav1.ApprovalPolicyDestructive, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"the destructive approval of this plan", replace, infrav1.ApprovalPolicyDestructive, "", h, ""},
+		{"the destructive approval of another plan", replace, infrav1.ApprovalPolicyDestructive, "", "fedcba9876543210", infrav1.AnnotationApproveDestructivePlan},
+		{"manual policy stops any change", add, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
+		{"manual policy with its approval", add, infrav1.ApprovalPolicyManual, h, "", ""},
+		{"manual policy, a replacement needs the destructive approval", replace, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"no changes apply under any policy", none, infrav1.ApprovalPolicyManual, "", "", ""},
+	}
+	for _, tc := range cases {
+		if got := tc.plan.Approval(tc.gate, tc.approved, tc.approvedDest); got != tc.want {
+			t.Errorf("%s: Approval = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -52,6 +52,11 @@ type Config struct {
 	// UseDurableInputs runs with the inputs of the last successful apply
 	// (destroy) instead of the run's own.
 	UseDurableInputs bool
+	// Gate is the approval policy of an apply ("" applies every plan);
+	// ApprovedPlan and ApprovedDestructivePlan are the hashes the object's
+	// approval annotations name.
+	Gate                                  infrav1.ApprovalPolicy
+	ApprovedPlan, ApprovedDestructivePlan string
 }
 
 // Runner runs one operation.
@@ -90,9 +95,10 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	}()
 
 	err := r.run(ctx, res)
-	if err != nil {
+	switch {
+	case err != nil:
 		res.Error = excerpt(err.Error())
-	} else {
+	case res.Outcome != OutcomeBlocked:
 		res.Outcome = OutcomeSucceeded
 	}
 	r.mu.Lock()
@@ -191,6 +197,13 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 		"destroy", res.Plan.Summary.Destroy, "replace", res.Plan.Summary.Replace)
 	if r.Config.Operation == infrav1.OperationDrift {
 		return nil
+	}
+	if r.Config.Operation == infrav1.OperationApply {
+		if needed := res.Plan.Approval(r.Config.Gate, r.Config.ApprovedPlan, r.Config.ApprovedDestructivePlan); needed != "" {
+			logger.Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
+			res.Outcome, res.Stage = OutcomeBlocked, "gate"
+			return nil
+		}
 	}
 	res.Stage = string(r.Config.Operation)
 	if _, err := r.exec(ctx, tf, dir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {

@@ -30,6 +30,8 @@ type Module struct {
 const (
 	OutcomeSucceeded = "Succeeded"
 	OutcomeFailed    = "Failed"
+	// OutcomeBlocked: the plan waits for an approval; nothing was applied.
+	OutcomeBlocked = "Blocked"
 )
 
 // Result is what a runner reports to the manager.

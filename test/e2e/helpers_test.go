@@ -232,7 +232,9 @@ func (e *env) instanceFiles() []string {
 	entries, _ := os.ReadDir(e.instances)
 	var out []string
 	for _, en := range entries {
-		out = append(out, en.Name())
+		if !strings.HasPrefix(en.Name(), ".") { // the modules' generation files
+			out = append(out, en.Name())
+		}
 	}
 	return out
 }

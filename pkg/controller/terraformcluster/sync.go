@@ -74,6 +74,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	s := &syncCtx{tc: cached.DeepCopy(), key: key}
 	original := cached.Status.DeepCopy()
 	s.run = c.engine.NewRun(s.tc, nil)
+	s.run.Gate = workspace.GateOf(s.tc, s.tc.Spec.ApprovalPolicy)
 	s.cluster = c.ownerCluster(cached)
 
 	err = c.reconcile(ctx, s)

@@ -1,6 +1,7 @@
 package util
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strconv"
@@ -90,6 +91,10 @@ type JobSpec struct {
 	Policy      Policy
 	Backups     int
 	DurableOnly bool // run with the durable inputs (destroy)
+	// Gate is the approval policy of an apply and the plan hashes the
+	// object's approvals name (TerraformCluster only).
+	Gate                                  infrav1.ApprovalPolicy
+	ApprovedPlan, ApprovedDestructivePlan string
 }
 
 // RunnerCommand is the runner's entrypoint in the image.
@@ -133,6 +138,18 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	}
 	if s.DurableOnly {
 		args = append(args, "--durable-inputs")
+	}
+	if s.Gate != "" {
+		if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); approved != "" {
+			labels[names.LabelApprovedPlan] = approved
+		}
+		args = append(args, "--gate="+string(s.Gate))
+		if s.ApprovedPlan != "" {
+			args = append(args, "--approved-plan="+s.ApprovedPlan)
+		}
+		if s.ApprovedDestructivePlan != "" {
+			args = append(args, "--approved-destructive-plan="+s.ApprovedDestructivePlan)
+		}
 	}
 	env := []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

@@ -69,6 +69,9 @@ type Run struct {
 	Key    cache.ObjectName
 	Policy util.Policy
 	Jobs   []*batchv1.Job // of this object, newest first
+	// Gate holds a TerraformCluster's approval policy and approvals; nil
+	// for machines and pools, which are never gated.
+	Gate *Gate
 	// Requeue asks for a sync after this long.
 	Requeue time.Duration
 }
@@ -111,6 +114,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	latest := latestJob(r.Jobs, infrav1.OperationApply, in.Hash)
 	if latest == nil {
 		if st.AppliedInputsHash == in.Hash {
+			e.noPlanWaiting(r)
 			return nil, nil, nil // applied, and its Jobs are gone from history
 		}
 		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
@@ -118,6 +122,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	_, succeeded := util.JobFinished(latest)
 	if succeeded && st.AppliedInputsHash == in.Hash {
 		e.RecordJob(r, latest, runner.OutcomeSucceeded)
+		e.noPlanWaiting(r)
 		return nil, nil, nil
 	}
 	res, rerr := e.readResult(ctx, r, latest)
@@ -125,6 +130,18 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		if rerr != nil {
 			return nil, nil, rerr
 		}
+		if res.Outcome == runner.OutcomeBlocked && res.Plan != nil {
+			e.RecordJob(r, latest, runner.OutcomeBlocked)
+			if g := r.Gate; g != nil && res.Plan.Approval(g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan) == "" {
+				// Approved: plan again, and apply only if the plan is
+				// still the approved one.
+				e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, "PlanApproved", "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
+				return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, util.Attempt(latest)+1, in.SecretData())
+			}
+			e.blocked(r, latest, res.Plan)
+			return nil, nil, nil
+		}
+		e.noPlanWaiting(r)
 		return res, latest, nil
 	}
 	e.RecordJob(r, latest, runner.OutcomeFailed)
@@ -249,8 +266,12 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 		}
 		return err
 	}
-	job := util.BuildJob(util.JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
-		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil})
+	spec := util.JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
+		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil}
+	if g := r.Gate; g != nil && op == infrav1.OperationApply {
+		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
+	}
+	job := util.BuildJob(spec)
 	if data != nil {
 		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
 			return err

@@ -102,7 +102,9 @@ func run() error {
 	files, _ := os.ReadDir(instances)
 	var fileNames []string
 	for _, f := range files {
-		fileNames = append(fileNames, f.Name())
+		if !strings.HasPrefix(f.Name(), ".") {
+			fileNames = append(fileNames, f.Name())
+		}
 	}
 	var domains []string
 	for _, fd := range tc.Status.FailureDomains {

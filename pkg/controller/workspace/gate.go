@@ -1,0 +1,106 @@
+package workspace
+
+import (
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Reasons of the approval conditions.
+const (
+	ReasonAwaitingApproval       = "AwaitingApproval"
+	ReasonApprovalForAnotherPlan = "ApprovalForAnotherPlan"
+	ReasonPlanChanged            = "PlanChanged"
+	ReasonNoPlanAwaitingApproval = "NoPlanAwaitingApproval"
+)
+
+// Gate is an object's approval policy and the approvals its annotations
+// hold.
+type Gate struct {
+	Policy                                infrav1.ApprovalPolicy
+	ApprovedPlan, ApprovedDestructivePlan string
+}
+
+// GateOf reads obj's approvals. An approval of the plan applied last is
+// dropped: an approved plan applies once.
+func GateOf(obj Object, policy infrav1.ApprovalPolicy) *Gate {
+	if policy == "" {
+		policy = infrav1.ApprovalPolicyDestructive
+	}
+	applied := obj.WorkspaceStatus().AppliedPlanHash
+	approval := func(key string) string {
+		if v := obj.GetAnnotations()[key]; v != applied {
+			return v
+		}
+		return ""
+	}
+	return &Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
+		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan)}
+}
+
+// blocked reports a plan that waits for an approval: the condition of its
+// kind says what it would do and the exact command that approves it.
+func (e *Engine) blocked(r *Run, job *batchv1.Job, plan *runner.Plan) {
+	obj, g := r.Obj, r.Gate
+	needed := plan.Approval(g.Policy, "", "")
+	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
+	what := "changes resources"
+	if needed == infrav1.AnnotationApproveDestructivePlan {
+		condType, other = other, condType
+		what = "deletes or replaces resources"
+	}
+	reason := ReasonAwaitingApproval
+	var prefix string
+	given := obj.GetAnnotations()[needed]
+	switch approved := job.Labels[names.LabelApprovedPlan]; {
+	case approved != "" && approved != plan.Hash:
+		reason, prefix = ReasonPlanChanged, fmt.Sprintf("The approved plan %s is no longer what terraform plans. ", approved)
+	case given != "" && given != plan.Hash:
+		reason, prefix = ReasonApprovalForAnotherPlan, fmt.Sprintf("%s names %s, which is not the plan waiting. ", needed, given)
+	}
+	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
+		prefix, plan.Hash, what, PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
+	st := obj.WorkspaceStatus()
+	if c := meta.FindStatusCondition(st.Conditions, condType); c == nil || c.Status != metav1.ConditionTrue || c.Message != msg {
+		e.Recorder.Event(obj, corev1.EventTypeWarning, condType, msg)
+	}
+	SetCondition(obj, condType, metav1.ConditionTrue, reason, msg)
+	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(finishTime(job))}
+	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		// What is provisioned keeps serving while a change waits.
+		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change waits for approval (%s)", st.AppliedPlanHash, condType))
+		return
+	}
+	e.SetReady(r, metav1.ConditionFalse, condType, msg)
+}
+
+// noPlanWaiting clears the approval conditions of a gated object.
+func (e *Engine) noPlanWaiting(r *Run) {
+	if r.Gate == nil {
+		return
+	}
+	SetCondition(r.Obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	SetCondition(r.Obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+}
+
+// PlanSummaryText is a plan's counts and the addresses it names.
+func PlanSummaryText(s infrav1.PlanSummary) string {
+	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
+	var parts []string
+	for _, r := range s.Resources {
+		parts = append(parts, r.Action+" "+r.Address)
+	}
+	if len(parts) > 0 {
+		text += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return text
+}
