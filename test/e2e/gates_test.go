@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/names"
+)
+
+// gated creates a TerraformCluster that keeps its Jobs for counting.
+func (e *env) gated(name string, policy infrav1.ApprovalPolicy, vars map[string]any) {
+	tc := e.localCloud(name, e.newCluster(name, false), vars)
+	tc.Spec.ApprovalPolicy = policy
+	keep := int32(20)
+	tc.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
+	e.create(tc)
+}
+
+func waitCondition(e *env, name, condType, what string, ok func(*metav1.Condition, *infrav1.TerraformCluster) bool) *infrav1.TerraformCluster {
+	e.t.Helper()
+	return e.waitFor(name, 2*time.Minute, what, func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, condType)
+		return c != nil && ok(c, tc)
+	})
+}
+
+func (e *env) approve(name, annotation, hash string) {
+	e.t.Helper()
+	e.update(name, func(tc *infrav1.TerraformCluster) {
+		if tc.Annotations == nil {
+			tc.Annotations = map[string]string{}
+		}
+		tc.Annotations[annotation] = hash
+	})
+}
+
+func approvedJobs(jobs []batchv1.Job, hash string) int {
+	n := 0
+	for _, j := range jobs {
+		if j.Labels[names.LabelApprovedPlan] == hash {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDestructivePlanGate: under the default policy a plan that destroys or
+// replaces waits for approve-destructive-plan naming its hash; an approval
+// of a stale hash applies nothing; the approved plan applies exactly once.
+func TestDestructivePlanGate(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.gated("gated", "", map[string]any{"instances": 2})
+	e.waitFor("gated", 2*time.Minute, "Ready", isReady)
+
+	// Removing an instance destroys it: the plan stops.
+	e.update("gated", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
+	})
+	tc := waitCondition(e, "gated", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	h1 := tc.Status.LastPlan.Hash
+	msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message
+	for _, want := range []string{"Plan " + h1 + " deletes or replaces resources: 0 to add, 0 to change, 1 to destroy, 0 to replace (destroy terraform_data.instance[1])",
+		"kubectl annotate terraformcluster -n " + e.ns + " gated captf.io/approve-destructive-plan=" + h1 + " --overwrite"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("DestructivePlanBlocked message %q does not contain %q", msg, want)
+		}
+	}
+	if !isReady(tc) {
+		t.Errorf("a provisioned cluster with a blocked change is not Ready: %+v", condition(tc, infrav1.ConditionReady))
+	}
+	if files := e.instanceFiles(); len(files) != 2 {
+		t.Fatalf("instances %v while the destroy waits for approval, want both kept", files)
+	}
+
+	// Another change (a new zone replaces the instance): a new plan waits.
+	e.update("gated", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances, "zones": []string{"zone-x"}})
+	})
+	tc = waitCondition(e, "gated", infrav1.ConditionDestructivePlanBlocked, "a new plan", func(c *metav1.Condition, tc *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue && tc.Status.LastPlan.Hash != h1
+	})
+	h2 := tc.Status.LastPlan.Hash
+	if s := tc.Status.LastPlan.Summary; s.Destroy != 1 || s.Replace != 1 {
+		t.Errorf("plan %s summary %+v, want 1 destroy and 1 replace", h2, s)
+	}
+
+	// Approving the stale plan applies nothing; the gate names the new one.
+	applies := len(e.jobs("apply"))
+	e.approve("gated", infrav1.AnnotationApproveDestructivePlan, h1)
+	tc = waitCondition(e, "gated", infrav1.ConditionDestructivePlanBlocked, "the stale approval refused", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Reason == workspace.ReasonApprovalForAnotherPlan
+	})
+	if msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message; !strings.Contains(msg, "names "+h1+", which is not the plan waiting") || !strings.Contains(msg, "approve-destructive-plan="+h2) {
+		t.Errorf("after a stale approval the condition says %q", msg)
+	}
+	time.Sleep(3 * time.Second)
+	if n := len(e.jobs("apply")); n != applies {
+		t.Errorf("a stale approval started %d apply Jobs", n-applies)
+	}
+	if files := e.instanceFiles(); len(files) != 2 {
+		t.Errorf("instances %v after a stale approval, want both kept", files)
+	}
+
+	// Approving the waiting plan applies it, once.
+	e.approve("gated", infrav1.AnnotationApproveDestructivePlan, h2)
+	tc = e.waitFor("gated", 2*time.Minute, "the approved plan applied", func(tc *infrav1.TerraformCluster) bool {
+		return tc.Status.AppliedPlanHash == h2 && isReady(tc)
+	})
+	if c := condition(tc, infrav1.ConditionDestructivePlanBlocked); c.Status != metav1.ConditionFalse {
+		t.Errorf("DestructivePlanBlocked after the apply: %+v", c)
+	}
+	files := e.instanceFiles()
+	content, _ := os.ReadFile(filepath.Join(e.instances, "gated-0"))
+	if len(files) != 1 || strings.TrimSpace(string(content)) != "zone=zone-x" {
+		t.Errorf("instances %v (gated-0: %q), want gated-0 alone, in zone-x", files, content)
+	}
+	time.Sleep(3 * time.Second)
+	if n := approvedJobs(e.jobs("apply"), h2); n != 1 {
+		t.Errorf("%d apply Jobs ran with the approval of %s, want 1", n, h2)
+	}
+	if n := len(e.jobs("apply")); n != applies+1 {
+		t.Errorf("%d apply Jobs after the approval, want %d", n, applies+1)
+	}
+	if ev := findEvent(t, e.ns, "gated", "PlanApproved"); ev == nil {
+		t.Errorf("no PlanApproved event")
+	}
+}
+
+// TestApprovedPlanChanged: an approval names the plan that was waiting, but
+// by the time the run plans again the infrastructure changed: nothing
+// applies, and the gate re-arms with the new hash and says why.
+func TestApprovedPlanChanged(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.gated("moving", "", map[string]any{"instances": 2})
+	e.waitFor("moving", 2*time.Minute, "Ready", isReady)
+	e.update("moving", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
+	})
+	tc := waitCondition(e, "moving", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	h1 := tc.Status.LastPlan.Hash
+	// Out of band, an instance goes away: the plan now also replaces it.
+	if err := os.Remove(filepath.Join(e.instances, "moving-0")); err != nil {
+		t.Fatal(err)
+	}
+	e.approve("moving", infrav1.AnnotationApproveDestructivePlan, h1)
+	tc = waitCondition(e, "moving", infrav1.ConditionDestructivePlanBlocked, "re-armed", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Reason == workspace.ReasonPlanChanged
+	})
+	h2 := tc.Status.LastPlan.Hash
+	msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message
+	if h2 == h1 || !strings.Contains(msg, "The approved plan "+h1+" is no longer what terraform plans") || !strings.Contains(msg, "approve-destructive-plan="+h2) {
+		t.Errorf("re-armed with %s: %q", h2, msg)
+	}
+	if files := e.instanceFiles(); len(files) != 1 || files[0] != "moving-1" {
+		t.Errorf("instances %v: the changed plan must not apply", files)
+	}
+}
+
+// TestManualPolicy: every plan with changes, harmless ones included, waits
+// for approve-plan.
+func TestManualPolicy(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.gated("manual", infrav1.ApprovalPolicyManual, map[string]any{"instances": 1})
+	tc := waitCondition(e, "manual", infrav1.ConditionPlanAwaitingApproval, "PlanAwaitingApproval", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	if c := condition(tc, infrav1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != infrav1.ConditionPlanAwaitingApproval {
+		t.Errorf("Ready of an unprovisioned cluster waiting for approval: %+v", c)
+	}
+	if files := e.instanceFiles(); len(files) != 0 {
+		t.Fatalf("instances %v before the approval", files)
+	}
+	e.approve("manual", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
+	e.waitFor("manual", 2*time.Minute, "Ready", isReady)
+
+	// A harmless change (one more instance) waits too.
+	e.update("manual", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 2, "instance_dir": e.instances})
+	})
+	tc = waitCondition(e, "manual", infrav1.ConditionPlanAwaitingApproval, "the change waiting", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	if msg := condition(tc, infrav1.ConditionPlanAwaitingApproval).Message; !strings.Contains(msg, "1 to add") || !strings.Contains(msg, "captf.io/approve-plan="+tc.Status.LastPlan.Hash) {
+		t.Errorf("PlanAwaitingApproval message %q", msg)
+	}
+	if files := e.instanceFiles(); len(files) != 1 {
+		t.Fatalf("instances %v before the second approval", files)
+	}
+	e.approve("manual", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
+	e.waitFor("manual", 2*time.Minute, "the change applied", func(tc *infrav1.TerraformCluster) bool {
+		return len(e.instanceFiles()) == 2 && isReady(tc)
+	})
+}
