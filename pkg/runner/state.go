@@ -58,8 +58,10 @@ type StateStore struct {
 	Now func() time.Time
 
 	backedUp bool
-	// BackupsMade counts backups this store made.
+	// BackupsMade counts backups this store made; LastBackup names the
+	// newest.
 	BackupsMade int
+	LastBackup  string
 }
 
 // Read returns the current state, or nil when there is none.
@@ -104,6 +106,7 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 		if err != nil {
 			return fmt.Errorf("backing up the previous state: %w", err)
 		}
+		s.LastBackup = name
 		backups = append([]string{name}, backups...)
 		if len(backups) > s.Backups {
 			backups, dropped = backups[:s.Backups], backups[s.Backups:]
@@ -174,6 +177,28 @@ func (s *StateStore) backup(ctx context.Context, head *corev1.Secret) (string, e
 	}
 }
 
+// ErrNotABackup is ReadBackup's error for a Secret that is not a backup of
+// this state.
+var ErrNotABackup = errors.New("not a state backup")
+
+// ListBackups lists the backups of the state, newest first.
+func (s *StateStore) ListBackups(ctx context.Context) ([]string, error) {
+	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var backups []string
+	if v := head.Annotations[annotationBackups]; v != "" {
+		if err := json.Unmarshal([]byte(v), &backups); err != nil {
+			return nil, fmt.Errorf("state secret annotation %s: %w", annotationBackups, err)
+		}
+	}
+	return backups, nil
+}
+
 // ReadBackup returns the state saved in a backup.
 func (s *StateStore) ReadBackup(ctx context.Context, name string) ([]byte, error) {
 	sec, err := s.secrets().Get(ctx, name, metav1.GetOptions{})
@@ -181,7 +206,7 @@ func (s *StateStore) ReadBackup(ctx context.Context, name string) ([]byte, error
 		return nil, err
 	}
 	if sec.Labels[names.LabelSecretType] != names.SecretTypeBackup || sec.Annotations[annotationBackupOf] != s.Object.State() {
-		return nil, fmt.Errorf("secret %s is not a state backup of %s", name, s.Object.State())
+		return nil, fmt.Errorf("%w: secret %s is not a state backup of %s", ErrNotABackup, name, s.Object.State())
 	}
 	gz, err := s.readBlob(ctx, sec)
 	if err != nil {

@@ -72,6 +72,9 @@ type Run struct {
 	// Gate holds a TerraformCluster's approval policy and approvals; nil
 	// for machines and pools, which are never gated.
 	Gate *Gate
+	// ReapplyAfter asks for an apply of inputs already applied when the
+	// last apply Job was created before it: drift to remediate.
+	ReapplyAfter time.Time
 	// Requeue asks for a sync after this long.
 	Requeue time.Duration
 }
@@ -112,6 +115,20 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
 	}
 	latest := latestJob(r.Jobs, infrav1.OperationApply, in.Hash)
+	// The state changed under the last apply (a restore, or drift to
+	// remediate): plan and apply again.
+	after := r.ReapplyAfter
+	if lr := st.LastRestore; lr != nil && lr.Time.After(after) {
+		after = lr.Time.Time
+	}
+	if latest != nil && latest.CreationTimestamp.Before(&metav1.Time{Time: after}) {
+		if _, succeeded := util.JobFinished(latest); succeeded {
+			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, util.Attempt(latest)+1, in.SecretData())
+		}
+	}
+	if latest == nil && st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(after) {
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
+	}
 	if latest == nil {
 		if st.AppliedInputsHash == in.Hash {
 			e.noPlanWaiting(r)
@@ -120,7 +137,10 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
 	}
 	_, succeeded := util.JobFinished(latest)
-	if succeeded && st.AppliedInputsHash == in.Hash {
+	// A re-apply of applied inputs is new when it finished after the
+	// applied time the status holds.
+	recorded := st.LastAppliedTime != nil && !finishTime(latest).After(st.LastAppliedTime.Time)
+	if succeeded && st.AppliedInputsHash == in.Hash && recorded {
 		e.RecordJob(r, latest, runner.OutcomeSucceeded)
 		e.noPlanWaiting(r)
 		return nil, nil, nil

@@ -54,7 +54,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 	}
 	SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
 	if !deleting {
-		return true, nil
+		return e.restore(ctx, r, l.Update)
 	}
 	if !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		return false, nil

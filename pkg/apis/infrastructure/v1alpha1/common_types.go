@@ -297,6 +297,22 @@ type WorkspaceStatus struct {
 	// LastDriftCheckTime is when a drift check last finished.
 	// +optional
 	LastDriftCheckTime *metav1.Time `json:"lastDriftCheckTime,omitempty"`
+
+	// LastRestore is the last restore of a state backup
+	// (captf.io/restore-state).
+	// +optional
+	LastRestore *StateRestore `json:"lastRestore,omitempty"`
+}
+
+// StateRestore records a restore of a state backup.
+type StateRestore struct {
+	// Backup is the backup restored.
+	Backup string `json:"backup"`
+	// PreviousState is the backup the state before the restore became.
+	// +optional
+	PreviousState string `json:"previousState,omitempty"`
+	// Time is when the restore was done.
+	Time metav1.Time `json:"time"`
 }
 
 // Initialization is the part of the status the Cluster API contract reads.

@@ -23,6 +23,8 @@ const (
 	ConditionPlanAwaitingApproval   = "PlanAwaitingApproval"
 	ConditionDestructivePlanBlocked = "DestructivePlanBlocked"
 	ConditionDrifted                = "Drifted"
+	// ConditionStateRestored reports the last captf.io/restore-state.
+	ConditionStateRestored = "StateRestored"
 )
 
 // Finalizers, one per kind that runs Terraform, as Cluster API providers name

@@ -1,0 +1,105 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Reasons of the StateRestored condition.
+const (
+	ReasonRestored        = "Restored"
+	ReasonBackupNotFound  = "BackupNotFound"
+	ReasonRestoreWaiting  = "WaitingForJob"
+	ReasonRestoreFailed   = "RestoreFailed"
+	restoreLockHolderName = "captf-manager"
+)
+
+// restore carries out captf.io/restore-state: the named backup becomes the
+// current state, the current state a backup first; then the annotation
+// goes, and the next apply plans against the restored state. It runs in
+// the manager, holding the state lock, when no Job runs. It returns false
+// when the sync stops here.
+func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Context) error) (bool, error) {
+	obj := r.Obj
+	backup, ok := obj.GetAnnotations()[infrav1.AnnotationRestoreState]
+	if !ok {
+		return true, nil
+	}
+	if active := activeJob(r.Jobs); active != nil {
+		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting,
+			fmt.Sprintf("Restoring %s once Job %s finishes", backup, active.Name))
+		return false, nil
+	}
+	n := e.Names(obj)
+	store := &runner.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: n,
+		Labels: runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups,
+		Owner: *metav1.NewControllerRef(obj, e.GVK)}
+	state, err := store.ReadBackup(ctx, backup)
+	if apierrors.IsNotFound(err) || errors.Is(err, runner.ErrNotABackup) {
+		backups, lerr := store.ListBackups(ctx)
+		if lerr != nil {
+			return false, lerr
+		}
+		list := "none"
+		if len(backups) > 0 {
+			list = strings.Join(backups, ", ")
+		}
+		msg := fmt.Sprintf("%s names %s, which is not a state backup of this object; nothing was changed. Its backups, newest first: %s",
+			infrav1.AnnotationRestoreState, backup, list)
+		e.warnOnce(r, infrav1.ConditionStateRestored, ReasonBackupNotFound, msg)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
+	}
+	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolderName,
+		Labels: store.Labels, Owner: store.Owner}
+	if err := lock.Acquire(ctx, 0); err != nil {
+		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting, "Waiting for the state lock: "+err.Error())
+		r.Requeue = 5 * time.Second
+		return false, nil
+	}
+	defer func() {
+		if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
+			e.Recorder.Eventf(obj, corev1.EventTypeWarning, ReasonRestoreFailed, "Releasing the state lock after a restore: %v", err)
+		}
+	}()
+	if err := store.Write(ctx, state); err != nil {
+		e.warnOnce(r, infrav1.ConditionStateRestored, ReasonRestoreFailed, fmt.Sprintf("Restoring %s: %v", backup, err))
+		return false, err
+	}
+	annotations := obj.GetAnnotations()
+	delete(annotations, infrav1.AnnotationRestoreState)
+	obj.SetAnnotations(annotations)
+	if err := update(ctx); err != nil {
+		// The state is restored; the annotation stays and a later sync
+		// restores the same backup again, which only adds a backup.
+		return false, err
+	}
+	st := obj.WorkspaceStatus()
+	st.LastRestore = &infrav1.StateRestore{Backup: backup, PreviousState: store.LastBackup, Time: metav1.NewTime(e.Now().Truncate(time.Second))}
+	msg := fmt.Sprintf("The state is restored from backup %s; the state before it is backup %s. The next apply plans against it.", backup, store.LastBackup)
+	SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionTrue, ReasonRestored, msg)
+	e.Recorder.Event(obj, corev1.EventTypeNormal, infrav1.ConditionStateRestored, msg)
+	return true, nil
+}
+
+// warnOnce sets a False condition and sends its event when it is news.
+func (e *Engine) warnOnce(r *Run, condType, reason, msg string) {
+	st := r.Obj.WorkspaceStatus()
+	if c := meta.FindStatusCondition(st.Conditions, condType); c == nil || c.Reason != reason || c.Message != msg {
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, reason, msg)
+	}
+	SetCondition(r.Obj, condType, metav1.ConditionFalse, reason, msg)
+}

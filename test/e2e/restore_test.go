@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/names"
+)
+
+// TestRestoreState: captf.io/restore-state makes a backup the current state
+// (the current one becomes a backup first), once; the next plan works from
+// it. An unknown backup name changes nothing and says so.
+func TestRestoreState(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("restore", e.newCluster("restore", false), map[string]any{"instances": 1}))
+	e.waitFor("restore", 2*time.Minute, "Ready", isReady)
+	e.update("restore", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 2, "instance_dir": e.instances})
+	})
+	e.waitFor("restore", 2*time.Minute, "2 instances", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && len(e.instanceFiles()) == 2
+	})
+	n := names.Object{Kind: "tfc", Name: "restore"}
+	state, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, n.State(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backups, err := plane.Kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=" + names.SecretTypeBackup})
+	if err != nil || len(backups.Items) != 1 {
+		t.Fatalf("backups %v (%v), want the one state before the second apply", backups, err)
+	}
+	oneInstance := backups.Items[0].Name
+
+	// An unknown backup: a condition, nothing changed.
+	unknown := n.Backup("20200101-000000")
+	e.update("restore", func(tc *infrav1.TerraformCluster) {
+		tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: unknown}
+	})
+	tc := e.waitFor("restore", time.Minute, "BackupNotFound", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionStateRestored)
+		return c != nil && c.Reason == workspace.ReasonBackupNotFound
+	})
+	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, unknown+", which is not a state backup of this object; nothing was changed") || !strings.Contains(msg, oneInstance) {
+		t.Errorf("StateRestored message %q", msg)
+	}
+	if now, _ := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, n.State(), metav1.GetOptions{}); now.ResourceVersion != state.ResourceVersion {
+		t.Errorf("the state Secret changed after a restore of an unknown backup")
+	}
+	if ev := findEvent(t, e.ns, "restore", workspace.ReasonBackupNotFound); ev == nil {
+		t.Errorf("no BackupNotFound event")
+	}
+
+	// The real backup: restored once, the annotation goes, and the next
+	// plan starts from the one-instance state (it adds the second again).
+	e.update("restore", func(tc *infrav1.TerraformCluster) {
+		tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: oneInstance}
+	})
+	tc = e.waitFor("restore", 2*time.Minute, "restored and applied again", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionStateRestored)
+		return c != nil && c.Reason == workspace.ReasonRestored && isReady(tc) &&
+			tc.Status.LastRestore != nil && !tc.Status.LastAppliedTime.Before(&tc.Status.LastRestore.Time) &&
+			condition(tc, infrav1.ConditionReady).Reason == workspace.ReasonApplied
+	})
+	if _, ok := tc.Annotations[infrav1.AnnotationRestoreState]; ok {
+		t.Errorf("the restore annotation is still there")
+	}
+	if lr := tc.Status.LastRestore; lr == nil || lr.Backup != oneInstance || lr.PreviousState == "" {
+		t.Errorf("status.lastRestore = %+v", lr)
+	}
+	if s := tc.Status.LastPlan.Summary; s.Add != 1 || s.Destroy != 0 {
+		t.Errorf("the plan after the restore %+v, want it to add the instance the restored state lacks", s)
+	}
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, tc.Status.LastRestore.PreviousState, metav1.GetOptions{}); err != nil {
+		t.Errorf("the state before the restore is not kept as backup %s: %v", tc.Status.LastRestore.PreviousState, err)
+	}
+	if ev := findEvent(t, e.ns, "restore", infrav1.ConditionStateRestored); ev == nil {
+		t.Errorf("no StateRestored event")
+	}
+	// Once: no further restore or apply.
+	applies := len(e.jobs("apply"))
+	time.Sleep(3 * time.Second)
+	if now := e.get("restore"); now.Status.LastRestore.Time != tc.Status.LastRestore.Time || len(e.jobs("apply")) != applies {
+		t.Errorf("the restore or its apply ran again")
+	}
+}
