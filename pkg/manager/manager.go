@@ -263,7 +263,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	tcCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformcluster.ControllerName))
 	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
 		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
-		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups})
+		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval})
 	if err != nil {
 		return err
 	}
@@ -275,7 +275,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		Jobs:              jobInformer,
 		Machines:          machineInformer.Informer(), MachineLister: machineInformer.Lister(),
 		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups})
+	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval})
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		Jobs:                  jobInformer,
 		MachinePools:          poolInformer.Informer(), MachinePoolLister: poolInformer.Lister(),
 		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups})
+	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval})
 	if err != nil {
 		return err
 	}

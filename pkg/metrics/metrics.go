@@ -81,3 +81,22 @@ var IdentityDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"kind"})
 
 func init() { Registry.MustRegister(IdentityDenied) }
+
+// Drift: checks by outcome, and per object whether the last check found
+// drift and when it ran.
+var (
+	DriftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_drift_checks_total",
+		Help: "Drift checks by kind and result (drifted, clean, failed).",
+	}, []string{"kind", "result"})
+	Drifted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "captf_drifted",
+		Help: "1 when the object's last drift check found its infrastructure changed outside CAPTF.",
+	}, []string{"kind", "namespace", "name"})
+	LastDriftCheck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "captf_last_drift_check_timestamp_seconds",
+		Help: "When the object's last drift check finished.",
+	}, []string{"kind", "namespace", "name"})
+)
+
+func init() { Registry.MustRegister(DriftChecks, Drifted, LastDriftCheck) }

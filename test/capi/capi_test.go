@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -233,6 +234,7 @@ func machine(t *testing.T, ns, root, instances string) {
 		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
 			Module:    infrav1.Module{Inline: string(module)},
 			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+			Drift:     &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 10 * time.Second}, Remediation: infrav1.DriftRemediationApply},
 		}},
 	}
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm, metav1.CreateOptions{}); err != nil {
@@ -284,6 +286,34 @@ func machine(t *testing.T, ns, root, instances string) {
 	}
 	if tmNow.Status.FailureDomain != "zone-a" || !tmNow.Status.Ready {
 		t.Errorf("TerraformMachine status = %+v", tmNow.Status)
+	}
+
+	// The instance goes away out of band: the drift check sees it, and the
+	// machine's remediation replaces it (a destructive change: machines are
+	// never gated).
+	if err := os.Remove(filepath.Join(instances, "worker-0")); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tmNow, err = plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, "worker-0", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(tmNow.Status.Conditions, infrav1.ConditionDrifted)
+		_, statErr := os.Stat(filepath.Join(instances, "worker-0"))
+		return statErr == nil && c != nil && c.Reason == workspace.ReasonConverged && tmNow.Status.Ready, nil
+	})
+	if err != nil {
+		t.Fatalf("the drifted machine did not converge: conditions %+v", tmNow.Status.Conditions)
+	}
+	events, _ := plane.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=worker-0,reason=" + workspace.ReasonDriftDetected})
+	if len(events.Items) == 0 || !strings.Contains(events.Items[0].Message, "1 to replace") || !strings.Contains(events.Items[0].Message, "remediating with an apply") {
+		t.Errorf("DriftDetected events: %+v", events.Items)
+	}
+	for _, c := range tmNow.Status.Conditions {
+		if c.Type == infrav1.ConditionDestructivePlanBlocked || c.Type == infrav1.ConditionPlanAwaitingApproval {
+			t.Errorf("a machine has gate condition %+v", c)
+		}
 	}
 }
 

@@ -27,11 +27,8 @@ const ControllerName = "terraformmachinepool"
 
 var gvk = infrav1.SchemeGroupVersion.WithKind("TerraformMachinePool")
 
-// Config is what the manager's flags set.
-type Config struct {
-	RunnerImage  string
-	StateBackups int
-}
+// Config is what the manager tells the controller.
+type Config = workspace.Config
 
 // Informers are the shared informers the controller reads.
 type Informers struct {
@@ -78,7 +75,7 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 		inf.Jobs.Informer().HasSynced, inf.MachinePools.HasSynced, inf.Clusters.HasSynced}
 	loop.Sync = c.sync
 	c.engine = &workspace.Engine{Kube: kube, JobIndex: inf.Jobs.Informer().GetIndexer(), Recorder: loop.Recorder, Expectations: c.expectations,
-		Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, Now: time.Now}
+		Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, Now: time.Now}
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		h        cache.ResourceEventHandler

@@ -50,6 +50,13 @@ type Object interface {
 	WorkspaceStatus() *infrav1.WorkspaceStatus
 }
 
+// Config is what the manager tells every controller that runs Terraform.
+type Config struct {
+	RunnerImage          string
+	StateBackups         int
+	DriftDefaultInterval time.Duration
+}
+
 // Engine runs Terraform for the objects of one kind.
 type Engine struct {
 	Kube         kubernetes.Interface
@@ -60,7 +67,10 @@ type Engine struct {
 	GVK          schema.GroupVersionKind
 	RunnerImage  string
 	StateBackups int
-	Now          func() time.Time
+	// DriftDefaultInterval is the drift check interval of objects that
+	// set none.
+	DriftDefaultInterval time.Duration
+	Now                  func() time.Time
 }
 
 // Run is what one sync of one object knows and decides.
@@ -82,7 +92,8 @@ type Run struct {
 // NewRun starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
 func (e *Engine) NewRun(obj Object, clusterDefaults *infrav1.JobPolicy) *Run {
-	r := &Run{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: util.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults)}
+	r := &Run{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: util.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+		ReapplyAfter: e.remediationTime(obj)}
 	objs, err := e.JobIndex.ByIndex(util.JobsByObjectUID, string(obj.GetUID()))
 	if err == nil {
 		for _, o := range objs {
@@ -105,6 +116,16 @@ func (e *Engine) Names(obj metav1.Object) names.Object {
 func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Result, *batchv1.Job, error) {
 	st := r.Obj.WorkspaceStatus()
 	if active := activeJob(r.Jobs); active != nil {
+		if active.Labels[names.LabelOperation] == string(infrav1.OperationDrift) && st.AppliedInputsHash != in.Hash {
+			// A drift check never holds up an apply: stop it.
+			background := metav1.DeletePropagationBackground
+			err := e.Kube.BatchV1().Jobs(active.Namespace).Delete(ctx, active.Name, metav1.DeleteOptions{PropagationPolicy: &background})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, nil, err
+			}
+			klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
+			return nil, nil, nil
+		}
 		e.RecordJob(r, active, "Running")
 		if active.Labels[names.LabelOperation] == string(infrav1.OperationApply) {
 			e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
@@ -132,7 +153,8 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	if latest == nil {
 		if st.AppliedInputsHash == in.Hash {
 			e.noPlanWaiting(r)
-			return nil, nil, nil // applied, and its Jobs are gone from history
+			// Applied, and its Jobs are gone from history.
+			return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 		}
 		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
 	}
@@ -143,7 +165,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	if succeeded && st.AppliedInputsHash == in.Hash && recorded {
 		e.RecordJob(r, latest, runner.OutcomeSucceeded)
 		e.noPlanWaiting(r)
-		return nil, nil, nil
+		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
 	res, rerr := e.readResult(ctx, r, latest)
 	if succeeded {
@@ -199,6 +221,7 @@ func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Resu
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
 	st.Ready = true
 	e.RecordJob(r, job, runner.OutcomeSucceeded)
+	e.converged(r.Obj)
 	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
 }
@@ -312,9 +335,10 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
 	}
 	e.RecordJob(r, job, "Running")
-	if op == infrav1.OperationDestroy {
+	switch op {
+	case infrav1.OperationDestroy:
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
-	} else {
+	case infrav1.OperationApply:
 		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
 	}
 	return nil

@@ -64,5 +64,6 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 		return false, err
 	}
 	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
+	e.forgetMetrics(obj)
 	return false, l.Update(ctx)
 }

@@ -1,0 +1,179 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/metrics"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Reasons of the Drifted condition.
+const (
+	ReasonDriftDetected    = "DriftDetected"
+	ReasonNoDrift          = "NoDrift"
+	ReasonDriftCheckFailed = "DriftCheckFailed"
+	ReasonConverged        = "Converged"
+)
+
+// driftPolicy is the object's drift policy with the defaults filled in.
+func (e *Engine) driftPolicy(obj Object) (enabled bool, interval time.Duration, remediate bool) {
+	d := obj.Workspace().Drift
+	interval = e.DriftDefaultInterval
+	if d == nil {
+		return interval > 0, interval, false
+	}
+	if d.Interval != nil {
+		interval = d.Interval.Duration
+	}
+	enabled = (d.Enabled == nil || *d.Enabled) && interval > 0
+	return enabled, interval, d.Remediation == infrav1.DriftRemediationApply
+}
+
+// jitter spreads objects' checks over a tenth of the interval, the same
+// for an object every time so that restarts do not bunch them.
+func jitter(obj Object, interval time.Duration) time.Duration {
+	span := int64(interval / 10)
+	if span <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(obj.GetUID()))
+	return time.Duration(h.Sum64() % uint64(span))
+}
+
+// remediationTime is when drift was found that the object's policy
+// remediates by an apply: Apply applies again if it applied before then.
+func (e *Engine) remediationTime(obj Object) time.Time {
+	st := obj.WorkspaceStatus()
+	c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionDrifted)
+	if _, _, remediate := e.driftPolicy(obj); !remediate || c == nil || c.Status != metav1.ConditionTrue || st.LastDriftCheckTime == nil {
+		return time.Time{}
+	}
+	return st.LastDriftCheckTime.Time
+}
+
+// CheckDrift records the last drift check and starts the next when it is
+// due. Call it when Apply found the inputs applied and no Job running: a
+// drift check plans with the inputs of the last apply and changes nothing.
+func (e *Engine) CheckDrift(ctx context.Context, r *Run, appliedHash string) error {
+	obj := r.Obj
+	st := obj.WorkspaceStatus()
+	enabled, interval, _ := e.driftPolicy(obj)
+	if st.AppliedInputsHash != appliedHash || activeJob(r.Jobs) != nil {
+		return nil
+	}
+	latest := latestOp(r.Jobs, infrav1.OperationDrift)
+	if latest != nil {
+		if finished, _ := util.JobFinished(latest); finished {
+			if st.LastDriftCheckTime == nil || finishTime(latest).After(st.LastDriftCheckTime.Time) {
+				e.recordDrift(ctx, r, latest)
+			}
+		}
+	}
+	if !enabled {
+		return nil
+	}
+	base := st.LastDriftCheckTime
+	if base == nil || (st.LastAppliedTime != nil && st.LastAppliedTime.After(base.Time)) {
+		base = st.LastAppliedTime
+	}
+	if base == nil {
+		return nil
+	}
+	due := base.Add(interval + jitter(obj, interval))
+	if wait := due.Sub(e.Now()); wait > 0 {
+		if r.Requeue == 0 || wait < r.Requeue {
+			r.Requeue = wait
+		}
+		return nil
+	}
+	// One check per due time: the name says which, so a restarted manager
+	// does not start it twice.
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", appliedHash, due.Unix()))
+	return e.start(ctx, r, infrav1.OperationDrift, hex.EncodeToString(sum[:])[:16], 0, nil)
+}
+
+// recordDrift turns a finished drift Job into the Drifted condition.
+func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) {
+	obj := r.Obj
+	st := obj.WorkspaceStatus()
+	t := metav1.NewTime(finishTime(job))
+	st.LastDriftCheckTime = &t
+	kind, ns, name := e.GVK.Kind, obj.GetNamespace(), obj.GetName()
+	metrics.LastDriftCheck.WithLabelValues(kind, ns, name).Set(float64(t.Unix()))
+	res, err := e.readResult(ctx, r, job)
+	_, succeeded := util.JobFinished(job)
+	switch {
+	case err != nil || !succeeded || res.Plan == nil:
+		msg := util.JobFailureMessage(job)
+		if res != nil && res.Error != "" {
+			msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, job.Name, res.Error)
+		} else if err != nil {
+			msg = err.Error()
+		}
+		e.RecordJob(r, job, runner.OutcomeFailed)
+		metrics.DriftChecks.WithLabelValues(kind, "failed").Inc()
+		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, msg)
+		e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonDriftCheckFailed, msg)
+	case res.Plan.HasChanges():
+		e.RecordJob(r, job, runner.OutcomeSucceeded)
+		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
+		metrics.Drifted.WithLabelValues(kind, ns, name).Set(1)
+		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, PlanSummaryText(res.Plan.Summary))
+		if _, _, remediate := e.driftPolicy(obj); remediate {
+			msg += "; remediating with an apply"
+		}
+		if c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionDrifted); c == nil || c.Status != metav1.ConditionTrue || c.Message != msg {
+			e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonDriftDetected, msg)
+		}
+		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, msg)
+	default:
+		e.RecordJob(r, job, runner.OutcomeSucceeded)
+		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
+		metrics.Drifted.WithLabelValues(kind, ns, name).Set(0)
+		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply (Job "+job.Name+")")
+	}
+}
+
+// converged clears Drifted after an apply: the infrastructure is what the
+// module says again.
+func (e *Engine) converged(obj Object) {
+	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionDrifted)
+	if c == nil || c.Status == metav1.ConditionFalse {
+		return
+	}
+	SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonConverged, "The last apply converged the infrastructure")
+	metrics.Drifted.WithLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName()).Set(0)
+}
+
+// forgetMetrics drops an object's series once it is gone.
+func (e *Engine) forgetMetrics(obj Object) {
+	metrics.Drifted.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
+	metrics.LastDriftCheck.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
+}
+
+func latestOp(jobs []*batchv1.Job, op infrav1.Operation) *batchv1.Job {
+	var latest *batchv1.Job
+	for _, j := range jobs {
+		if j.Labels[names.LabelOperation] != string(op) {
+			continue
+		}
+		if latest == nil || j.CreationTimestamp.After(latest.CreationTimestamp.Time) {
+			latest = j
+		}
+	}
+	return latest
+}
