@@ -95,3 +95,9 @@ output "admin_password" {
   value     = "not-for-status"
   sensitive = true
 }
+
+# Read at every plan: it changes with no resource changing, which a refresh
+# (refresh-only apply) records.
+output "motd" {
+  value = fileexists("${var.instance_dir}/.motd") ? trimspace(file("${var.instance_dir}/.motd")) : ""
+}

@@ -73,7 +73,14 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(b)
-	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary}, nil
+	var outputs []string
+	for name, oc := range p.OutputChanges {
+		if oc != nil && !oc.Actions.NoOp() {
+			outputs = append(outputs, name)
+		}
+	}
+	sort.Strings(outputs)
+	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary, OutputChanges: outputs}, nil
 }
 
 // Destructive reports whether a plan deletes or replaces anything.

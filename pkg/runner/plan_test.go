@@ -76,3 +76,21 @@ func TestApproval(t *testing.T) {
 		}
 	}
 }
+
+func TestSummarizePlanOutputChanges(t *testing.T) {
+	p := &tfjson.Plan{OutputChanges: map[string]*tfjson.Change{
+		"motd":     {Actions: tfjson.Actions{tfjson.ActionUpdate}},
+		"endpoint": {Actions: tfjson.Actions{tfjson.ActionNoop}},
+	}}
+	got, err := SummarizePlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.OutputChanges) != 1 || got.OutputChanges[0] != "motd" || got.HasChanges() {
+		t.Errorf("outputs %v, changes %v: want motd only, and no resource changes", got.OutputChanges, got.HasChanges())
+	}
+	empty, _ := SummarizePlan(&tfjson.Plan{})
+	if got.Hash != empty.Hash {
+		t.Errorf("an output change changed the plan hash: approvals are of resource changes")
+	}
+}

@@ -63,4 +63,7 @@ type Output struct {
 type Plan struct {
 	Hash    string              `json:"hash"`
 	Summary infrav1.PlanSummary `json:"summary"`
+	// OutputChanges names the outputs whose values would change (not in
+	// the hash: a gate approves changes of resources).
+	OutputChanges []string `json:"outputChanges,omitempty"`
 }

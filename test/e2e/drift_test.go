@@ -85,3 +85,35 @@ func noOverlap(t *testing.T, jobs []batchv1.Job) {
 		}
 	}
 }
+
+// TestRefreshKeepsOutputsCurrent: when a drift check finds only outputs
+// moved, a refresh-only apply records them, with no apply and no drift.
+func TestRefreshKeepsOutputsCurrent(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	tc := e.localCloud("fresh", e.newCluster("fresh", false), map[string]any{"instances": 1})
+	tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 10 * time.Second}}
+	e.create(tc)
+	tc = e.waitFor("fresh", 2*time.Minute, "Ready", isReady)
+	if got := string(tc.Status.Outputs["motd"].Raw); got != `""` {
+		t.Fatalf("motd output %s, want empty", got)
+	}
+	if err := os.WriteFile(filepath.Join(e.instances, ".motd"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tc = e.waitFor("fresh", time.Minute, "the new output", func(tc *infrav1.TerraformCluster) bool {
+		return string(tc.Status.Outputs["motd"].Raw) == `"hello"`
+	})
+	if tc.Status.LastRefreshTime == nil {
+		t.Errorf("status.lastRefreshTime not set")
+	}
+	if c := condition(tc, infrav1.ConditionDrifted); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Drifted = %+v, want False: only an output moved", c)
+	}
+	if n := len(e.jobs("apply")); n != 1 {
+		t.Errorf("%d apply Jobs, want 1: a refresh is no apply", n)
+	}
+	if n := len(e.jobs("refresh")); n != 1 {
+		t.Errorf("%d refresh Jobs, want 1", n)
+	}
+}

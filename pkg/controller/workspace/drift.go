@@ -79,7 +79,10 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Run, appliedHash string) err
 	if latest != nil {
 		if finished, _ := util.JobFinished(latest); finished {
 			if st.LastDriftCheckTime == nil || finishTime(latest).After(st.LastDriftCheckTime.Time) {
-				e.recordDrift(ctx, r, latest)
+				if outputs := e.recordDrift(ctx, r, latest); len(outputs) > 0 {
+					// Only outputs moved: a refresh-only apply records them.
+					return e.start(ctx, r, infrav1.OperationRefresh, latest.Labels[names.LabelInputsHash], 0, nil)
+				}
 			}
 		}
 	}
@@ -106,8 +109,9 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Run, appliedHash string) err
 	return e.start(ctx, r, infrav1.OperationDrift, hex.EncodeToString(sum[:])[:16], 0, nil)
 }
 
-// recordDrift turns a finished drift Job into the Drifted condition.
-func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) {
+// recordDrift turns a finished drift Job into the Drifted condition. It
+// returns the outputs that would change when no resource would.
+func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	t := metav1.NewTime(finishTime(job))
@@ -145,7 +149,35 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) {
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
 		metrics.Drifted.WithLabelValues(kind, ns, name).Set(0)
 		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply (Job "+job.Name+")")
+		return res.Plan.OutputChanges
 	}
+	return nil
+}
+
+// refreshed returns the result of a refresh Job not yet in the status.
+func (e *Engine) refreshed(ctx context.Context, r *Run) (*runner.Result, *batchv1.Job, error) {
+	st := r.Obj.WorkspaceStatus()
+	job := latestOp(r.Jobs, infrav1.OperationRefresh)
+	if job == nil {
+		return nil, nil, nil
+	}
+	finished, succeeded := util.JobFinished(job)
+	if !finished || (st.LastRefreshTime != nil && !finishTime(job).After(st.LastRefreshTime.Time)) {
+		return nil, nil, nil
+	}
+	if !succeeded {
+		// Tried again after the next drift check finds outputs moved.
+		e.RecordJob(r, job, runner.OutcomeFailed)
+		t := metav1.NewTime(finishTime(job))
+		st.LastRefreshTime = &t
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, "RefreshFailed", util.JobFailureMessage(job))
+		return nil, nil, nil
+	}
+	res, err := e.readResult(ctx, r, job)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, job, nil
 }
 
 // converged clears Drifted after an apply: the infrastructure is what the

@@ -147,6 +147,12 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, util.Attempt(latest)+1, in.SecretData())
 		}
 	}
+	if st.AppliedInputsHash == in.Hash {
+		// A refresh of the applied inputs: the caller reads its outputs.
+		if res, job, err := e.refreshed(ctx, r); err != nil || res != nil {
+			return res, job, err
+		}
+	}
 	if latest == nil && st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(after) {
 		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
 	}
@@ -203,10 +209,16 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
 }
 
-// Applied records a successful apply in the status.
+// Applied records a successful apply (or refresh) in the status.
 func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Result) {
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
+	if res.Operation == infrav1.OperationRefresh {
+		t := metav1.NewTime(finishTime(job))
+		st.LastRefreshTime = &t
+		e.RecordJob(r, job, runner.OutcomeSucceeded)
+		return
+	}
 	st.AppliedInputsHash = hash
 	msg := "The module is applied"
 	if res.Plan != nil {
