@@ -133,6 +133,13 @@ Change it, e.g. three cluster instances or three workers, and watch:
   kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/1/value","value":3}]'
   kubectl -n demo scale machinedeployment demo-workers --replicas=3
 
+A change that destroys or replaces cluster instances waits for approval of
+its exact plan, e.g. going down to one instance:
+
+  kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/1/value","value":1}]'
+  kubectl -n demo get terraformcluster demo -o jsonpath='{.status.conditions[?(@.type=="DestructivePlanBlocked")].message}'
+  kubectl -n demo annotate terraformcluster demo captf.io/approve-destructive-plan=<the hash it names> --overwrite
+
 The manager logs to %s. Ctrl-C stops everything and removes %s.
 `, time.Since(start).Round(100*time.Millisecond), tc.Spec.ControlPlaneEndpoint.Host, tc.Spec.ControlPlaneEndpoint.Port,
 		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
