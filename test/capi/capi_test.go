@@ -107,7 +107,10 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
 			Module:    infrav1.Module{Inline: string(module)},
 			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
-		}},
+		},
+			// Machines and pools inherit these unless they set their own.
+			Defaults: &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{ActiveDeadlineSeconds: &clusterDeadline}},
+		},
 	}
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -213,6 +216,25 @@ func TestClusterProvisionedByCAPI(t *testing.T) {
 	}
 }
 
+// clusterDeadline is the cluster's spec.defaults.jobs.activeDeadlineSeconds.
+var clusterDeadline int64 = 1234
+
+// applyJobDeadline is the activeDeadlineSeconds of an object's apply Jobs.
+func applyJobDeadline(t *testing.T, ns, prefix string) int64 {
+	t.Helper()
+	jobs, err := plane.Kube.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "captf.io/operation=apply"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		if strings.HasPrefix(j.Name, prefix) && j.Spec.ActiveDeadlineSeconds != nil {
+			return *j.Spec.ActiveDeadlineSeconds
+		}
+	}
+	t.Fatalf("no apply Job named %s*", prefix)
+	return 0
+}
+
 var machinesGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
 
 // machine: a Machine with bootstrap.dataSecretName referencing a
@@ -286,6 +308,9 @@ func machine(t *testing.T, ns, root, instances string) {
 	}
 	if tmNow.Status.FailureDomain != "zone-a" || !tmNow.Status.Ready {
 		t.Errorf("TerraformMachine status = %+v", tmNow.Status)
+	}
+	if d := applyJobDeadline(t, ns, "tfm-worker-0-apply-"); d != clusterDeadline {
+		t.Errorf("the machine's apply Job deadline is %ds, want the cluster's default %ds", d, clusterDeadline)
 	}
 
 	// The instance goes away out of band: the drift check sees it, and the
@@ -437,6 +462,8 @@ func instanceFiles(dir, prefix string) []string {
 	return out
 }
 
+var poolDeadline int64 = 900
+
 var machinePoolsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinepools"}
 
 // machinePool: a MachinePool with a TerraformMachinePool reaches its
@@ -453,6 +480,7 @@ func machinePool(t *testing.T, ns, root, instances string, capi *framework.CAPIM
 		Spec: infrav1.TerraformMachinePoolSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
 			Module:    infrav1.Module{Inline: string(module)},
 			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}},
+			Jobs:      &infrav1.JobPolicy{ActiveDeadlineSeconds: &poolDeadline},
 		}},
 	}
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Create(ctx, tmp, metav1.CreateOptions{}); err != nil {
@@ -512,6 +540,9 @@ func machinePool(t *testing.T, ns, root, instances string, capi *framework.CAPIM
 	files := instanceFiles(instances, "pool-")
 	if len(files) != 2 || ids[0] != "local:///"+files[0] || ids[1] != "local:///"+files[1] {
 		t.Errorf("providerIDList %v does not match the instances %v", ids, files)
+	}
+	if d := applyJobDeadline(t, ns, "tfmp-pool-apply-"); d != poolDeadline {
+		t.Errorf("the pool's apply Job deadline is %ds, want its own %ds over the cluster's default", d, poolDeadline)
 	}
 	if !slices.Equal(mpIDs, ids) {
 		t.Errorf("MachinePool spec.providerIDList %v, want the TerraformMachinePool's %v", mpIDs, ids)
