@@ -35,6 +35,7 @@ type fixture struct {
 	kube  *k8sfake.Clientset
 	captf *fake.Clientset
 	c     *Controller
+	tcs   cache.Indexer
 }
 
 func newFixture(t *testing.T, tc *infrav1.TerraformCluster, cluster *unstructured.Unstructured, kubeObjects ...runtime.Object) *fixture {
@@ -66,7 +67,7 @@ func newFixture(t *testing.T, tc *infrav1.TerraformCluster, cluster *unstructure
 	}
 	kube.ClearActions()
 	captf.ClearActions()
-	return &fixture{t: t, kube: kube, captf: captf, c: c}
+	return &fixture{t: t, kube: kube, captf: captf, c: c, tcs: captfInformers.Infrastructure().V1alpha1().TerraformClusters().Informer().GetIndexer()}
 }
 
 func (f *fixture) sync() {
