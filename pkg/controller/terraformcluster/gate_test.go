@@ -30,7 +30,9 @@ func (f *fixture) finishJob(res runner.Result) *batchv1.Job {
 	if err != nil || len(jobs.Items) == 0 {
 		f.t.Fatalf("no Job to finish (%v)", err)
 	}
-	slices.SortFunc(jobs.Items, func(a, b batchv1.Job) int { return strings.Compare(a.Labels[names.LabelAttempt], b.Labels[names.LabelAttempt]) })
+	slices.SortFunc(jobs.Items, func(a, b batchv1.Job) int {
+		return strings.Compare(a.Labels[names.LabelAttempt], b.Labels[names.LabelAttempt])
+	})
 	job := jobs.Items[len(jobs.Items)-1].DeepCopy()
 	now := metav1.Now()
 	job.Status.CompletionTime = &now
