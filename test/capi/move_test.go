@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,30 @@ func TestMoveNeverDestroys(t *testing.T) {
 	}
 	if n := len(instanceFiles(instances, "src")); n != 2 {
 		t.Errorf("%d instances after the move, want both kept", n)
+	}
+
+	// clusterctl move, target side (here the same namespace): the Cluster
+	// comes back paused, then its machine with its provider ID, written by
+	// the user running clusterctl. The webhook lets that one through; the
+	// same write under a Cluster that is not paused is refused.
+	target := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "src", "namespace": ns}, "spec": map[string]any{"paused": true,
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "src"}}}}
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, target, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved := func(name, cluster string) error {
+		_, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, &infrav1.TerraformMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": cluster}},
+			Spec: infrav1.TerraformMachineSpec{ProviderID: "local:///src-m",
+				WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: read("local-machine")}, Variables: variables}}}, metav1.CreateOptions{})
+		return err
+	}
+	if err := moved("src-m", "src"); err != nil {
+		t.Errorf("the moved machine with its provider ID was refused under a paused Cluster: %v", err)
+	}
+	if err := moved("forged", "other"); err == nil || !strings.Contains(err.Error(), "spec.providerID: Forbidden: only the CAPTF manager") {
+		t.Errorf("a machine with a provider ID under a Cluster that is not paused: %v, want it refused", err)
 	}
 }
 
