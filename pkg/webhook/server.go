@@ -72,6 +72,9 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		// TLS handshake errors (an old CA bundle during a rotation) go to
+		// the manager's log, not to stderr.
+		ErrorLog: klog.NewStandardLogger("WARNING"),
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
