@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,11 @@ func TestLeaderElection(t *testing.T) {
 	waitLog(t, a, leadingLog, 30*time.Second)
 	b := e.startManager("--leader-elect")
 	waitReady(t, b)
+	// The standby serves the webhook too.
+	bad := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: e.ns}}
+	if resp := review(t, b, "TerraformCluster", bad); resp.Allowed || resp.UID != "standby" || !strings.Contains(resp.Result.Message, "spec.module") {
+		t.Errorf("the standby's webhook answered %+v, want the refusal of a module-less cluster", resp)
+	}
 	e.create(e.localCloud("ha", e.newCluster("ha", false), map[string]any{}))
 	first := e.waitFor("ha", 2*time.Minute, "Ready", isReady)
 	if b.LogContains(leadingLog) {

@@ -1,23 +1,29 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/webhook"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -297,4 +303,29 @@ func updateCluster(ns, name string, change func(*infrav1.TerraformCluster)) erro
 		_, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Update(context.Background(), c, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// review sends an AdmissionReview for obj straight to m's webhook over TLS.
+func review(t *testing.T, m *framework.Manager, kind string, obj any) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw, _ := json.Marshal(obj)
+	body, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "standby", Operation: admissionv1.Create,
+			Kind:   metav1.GroupVersionKind{Group: infrav1.GroupName, Version: "v1alpha1", Kind: kind},
+			Object: k8sruntime.RawExtension{Raw: raw}},
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(m.WebhookCert.CA.CertPEM)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Post("https://"+m.WebhookAddr+webhook.Path(kind), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("calling the webhook: %v", err)
+	}
+	defer resp.Body.Close()
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
+		t.Fatalf("webhook answer (%d): %v", resp.StatusCode, err)
+	}
+	return out.Response
 }
