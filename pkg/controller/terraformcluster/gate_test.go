@@ -242,3 +242,34 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 		t.Fatalf("after the check went: created %v, want the apply", jobs)
 	}
 }
+
+// TestClusterRemediationIsGated: a drifted cluster whose policy remediates
+// applies again, and that apply goes through the cluster's gate.
+func TestClusterRemediationIsGated(t *testing.T) {
+	f := newFixture(t, newTC(func(tc *infrav1.TerraformCluster) {
+		tc.Finalizers = []string{infrav1.TerraformClusterFinalizer}
+		tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Hour}, Remediation: infrav1.DriftRemediationApply}
+	}), newCluster(false))
+	f.sync()
+	f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"},
+		Outputs: map[string]runner.Output{"x": {Value: json.RawMessage("1")}}})
+	f.sync()
+	f.observe()
+
+	// A drift check after the apply found a replacement.
+	tc, _ := f.captf.InfrastructureV1alpha1().TerraformClusters("ns").Get(context.Background(), "prod", metav1.GetOptions{})
+	checked := metav1.NewTime(time.Now().Add(time.Minute)) // after the apply Job
+	tc.Status.LastDriftCheckTime = &checked
+	meta.SetStatusCondition(&tc.Status.Conditions, metav1.Condition{Type: infrav1.ConditionDrifted, Status: metav1.ConditionTrue, Reason: workspace.ReasonDriftDetected})
+	tc, _ = f.captf.InfrastructureV1alpha1().TerraformClusters("ns").UpdateStatus(context.Background(), tc, metav1.UpdateOptions{})
+	f.setCached(tc)
+	f.sync()
+	jobs := f.createdJobs()
+	if len(jobs) != 1 || !strings.HasSuffix(jobs[0], "-1") {
+		t.Fatalf("remediation created %v, want attempt 1 of the apply", jobs)
+	}
+	job, _ := f.kube.BatchV1().Jobs("ns").Get(context.Background(), jobs[0], metav1.GetOptions{})
+	if !slices.Contains(job.Spec.Template.Spec.Containers[0].Args, "--gate=Destructive") {
+		t.Errorf("the remediation runs without the cluster's gate: %v", job.Spec.Template.Spec.Containers[0].Args)
+	}
+}
