@@ -333,16 +333,16 @@ func TestPrinterColumns(t *testing.T) {
 		cells   map[string]any // column -> value in the first row
 	}{
 		"terraformclusters": {
-			columns: []string{"Name", "Cluster", "Ready", "Provisioned", "Endpoint", "Reason", "Plan", "Age"},
+			columns: []string{"Name", "Cluster", "Ready", "Provisioned", "Endpoint", "Reason", "Plan", "Drifted", "Age"},
 			cells:   map[string]any{"Cluster": "prod", "Endpoint": "api.example.com"},
 		},
 		"terraformclustertemplates": {columns: []string{"Name", "Age"}},
 		"terraformmachines": {
-			columns: []string{"Name", "Cluster", "Ready", "Provisioned", "ProviderID", "Reason", "Machine", "Age"},
+			columns: []string{"Name", "Cluster", "Ready", "Provisioned", "ProviderID", "Reason", "Machine", "Drifted", "Age"},
 			cells:   map[string]any{"ProviderID": "local:///vm-1", "Ready": "True", "Provisioned": true, "Reason": "Applied"},
 		},
 		"terraformmachinetemplates": {columns: []string{"Name", "CPU", "Memory", "Age"}},
-		"terraformmachinepools":     {columns: []string{"Name", "Cluster", "Replicas", "Ready", "Provisioned", "Reason", "Age"}},
+		"terraformmachinepools":     {columns: []string{"Name", "Cluster", "Replicas", "Ready", "Provisioned", "Reason", "Drifted", "Age"}},
 	}
 	for resource, tc := range tests {
 		t.Run(resource, func(t *testing.T) {

@@ -103,6 +103,7 @@ type FailureDomain struct {
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.controlPlaneEndpoint.host`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Plan",type=string,priority=1,JSONPath=`.status.lastPlan.hash`
+// +kubebuilder:printcolumn:name="Drifted",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Drifted")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // TerraformCluster is a Cluster API infrastructure cluster whose

@@ -62,6 +62,7 @@ type MachineAddress struct {
 // +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.spec.providerID`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Machine",type=string,priority=1,JSONPath=`.metadata.ownerReferences[?(@.kind=="Machine")].name`
+// +kubebuilder:printcolumn:name="Drifted",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Drifted")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // TerraformMachine is a Cluster API infrastructure machine whose
