@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
@@ -66,7 +65,7 @@ func TestValidateTerraformCluster(t *testing.T) {
 		}, want: "spec.variables[0].valueFrom.secretKeyRef.key: Invalid value: \"a/b\""},
 		{name: "valueFrom optional", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Variables[0].Value = nil
-			tc.Spec.Variables[0].ValueFrom = &infrav1.VariableSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "k", Optional: ptr.To(true)}}
+			tc.Spec.Variables[0].ValueFrom = &infrav1.VariableSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "k", Optional: ptrTo(true)}}
 		}, want: "spec.variables[0].valueFrom.configMapKeyRef.optional: Forbidden"},
 		{name: "request above limit", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Jobs = &infrav1.JobPolicy{Resources: &corev1.ResourceRequirements{
@@ -75,19 +74,19 @@ func TestValidateTerraformCluster(t *testing.T) {
 			}}
 		}, want: "spec.jobs.resources.requests[memory]: Invalid value: \"4Gi\": must be less than or equal to the limit 2Gi"},
 		{name: "deadline zero", change: func(tc *infrav1.TerraformCluster) {
-			tc.Spec.Jobs = &infrav1.JobPolicy{ActiveDeadlineSeconds: ptr.To[int64](0)}
+			tc.Spec.Jobs = &infrav1.JobPolicy{ActiveDeadlineSeconds: ptrTo[int64](0)}
 		}, want: "spec.jobs.activeDeadlineSeconds: Invalid value: 0: must be greater than 0"},
 		{name: "lock timeout beyond the default deadline", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Jobs = &infrav1.JobPolicy{LockTimeout: &metav1.Duration{Duration: 2 * time.Hour}}
 		}, want: "spec.jobs.lockTimeout: Invalid value: \"2h0m0s\": must be shorter than the Job deadline (1h0m0s)"},
 		{name: "negative history", change: func(tc *infrav1.TerraformCluster) {
-			tc.Spec.Jobs = &infrav1.JobPolicy{FailedJobsHistoryLimit: ptr.To[int32](-1)}
+			tc.Spec.Jobs = &infrav1.JobPolicy{FailedJobsHistoryLimit: ptrTo[int32](-1)}
 		}, want: "spec.jobs.failedJobsHistoryLimit: Invalid value: -1"},
 		{name: "reserved env", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Jobs = &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "TF_DATA_DIR", Value: "/x"}}}
 		}, want: "spec.jobs.env[0].name: Forbidden: is set by the runner"},
 		{name: "defaults validated too", change: func(tc *infrav1.TerraformCluster) {
-			tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{SuccessfulJobsHistoryLimit: ptr.To[int32](-2)}}
+			tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{SuccessfulJobsHistoryLimit: ptrTo[int32](-2)}}
 		}, want: "spec.defaults.jobs.successfulJobsHistoryLimit: Invalid value: -2"},
 		{name: "drift interval too short", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Second}}
@@ -199,3 +198,5 @@ func TestValidateMachineAndPool(t *testing.T) {
 	p.Spec.Drift = &infrav1.DriftPolicy{Remediation: "Now"}
 	checkErrors(t, ValidateTerraformMachinePool(p, nil).ToAggregate(), "spec.drift.remediation: Unsupported value: \"Now\"")
 }
+
+func ptrTo[T any](v T) *T { return &v }
