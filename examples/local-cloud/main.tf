@@ -52,8 +52,20 @@ locals {
   healthy          = [for i, p in local.paths : fileexists(p) ? trimspace(file(p)) == local.contents[i] : false]
 }
 
+# The generation files outlive a replaced instance (the plan's values must
+# not change while it is applied); they go when the module is destroyed.
+resource "terraform_data" "generations" {
+  input = { dir = var.instance_dir, prefix = var.captf_cluster_name }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "rm -f '${self.input.dir}'/.'${self.input.prefix}'-[0-9]*.generation"
+  }
+}
+
 resource "terraform_data" "instance" {
-  count = var.instances
+  count      = var.instances
+  depends_on = [terraform_data.generations]
   input = {
     path       = local.paths[count.index]
     generation = local.generation_files[count.index]
@@ -67,7 +79,7 @@ resource "terraform_data" "instance" {
 
   provisioner "local-exec" {
     when    = destroy
-    command = "rm -f '${self.input.path}' '${self.input.generation}'"
+    command = "rm -f '${self.input.path}'"
   }
 }
 

@@ -28,7 +28,19 @@ locals {
   generation      = fileexists(local.generation_file) ? tonumber(trimspace(file(local.generation_file))) : 0
 }
 
+# The generation file outlives a replaced instance (the plan's values must
+# not change while it is applied); it goes when the machine is destroyed.
+resource "terraform_data" "generation" {
+  input = local.generation_file
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "rm -f '${self.input}'"
+  }
+}
+
 resource "terraform_data" "instance" {
+  depends_on = [terraform_data.generation]
   input = {
     path       = local.path
     generation = local.generation_file
@@ -45,7 +57,7 @@ resource "terraform_data" "instance" {
 
   provisioner "local-exec" {
     when    = destroy
-    command = "rm -f '${self.input.path}' '${self.input.generation}'"
+    command = "rm -f '${self.input.path}'"
   }
 }
 

@@ -42,8 +42,9 @@ func TestClusterLifecycle(t *testing.T) {
 	if files := e.instanceFiles(); !slices.Equal(files, []string{"prod-0", "prod-1"}) {
 		t.Errorf("instance files = %v, want prod-0 and prod-1", files)
 	}
-	if tc.Status.LastPlan == nil || tc.Status.LastPlan.Summary.Add != 2 {
-		t.Errorf("lastPlan = %+v, want 2 to add", tc.Status.LastPlan)
+	// Two instances and the module's bookkeeping of their generations.
+	if tc.Status.LastPlan == nil || tc.Status.LastPlan.Summary.Add != 3 {
+		t.Errorf("lastPlan = %+v, want 3 to add", tc.Status.LastPlan)
 	}
 	firstHash := tc.Status.AppliedInputsHash
 
