@@ -94,11 +94,9 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 	if !exists {
 		head = s.newSecret(s.Object.State(), names.SecretTypeState)
 	}
-	var backups []string
-	if v := head.Annotations[annotationBackups]; v != "" {
-		if err := json.Unmarshal([]byte(v), &backups); err != nil {
-			return fmt.Errorf("state secret annotation %s: %w", annotationBackups, err)
-		}
+	backups, err := backupsOf(head)
+	if err != nil {
+		return err
 	}
 	var dropped []string
 	if exists && !s.backedUp && s.Backups > 0 {
@@ -190,6 +188,11 @@ func (s *StateStore) ListBackups(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return backupsOf(head)
+}
+
+// backupsOf reads the state Secret's list of backups, newest first.
+func backupsOf(head *corev1.Secret) ([]string, error) {
 	var backups []string
 	if v := head.Annotations[annotationBackups]; v != "" {
 		if err := json.Unmarshal([]byte(v), &backups); err != nil {

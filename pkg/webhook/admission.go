@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,21 +28,11 @@ const MaxRequestBytes = 7 << 20
 
 // Path is the webhook path of a kind.
 func Path(kind string) string {
-	return "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-" + lower(kind)
+	return "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-" + strings.ToLower(kind)
 }
 
 // Kinds are the kinds the webhook validates.
 var Kinds = []string{"TerraformCluster", "TerraformClusterTemplate", "TerraformMachine", "TerraformMachinePool", "TerraformMachineTemplate"}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
 
 // Handler admits or refuses writes of the Terraform* kinds.
 type Handler struct {

@@ -130,7 +130,7 @@ func validateClusterSpec(spec *infrav1.TerraformClusterSpec, path *field.Path) f
 func validateMachineSpec(spec *infrav1.TerraformMachineSpec, path *field.Path) field.ErrorList {
 	errs := validateWorkspace(&spec.WorkspaceSpec, path)
 	if spec.ProviderID != "" {
-		errs = append(errs, validateProviderIDs([]string{spec.ProviderID}, path.Child("providerID"))...)
+		errs = append(errs, validateProviderID(spec.ProviderID, path.Child("providerID"))...)
 	}
 	return errs
 }
@@ -157,20 +157,20 @@ func validateProviderIDs(ids []string, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i, id := range ids {
-		p := path
-		if len(ids) > 1 || path.String() == "spec.providerIDList" {
-			p = path.Index(i)
-		}
-		scheme, rest, ok := strings.Cut(id, "://")
-		if !ok || scheme == "" || rest == "" {
-			errs = append(errs, field.Invalid(p, id, "must look like <provider>://<id>"))
-		}
+		errs = append(errs, validateProviderID(id, path.Index(i))...)
 		if seen[id] {
-			errs = append(errs, field.Duplicate(p, id))
+			errs = append(errs, field.Duplicate(path.Index(i), id))
 		}
 		seen[id] = true
 	}
 	return errs
+}
+
+func validateProviderID(id string, path *field.Path) field.ErrorList {
+	if scheme, rest, ok := strings.Cut(id, "://"); !ok || scheme == "" || rest == "" {
+		return field.ErrorList{field.Invalid(path, id, "must look like <provider>://<id>")}
+	}
+	return nil
 }
 
 // validateWorkspace checks what every kind that runs Terraform shares.

@@ -130,8 +130,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []st
 		}
 		e.RecordJob(r, job, runner.OutcomeFailed)
 		metrics.DriftChecks.WithLabelValues(kind, "failed").Inc()
-		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, msg)
-		e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonDriftCheckFailed, msg)
+		e.warnOnce(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, ReasonDriftCheckFailed, msg)
 	case res.Plan.HasChanges():
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
@@ -140,10 +139,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []st
 		if _, _, remediate := e.driftPolicy(obj); remediate {
 			msg += "; remediating with an apply"
 		}
-		if c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionDrifted); c == nil || c.Status != metav1.ConditionTrue || c.Message != msg {
-			e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonDriftDetected, msg)
-		}
-		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, msg)
+		e.warnOnce(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, ReasonDriftDetected, msg)
 	default:
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
@@ -197,15 +193,12 @@ func (e *Engine) forgetMetrics(obj Object) {
 	metrics.LastDriftCheck.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
 }
 
+// latestOp is the newest Job of op: jobs are newest first.
 func latestOp(jobs []*batchv1.Job, op infrav1.Operation) *batchv1.Job {
-	var latest *batchv1.Job
 	for _, j := range jobs {
-		if j.Labels[names.LabelOperation] != string(op) {
-			continue
-		}
-		if latest == nil || j.CreationTimestamp.After(latest.CreationTimestamp.Time) {
-			latest = j
+		if j.Labels[names.LabelOperation] == string(op) {
+			return j
 		}
 	}
-	return latest
+	return nil
 }

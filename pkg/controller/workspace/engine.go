@@ -457,6 +457,15 @@ func (e *Engine) SetReady(r *Run, status metav1.ConditionStatus, reason, message
 	SetCondition(r.Obj, infrav1.ConditionReady, status, reason, message)
 }
 
+// warnOnce sets a condition and sends a warning event, named eventReason,
+// only when the condition is news: syncs repeat, events should not.
+func (e *Engine) warnOnce(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, condType); c == nil || c.Status != status || c.Reason != reason || c.Message != msg {
+		e.Recorder.Event(obj, corev1.EventTypeWarning, eventReason, msg)
+	}
+	SetCondition(obj, condType, status, reason, msg)
+}
+
 // SetCondition sets a condition of obj at its generation.
 func SetCondition(obj Object, t string, status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(&obj.WorkspaceStatus().Conditions, metav1.Condition{Type: t, Status: status,

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -69,10 +67,7 @@ func (e *Engine) blocked(r *Run, job *batchv1.Job, plan *runner.Plan) {
 	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
 		prefix, plan.Hash, what, PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
 	st := obj.WorkspaceStatus()
-	if c := meta.FindStatusCondition(st.Conditions, condType); c == nil || c.Status != metav1.ConditionTrue || c.Message != msg {
-		e.Recorder.Event(obj, corev1.EventTypeWarning, condType, msg)
-	}
-	SetCondition(obj, condType, metav1.ConditionTrue, reason, msg)
+	e.warnOnce(obj, condType, metav1.ConditionTrue, reason, condType, msg)
 	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
 	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(finishTime(job))}
 	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {

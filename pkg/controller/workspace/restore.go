@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -18,12 +17,14 @@ import (
 
 // Reasons of the StateRestored condition.
 const (
-	ReasonRestored        = "Restored"
-	ReasonBackupNotFound  = "BackupNotFound"
-	ReasonRestoreWaiting  = "WaitingForJob"
-	ReasonRestoreFailed   = "RestoreFailed"
-	restoreLockHolderName = "captf-manager"
+	ReasonRestored       = "Restored"
+	ReasonBackupNotFound = "BackupNotFound"
+	ReasonRestoreWaiting = "WaitingForJob"
+	ReasonRestoreFailed  = "RestoreFailed"
 )
+
+// restoreLockHolder holds the state Lease while the manager restores.
+const restoreLockHolder = "captf-manager"
 
 // restore carries out captf.io/restore-state: the named backup becomes the
 // current state, the current state a backup first; then the annotation
@@ -57,13 +58,13 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 		}
 		msg := fmt.Sprintf("%s names %s, which is not a state backup of this object; nothing was changed. Its backups, newest first: %s",
 			infrav1.AnnotationRestoreState, backup, list)
-		e.warnOnce(r, infrav1.ConditionStateRestored, ReasonBackupNotFound, msg)
+		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupNotFound, ReasonBackupNotFound, msg)
 		return true, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
 	}
-	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolderName,
+	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder,
 		Labels: store.Labels, Owner: store.Owner}
 	if err := lock.Acquire(ctx, 0); err != nil {
 		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting, "Waiting for the state lock: "+err.Error())
@@ -76,7 +77,7 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 		}
 	}()
 	if err := store.Write(ctx, state); err != nil {
-		e.warnOnce(r, infrav1.ConditionStateRestored, ReasonRestoreFailed, fmt.Sprintf("Restoring %s: %v", backup, err))
+		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreFailed, ReasonRestoreFailed, fmt.Sprintf("Restoring %s: %v", backup, err))
 		return false, err
 	}
 	annotations := obj.GetAnnotations()
@@ -93,13 +94,4 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 	SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionTrue, ReasonRestored, msg)
 	e.Recorder.Event(obj, corev1.EventTypeNormal, infrav1.ConditionStateRestored, msg)
 	return true, nil
-}
-
-// warnOnce sets a False condition and sends its event when it is news.
-func (e *Engine) warnOnce(r *Run, condType, reason, msg string) {
-	st := r.Obj.WorkspaceStatus()
-	if c := meta.FindStatusCondition(st.Conditions, condType); c == nil || c.Reason != reason || c.Message != msg {
-		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, reason, msg)
-	}
-	SetCondition(r.Obj, condType, metav1.ConditionFalse, reason, msg)
 }
