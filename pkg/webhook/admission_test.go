@@ -1,8 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -121,6 +124,30 @@ func TestAdmitWrongPathAndDecoding(t *testing.T) {
 	for _, body := range []string{``, `{}`, `{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}`, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`} {
 		if _, err := DecodeReview([]byte(body)); err == nil {
 			t.Errorf("DecodeReview(%q) took it", body)
+		}
+	}
+}
+
+// TestServeRefusesOversizeAndNonJSON: bodies beyond MaxRequestBytes get
+// 413, other content types 415, and nothing is admitted.
+func TestServeRefusesOversizeAndNonJSON(t *testing.T) {
+	mux := (&Handler{ManagerUser: managerUser}).Mux()
+	cases := []struct {
+		name, contentType string
+		body              []byte
+		want              int
+	}{
+		{"too big", "application/json", bytes.Repeat([]byte(" "), MaxRequestBytes+1), http.StatusRequestEntityTooLarge},
+		{"not JSON", "application/yaml", []byte("{}"), http.StatusUnsupportedMediaType},
+		{"not a review", "application/json", []byte(`{"kind":"Pod"}`), http.StatusBadRequest},
+	}
+	for _, tc := range cases {
+		r := httptest.NewRequest(http.MethodPost, Path("TerraformCluster"), bytes.NewReader(tc.body))
+		r.Header.Set("Content-Type", tc.contentType)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, w.Code, tc.want)
 		}
 	}
 }
