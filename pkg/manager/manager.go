@@ -41,6 +41,7 @@ import (
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/pkg/version"
 	"github.com/captf/captf/pkg/webhook"
 )
@@ -60,6 +61,7 @@ type Options struct {
 	SyncPeriod                 time.Duration
 	DriftDefaultInterval       time.Duration
 	StateBackups               int
+	MaxStateBytes              int64
 	RunnerImage                string
 	WebhookPort                int
 	WebhookCertDir             string
@@ -85,6 +87,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Minute, "how often every object is synced even without a change")
 	fs.DurationVar(&o.DriftDefaultInterval, "drift-default-interval", 30*time.Minute, "drift check interval of objects that set none")
 	fs.IntVar(&o.StateBackups, "state-backups", 5, "state backups kept per object")
+	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", runner.DefaultMaxStateBytes, "largest state or backup CAPTF reads (uncompressed, and compressed); past it: a condition, never an out-of-memory kill")
 	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's certificate and key")
@@ -259,11 +262,14 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 	access := &util.RunnerAccess{Client: kube}
+	if err := access.Watch(kubeFactory.Core().V1().ServiceAccounts().Informer(), kubeFactory.Rbac().V1().RoleBindings().Informer()); err != nil {
+		return err
+	}
 
 	tcCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformcluster.ControllerName))
 	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
 		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
-		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval})
+		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes})
 	if err != nil {
 		return err
 	}
@@ -275,7 +281,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		Jobs:              jobInformer,
 		Machines:          machineInformer.Informer(), MachineLister: machineInformer.Lister(),
 		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval})
+	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes})
 	if err != nil {
 		return err
 	}
@@ -287,7 +293,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		Jobs:                  jobInformer,
 		MachinePools:          poolInformer.Informer(), MachinePoolLister: poolInformer.Lister(),
 		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval})
+	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes})
 	if err != nil {
 		return err
 	}
@@ -319,6 +325,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	wg.Go(func() { tm.Run(tmCtx, o.MachineConcurrency) })
 	wg.Go(func() { pool.Run(poolCtx, o.MachinePoolConcurrency) })
 	wg.Go(func() { tmt.Run(tmtCtx, o.MachineTemplateConcurrency) })
+	wg.Go(func() { access.Run(ctx) })
 	wg.Wait()
 	return nil
 }

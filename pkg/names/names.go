@@ -14,9 +14,11 @@ const (
 	// LabelManagedBy is app.kubernetes.io/managed-by=captf.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedByValue = "captf"
-	// LabelObjectUID is the UID of the Terraform* object a child belongs to.
+	// LabelObjectUID is the UID of the Terraform* object a child was made
+	// for (the last owner: a restore or a move gives the object a new UID).
 	LabelObjectUID = "captf.io/object-uid"
-	// LabelObjectName is the name of that object (hashed when too long).
+	// LabelObjectName is the name of that object (hashed when too long for
+	// a label; AnnotationObjectName holds it in full).
 	LabelObjectName = "captf.io/object-name"
 	// LabelKind is the short kind of that object: tfc, tfm or tfmp.
 	LabelKind = "captf.io/kind"
@@ -35,6 +37,17 @@ const (
 	// captf.io/abandon-infrastructure.
 	LabelAbandoned = "captf.io/abandoned"
 )
+
+// AnnotationObjectName on a state, backup or durable-inputs Secret is the
+// full name of the object it belongs to: a state is never read or written
+// for another object.
+const AnnotationObjectName = "captf.io/object-name"
+
+// StateFinalizer keeps state, its chunks, backups and durable inputs until
+// CAPTF lets them go: after a successful destroy, or an abandon. A foreground
+// or namespace delete can therefore never take the state before the
+// infrastructure it describes.
+const StateFinalizer = "captf.io/state-protection"
 
 // Values of LabelSecretType.
 const (
@@ -60,25 +73,36 @@ type Object struct {
 	Name string
 }
 
-// maxName leaves room for the longest suffix below inside the 63 characters
-// a Job name (and so a pod label) may have.
-const maxName = 30
+// maxBase is the longest base of a Secret or Lease name: it leaves room in
+// the 253 characters of a name for the longest suffix below (a state chunk:
+// "-state-" + 19 digits + "-" + index). A base is "<kind>-<name>" in full up
+// to maxBase-1 characters; longer ones are cut and end in a 64-bit hash,
+// exactly maxBase characters long, so no literal name can spell one.
+const maxBase = 213
 
-// Prefix is "<kind>-<name>", the name shortened with a hash when too long.
-func (o Object) Prefix() string {
-	// Dots are replaced (Job names end up in DNS labels) and the original
-	// name's hash keeps "a.b" and "a-b" apart.
-	name := strings.ReplaceAll(o.Name, ".", "-")
-	if name != o.Name || len(name) > maxName {
-		name = strings.TrimRight(name[:min(len(name), maxName-6)], "-") + "-" + shortHash(o.Name, 5)
+// base is the start of every Secret and Lease name of the object.
+func (o Object) base() string {
+	b := o.Kind + "-" + o.Name
+	if len(b) < maxBase {
+		return b
 	}
-	return o.Kind + "-" + name
+	return b[:maxBase-17] + "-" + hash(o.Kind+"/"+o.Name, 16)
 }
+
+// maxJobName is the room for the object's name in a Job name: the Job name
+// must fit 63 characters (it is a label value on its pods) with the longest
+// kind ("tfmp-") and suffix ("-destroy-" + 16 hex + "-" + 4 digits).
+const maxJobName = 63 - 5 - 30
 
 // Job is the Job of one attempt of an operation for one inputs hash. The name
 // is deterministic so a restarted manager finds it instead of making another.
-func (o Object) Job(op, inputsHash string, attempt int) string {
-	return fmt.Sprintf("%s-%s-%s-%d", o.Prefix(), op, inputsHash[:min(10, len(inputsHash))], attempt)
+// The object's name in it is only for people to read: the hash covers the
+// object's kind, full name and UID, the operation and the inputs, so the
+// Jobs of two objects never share a name, whatever their names.
+func (o Object) Job(uid, op, inputsHash string, attempt int) string {
+	name := strings.ReplaceAll(o.Name, ".", "-") // Jobs' names end up in DNS labels
+	name = strings.TrimRight(name[:min(len(name), maxJobName)], "-")
+	return fmt.Sprintf("%s-%s-%s-%s-%d", o.Kind, name, op, hash(strings.Join([]string{o.Kind, o.Name, uid, op, inputsHash}, "/"), 16), attempt)
 }
 
 // RunInputs is the Secret with the rendered inputs of one Job: the Job's name.
@@ -89,35 +113,40 @@ func (o Object) Result(job string) string { return job + "-result" }
 
 // State is the Secret that holds the object's current state (or, for a big
 // state, the index of its chunks).
-func (o Object) State() string { return o.Prefix() + "-state" }
+func (o Object) State() string { return o.base() + "-state" }
 
 // StateChunk is chunk i of generation gen of a big state.
 func (o Object) StateChunk(gen int64, i int) string {
-	return fmt.Sprintf("%s-state-%d-%d", o.Prefix(), gen, i)
+	return fmt.Sprintf("%s-state-%d-%d", o.base(), gen, i)
 }
 
 // Backup is a state backup; stamp orders backups (UTC, lower case, e.g.
 // 20261129-220000).
-func (o Object) Backup(stamp string) string { return o.Prefix() + "-backup-" + stamp }
+func (o Object) Backup(stamp string) string { return o.base() + "-backup-" + stamp }
+
+// Rescue is a backup holding the state terraform could not save
+// (errored.tfstate): restorable like any backup.
+func (o Object) Rescue(stamp string) string { return o.base() + "-errored-" + stamp }
 
 // BackupChunk is chunk i of a big backup.
 func (o Object) BackupChunk(backup string, i int) string { return fmt.Sprintf("%s-%d", backup, i) }
 
 // DurableInputs is the Secret with the inputs of the last successful apply.
-func (o Object) DurableInputs() string { return o.Prefix() + "-inputs" }
+func (o Object) DurableInputs() string { return o.base() + "-inputs" }
 
 // Lock is the Lease that locks the object's state.
-func (o Object) Lock() string { return o.Prefix() + "-lock" }
+func (o Object) Lock() string { return o.base() + "-lock" }
 
-// LabelValue shortens a value to fit a label.
+// LabelValue fits a value into a label: in full when shorter than 63
+// characters, else cut and ending in a 64-bit hash (exactly 63 characters).
 func LabelValue(v string) string {
-	if len(v) <= 63 {
+	if len(v) < 63 {
 		return v
 	}
-	return strings.TrimRight(v[:56], "-._") + "-" + shortHash(v, 6)
+	return v[:46] + "-" + hash(v, 16)
 }
 
-func shortHash(s string, n int) string {
+func hash(s string, n int) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:n]
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -32,7 +33,6 @@ type Lock struct {
 	Holder    string
 	HolderUID types.UID
 	Labels    map[string]string
-	Owner     metav1.OwnerReference
 	// Duration is how long a holder that stopped renewing keeps the lock.
 	Duration time.Duration
 	// Poll is the wait between attempts while another run holds the lock.
@@ -84,9 +84,6 @@ func (l *Lock) try(ctx context.Context) (string, error) {
 	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels}}
-		if l.Owner.UID != "" {
-			lease.OwnerReferences = []metav1.OwnerReference{l.Owner}
-		}
 		l.take(lease)
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 		return "", err
@@ -151,21 +148,47 @@ func (l *Lock) take(lease *coordinationv1.Lease) {
 	lease.Annotations[annotationHolderUID] = string(l.HolderUID)
 }
 
-// KeepRenewed renews the lock until ctx ends.
-func (l *Lock) KeepRenewed(ctx context.Context) {
+// KeepRenewed renews the lock until ctx ends. When the lock is lost (taken
+// by another run, or not renewed within its duration, after which another
+// run may take it) it calls lost once and stops: the run must stop too.
+func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
 	ticker := time.NewTicker(l.duration() / 3)
 	defer ticker.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := l.renew(ctx); err != nil && ctx.Err() == nil {
-				klog.FromContext(ctx).Error(err, "Renewing the state lock", "lease", klog.KRef(l.Namespace, l.Name))
-			}
 		}
+		err := l.renew(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, errLockLost):
+		case err == nil && time.Since(renewed) > l.duration():
+			// Renewed, but after a gap in which another run could have
+			// taken the lock and written: stop all the same.
+			err = fmt.Errorf("%w: not renewed for %s", errLockLost, time.Since(renewed).Round(time.Second))
+		case err == nil:
+			renewed = time.Now()
+			continue
+		case time.Since(renewed) <= l.duration():
+			klog.FromContext(ctx).Error(err, "Renewing the state lock", "lease", klog.KRef(l.Namespace, l.Name))
+			continue
+		default:
+			err = fmt.Errorf("%w: not renewed for %s: %v", errLockLost, time.Since(renewed).Round(time.Second), err)
+		}
+		l.mu.Lock()
+		l.held = false
+		l.mu.Unlock()
+		lost(err)
+		return
 	}
 }
+
+var errLockLost = errors.New("lost the state lock")
 
 func (l *Lock) renew(ctx context.Context) error {
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
@@ -173,8 +196,8 @@ func (l *Lock) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ptrValue(lease.Spec.HolderIdentity) != l.Holder {
-		return fmt.Errorf("lost the lock to %q", ptrValue(lease.Spec.HolderIdentity))
+	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
+		return fmt.Errorf("%w to %q", errLockLost, ptrValue(lease.Spec.HolderIdentity))
 	}
 	now := metav1.NewMicroTime(time.Now())
 	lease.Spec.RenewTime = &now
@@ -196,7 +219,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ptrValue(lease.Spec.HolderIdentity) != l.Holder {
+	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
 		return nil
 	}
 	lease.Spec.HolderIdentity = nil

@@ -36,6 +36,9 @@ func Main(args []string) error {
 	fs.IntVar(&c.StateBackups, "state-backups", 5, "state backups to keep")
 	fs.DurationVar(&c.LockTimeout, "lock-timeout", 5*time.Minute, "how long to wait for the state lock")
 	fs.BoolVar(&c.UseDurableInputs, "durable-inputs", false, "use the inputs of the last successful apply")
+	fs.BoolVar(&c.ExpectState, "expect-state", false, "the object was applied: refuse to run when its state is missing")
+	fs.Int64Var(&c.MaxStateBytes, "max-state-bytes", DefaultMaxStateBytes, "largest state (and backup) read, uncompressed and compressed")
+	fs.DurationVar(&c.LockDuration, "lock-duration", 30*time.Second, "how long the state lock holds without renewal")
 	var gate string
 	fs.StringVar(&gate, "gate", "", "approval policy of an apply: Destructive or Manual (default: apply every plan)")
 	fs.StringVar(&c.ApprovedPlan, "approved-plan", "", "plan hash captf.io/approve-plan names")

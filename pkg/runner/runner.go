@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +58,13 @@ type Config struct {
 	// approval annotations name.
 	Gate                                  infrav1.ApprovalPolicy
 	ApprovedPlan, ApprovedDestructivePlan string
+	// ExpectState: the object was applied, so a missing state is an error,
+	// never an empty state to plan against.
+	ExpectState bool
+	// MaxStateBytes bounds state reads (DefaultMaxStateBytes).
+	MaxStateBytes int64
+	// LockDuration is how long the lock holds without renewal.
+	LockDuration time.Duration
 }
 
 // Runner runs one operation.
@@ -66,10 +74,11 @@ type Runner struct {
 	// Log receives terraform's output.
 	Log io.Writer
 
-	obj    names.Object
-	mu     sync.Mutex
-	child  *exec.Cmd
-	signal bool
+	obj      names.Object
+	mu       sync.Mutex
+	child    *exec.Cmd
+	signal   bool
+	lockLost error
 }
 
 // Run performs the operation and always tries to write a result. It returns
@@ -95,6 +104,12 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	}()
 
 	err := r.run(ctx, res)
+	r.mu.Lock()
+	if r.lockLost != nil {
+		err = errors.Join(r.lockLost, err)
+		res.Stage = "lock"
+	}
+	r.mu.Unlock()
 	switch {
 	case err != nil:
 		res.Error = excerpt(err.Error())
@@ -112,7 +127,6 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 
 func (r *Runner) run(ctx context.Context, res *Result) error {
 	logger := klog.FromContext(ctx)
-	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
 	labels := ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID)
 
 	inputsName := r.obj.RunInputs(r.Config.Job)
@@ -139,7 +153,7 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 
 	res.Stage = "lock"
 	lock := &Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
-		Labels: labels, Owner: owner}
+		Labels: labels, Duration: r.Config.LockDuration}
 	defer func() {
 		res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
 	}()
@@ -153,9 +167,24 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 			logger.Error(err, "Releasing the state lock")
 		}
 	}()
-	go lock.KeepRenewed(renewCtx)
+	go lock.KeepRenewed(renewCtx, func(err error) {
+		// Another run may hold the lock now: stop terraform. The state
+		// is fenced as well: no write of this run reaches it.
+		logger.Error(err, "Stopping terraform")
+		r.mu.Lock()
+		r.lockLost = err
+		if r.child != nil && r.child.Process != nil {
+			_ = r.child.Process.Signal(syscall.SIGTERM)
+		}
+		r.mu.Unlock()
+	})
 
-	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Owner: owner, Backups: r.Config.StateBackups}
+	res.Stage = "state"
+	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
+		MaxBytes: r.Config.MaxStateBytes}
+	if err := store.Claim(ctx, string(r.Config.PodUID), r.Config.ExpectState); err != nil {
+		return err
+	}
 	backend := &Backend{Store: store}
 	if err := backend.Start(ctx); err != nil {
 		return err
@@ -207,7 +236,7 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 	}
 	res.Stage = string(r.Config.Operation)
 	if _, err := r.exec(ctx, tf, dir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {
-		return err
+		return errors.Join(err, r.rescue(ctx, store, dir, res))
 	}
 	res.Stage = "outputs"
 	out, err := r.exec(ctx, tf, dir, env, "output", "-json", "-no-color")
@@ -230,7 +259,7 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 		// Destroy must work with these inputs after the spec, or a Secret it
 		// read from, has changed.
 		res.Stage = "durable-inputs"
-		if err := r.saveDurableInputs(ctx, inputs.Data, labels, owner); err != nil {
+		if err := r.saveDurableInputs(ctx, inputs.Data, labels); err != nil {
 			return err
 		}
 	}
@@ -297,6 +326,10 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 		r.mu.Unlock()
 		return nil, errors.New("interrupted by SIGTERM before terraform " + args[0])
 	}
+	if r.lockLost != nil {
+		r.mu.Unlock()
+		return nil, errors.New("the state lock was lost before terraform " + args[0])
+	}
 	if err := cmd.Start(); err != nil {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("starting %s: %w", tf, err)
@@ -329,9 +362,46 @@ func (r *Runner) terraform() (string, error) {
 	return "", errors.New("neither terraform nor tofu is on PATH")
 }
 
-func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, labels map[string]string, owner metav1.OwnerReference) error {
-	return r.putSecret(ctx, r.obj.DurableInputs(), withType(labels, names.SecretTypeDurableInput), owner,
-		map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]})
+// rescue keeps the state terraform could not save (errored.tfstate): a
+// backup of its own, named in the result, restorable like any backup.
+func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res *Result) error {
+	state, err := os.ReadFile(filepath.Join(dir, "errored.tfstate"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading errored.tfstate: %w", err)
+	}
+	name, err := store.SaveRescue(context.WithoutCancel(ctx), state)
+	if err != nil {
+		return fmt.Errorf("terraform could not save its state, and neither could CAPTF (errored.tfstate, %d bytes, is lost with the pod): %w", len(state), err)
+	}
+	klog.FromContext(ctx).Info("Terraform could not save its state: rescued it", "secret", name)
+	res.RescuedState = name
+	return nil
+}
+
+// saveDurableInputs keeps the inputs destroy runs with; like the state, they
+// outlive the object until its infrastructure is destroyed.
+func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, labels map[string]string) error {
+	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
+	sec := NewStateSecret(r.Config.Namespace, r.obj.DurableInputs(), r.obj, names.SecretTypeDurableInput, labels)
+	sec.Data = map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]}
+	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	current, err := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	current.Data, current.Labels, current.OwnerReferences = sec.Data, sec.Labels, nil
+	current.Annotations = sec.Annotations
+	if !slices.Contains(current.Finalizers, names.StateFinalizer) {
+		current.Finalizers = append(current.Finalizers, names.StateFinalizer)
+	}
+	_, err = secrets.Update(ctx, current, metav1.UpdateOptions{})
+	return err
 }
 
 func (r *Runner) writeResult(ctx context.Context, res *Result) error {
@@ -341,17 +411,13 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 	}
 	labels := withType(ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
-	return r.putSecret(ctx, r.obj.Result(r.Config.Job), labels, owner, map[string][]byte{KeyResult: b})
-}
-
-// putSecret creates the Secret, or replaces the data of the one there.
-func (r *Runner) putSecret(ctx context.Context, name string, labels map[string]string, owner metav1.OwnerReference, data map[string][]byte) error {
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
+	name, data := r.obj.Result(r.Config.Job), map[string][]byte{KeyResult: b}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
 		Data:       data,
 	}
-	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+	_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		current, gerr := secrets.Get(ctx, name, metav1.GetOptions{})
 		if gerr != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,9 +30,11 @@ const (
 	annotationChunks     = "captf.io/chunks"
 	annotationGeneration = "captf.io/generation"
 	annotationSHA256     = "captf.io/sha256"
+	annotationStateSum   = "captf.io/state-sha256"
 	annotationBackups    = "captf.io/backups"
 	annotationSize       = "captf.io/uncompressed-bytes"
 	annotationBackupOf   = "captf.io/backup-of"
+	annotationHolder     = "captf.io/lock-holder"
 	dataKey              = "tfstate"
 )
 
@@ -39,30 +42,133 @@ const (
 // etcd's 1.5 MiB request limit.
 const DefaultChunkSize = 768 << 10
 
+// DefaultMaxStateBytes bounds every state, backup and rescued state read:
+// uncompressed, and compressed. Far above the states Terraform writes (the
+// tests store 50 MiB), far below what would kill the reader.
+const DefaultMaxStateBytes = 128 << 20
+
+// Errors a caller turns into conditions.
+var (
+	// ErrNotABackup is ReadBackup's error for a Secret that is not a backup
+	// of this state.
+	ErrNotABackup = errors.New("not a state backup")
+	// ErrStateTooLarge: a state or backup is over the read limit.
+	ErrStateTooLarge = errors.New("state is over the size limit")
+	// ErrStateMissing: the object was applied but its state Secret is gone.
+	ErrStateMissing = errors.New("state secret is missing")
+	// ErrOtherOwner: the state Secret belongs to another object.
+	ErrOtherOwner = errors.New("state secret belongs to another object")
+	// ErrFenced: another run took the state lock; this one may not write.
+	ErrFenced = errors.New("the state lock was taken over by another run: this run may no longer write the state")
+)
+
 // StateStore keeps one object's Terraform state in Secrets: gzip-compressed,
 // inline in the state Secret when small, else in chunk Secrets of a new
 // generation that the state Secret switches to in one update (a reader never
-// sees half a state). The first write of a run makes the previous state a
-// backup; the newest Backups backups are kept.
+// sees half a state). The first write of a run that changes the state makes
+// the previous state a backup; the newest Backups backups are kept.
+//
+// Writes are fenced: Claim stamps the state Secret with the run's lock
+// holder, and every later write updates exactly the version this store last
+// wrote or read. A run that lost its lock to another, which then claimed the
+// state, can no longer write a byte of it.
+//
+// The Secrets carry no owner reference but StateFinalizer: they outlive the
+// object until CAPTF releases them (after a successful destroy or an
+// abandon).
 type StateStore struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Object    names.Object
 	// Labels go on every Secret (object identity, managed-by).
-	Labels map[string]string
-	// Owner is the Terraform* object; its deletion collects the Secrets.
-	Owner     metav1.OwnerReference
+	Labels    map[string]string
 	Backups   int
 	ChunkSize int
+	// MaxBytes bounds what a read decompresses (DefaultMaxStateBytes).
+	MaxBytes int64
+	// Keep is a backup rotation never deletes: the one being restored.
+	Keep string
 	// Now is the clock of backup names.
 	Now func() time.Time
 
+	head     *corev1.Secret // claimed: the version this store wrote last
 	backedUp bool
 	// BackupsMade counts backups this store made; LastBackup names the
 	// newest.
 	BackupsMade int
 	LastBackup  string
 }
+
+// Claim makes the state this run's: it checks the state Secret belongs to
+// the object, stamps it with holder (creating an empty one when there is no
+// state yet) and remembers its version; writes of a run that claims after
+// this one fail with ErrFenced. expectState refuses a missing state: the
+// object was applied, and running on an empty state would create everything
+// again.
+func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool) error {
+	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if expectState {
+			return fmt.Errorf("%w: %s", ErrStateMissing, s.Object.State())
+		}
+		head = s.newSecret(s.Object.State(), names.SecretTypeState)
+		head.Annotations[annotationHolder] = holder
+		created, err := s.secrets().Create(ctx, head, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%w: the state Secret appeared while claiming it", ErrFenced)
+		}
+		if err != nil {
+			return fmt.Errorf("creating state secret: %w", err)
+		}
+		s.head = created
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading state secret: %w", err)
+	}
+	if err := s.checkOwner(head); err != nil {
+		return err
+	}
+	if expectState && !HasState(head) {
+		return fmt.Errorf("%w: %s holds no state", ErrStateMissing, s.Object.State())
+	}
+	head = head.DeepCopy()
+	head.Annotations[annotationHolder] = holder
+	for k, v := range s.Labels { // a restored or moved object adopts its state
+		head.Labels[k] = v
+	}
+	if !slices.Contains(head.Finalizers, names.StateFinalizer) {
+		head.Finalizers = append(head.Finalizers, names.StateFinalizer)
+	}
+	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("%w: the state Secret changed while claiming it", ErrFenced)
+	}
+	if err != nil {
+		return fmt.Errorf("claiming state secret: %w", err)
+	}
+	s.head = updated
+	return nil
+}
+
+// checkOwner refuses a state Secret recorded for another object.
+func (s *StateStore) checkOwner(head *corev1.Secret) error {
+	name, ok := head.Annotations[names.AnnotationObjectName]
+	if !ok {
+		name = head.Labels[names.LabelObjectName] // written before the annotation existed
+		if name == names.LabelValue(s.Object.Name) {
+			name = s.Object.Name
+		}
+	}
+	if name != s.Object.Name || head.Labels[names.LabelKind] != s.Object.Kind {
+		return fmt.Errorf("%w: %s records %s %q as its owner", ErrOtherOwner, head.Name, head.Labels[names.LabelKind], name)
+	}
+	return nil
+}
+
+// HasState tells whether a state Secret holds a state (a claim of an object
+// never applied leaves an empty one).
+func HasState(head *corev1.Secret) bool { return head.Annotations[annotationEncoding] != "" }
 
 // Read returns the current state, or nil when there is none.
 func (s *StateStore) Read(ctx context.Context) ([]byte, error) {
@@ -73,11 +179,17 @@ func (s *StateStore) Read(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading state secret: %w", err)
 	}
+	if err := s.checkOwner(head); err != nil {
+		return nil, err
+	}
+	if !HasState(head) {
+		return nil, nil
+	}
 	gz, err := s.readBlob(ctx, head)
 	if err != nil {
 		return nil, err
 	}
-	return gunzip(gz)
+	return s.gunzip(gz)
 }
 
 // Write stores state as the current state.
@@ -86,28 +198,40 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 	if err != nil {
 		return err
 	}
-	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading state secret: %w", err)
+	sum := sha256.Sum256(state)
+	return s.write(ctx, gz, int64(len(state)), hex.EncodeToString(sum[:]))
+}
+
+// write stores gz (of size bytes, sum its sha256) as the current state.
+func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum string) error {
+	if s.head == nil {
+		if err := s.Claim(ctx, "", false); err != nil {
+			return err
+		}
 	}
-	if !exists {
-		head = s.newSecret(s.Object.State(), names.SecretTypeState)
+	head := s.head.DeepCopy()
+	if HasState(head) && head.Annotations[annotationStateSum] == sum {
+		return nil // unchanged: no write, and above all no backup
 	}
 	backups, err := backupsOf(head)
 	if err != nil {
 		return err
 	}
 	var dropped []string
-	if exists && !s.backedUp && s.Backups > 0 {
+	if HasState(head) && !s.backedUp && s.Backups > 0 {
 		name, err := s.backup(ctx, head)
 		if err != nil {
 			return fmt.Errorf("backing up the previous state: %w", err)
 		}
 		s.LastBackup = name
 		backups = append([]string{name}, backups...)
-		if len(backups) > s.Backups {
-			backups, dropped = backups[:s.Backups], backups[s.Backups:]
+		for len(backups) > s.Backups {
+			i := len(backups) - 1
+			if backups[i] == s.Keep {
+				i--
+			}
+			dropped = append(dropped, backups[i])
+			backups = slices.Delete(backups, i, i+1)
 		}
 	}
 	oldGen, oldChunks := chunkInfo(head)
@@ -116,22 +240,29 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 		return err
 	}
 	head.Annotations[annotationGeneration] = strconv.FormatInt(gen, 10)
-	head.Annotations[annotationSize] = strconv.Itoa(len(state))
+	head.Annotations[annotationSize] = strconv.FormatInt(size, 10)
+	head.Annotations[annotationStateSum] = sum
 	if b, _ := json.Marshal(backups); len(backups) > 0 {
 		head.Annotations[annotationBackups] = string(b)
 	}
-	if exists {
-		_, err = s.secrets().Update(ctx, head, metav1.UpdateOptions{})
-	} else {
-		_, err = s.secrets().Create(ctx, head, metav1.CreateOptions{})
-	}
+	logger := klog.FromContext(ctx)
+	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
 	if err != nil {
+		_, chunks := chunkInfo(head)
+		for i := range chunks { // nothing points at them
+			if derr := s.deleteSecret(ctx, s.Object.StateChunk(gen, i)); derr != nil {
+				logger.Error(derr, "Deleting an unused state chunk")
+			}
+		}
+		if apierrors.IsConflict(err) {
+			return ErrFenced
+		}
 		return fmt.Errorf("writing state secret: %w", err)
 	}
+	s.head = updated
 	s.backedUp = true
 	// The state Secret no longer points at these; failing to delete them
 	// leaves garbage, never a broken state.
-	logger := klog.FromContext(ctx)
 	for i := range oldChunks {
 		if err := s.deleteSecret(ctx, s.Object.StateChunk(oldGen, i)); err != nil {
 			logger.Error(err, "Deleting an old state chunk")
@@ -145,21 +276,56 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 	return nil
 }
 
+// Restore makes a backup the current state, the current one a backup first;
+// the restored backup stays. The state is copied compressed, checked against
+// the size limit without holding it uncompressed.
+func (s *StateStore) Restore(ctx context.Context, backup string) error {
+	_, gz, err := s.readBackupBlob(ctx, backup)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	size, err := s.inflate(gz, h)
+	if err != nil {
+		return err
+	}
+	s.Keep = backup
+	return s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)))
+}
+
+// SaveRescue stores a state terraform could not save as a backup of its own
+// (named by Rescue), restorable with captf.io/restore-state.
+func (s *StateStore) SaveRescue(ctx context.Context, state []byte) (string, error) {
+	gz, err := gzipBytes(state)
+	if err != nil {
+		return "", err
+	}
+	return s.saveBackup(ctx, s.Object.Rescue, gz, strconv.Itoa(len(state)))
+}
+
 // backup copies the state head points at into a new backup Secret.
 func (s *StateStore) backup(ctx context.Context, head *corev1.Secret) (string, error) {
 	gz, err := s.readBlob(ctx, head)
 	if err != nil {
 		return "", err
 	}
+	name, err := s.saveBackup(ctx, s.Object.Backup, gz, head.Annotations[annotationSize])
+	if err == nil {
+		s.BackupsMade++
+	}
+	return name, err
+}
+
+func (s *StateStore) saveBackup(ctx context.Context, nameOf func(stamp string) string, gz []byte, size string) (string, error) {
 	stamp := s.now().UTC().Format("20060102-150405")
 	for i := 0; ; i++ {
-		name := s.Object.Backup(stamp)
+		name := nameOf(stamp)
 		if i > 0 {
 			name = fmt.Sprintf("%s-%d", name, i)
 		}
 		sec := s.newSecret(name, names.SecretTypeBackup)
 		sec.Annotations[annotationBackupOf] = s.Object.State()
-		sec.Annotations[annotationSize] = head.Annotations[annotationSize]
+		sec.Annotations[annotationSize] = size
 		if err := s.writeBlob(ctx, sec, gz, func(c int) string { return s.Object.BackupChunk(name, c) }, names.SecretTypeBackupChunk); err != nil {
 			return "", err
 		}
@@ -170,14 +336,9 @@ func (s *StateStore) backup(ctx context.Context, head *corev1.Secret) (string, e
 		if err != nil {
 			return "", err
 		}
-		s.BackupsMade++
 		return name, nil
 	}
 }
-
-// ErrNotABackup is ReadBackup's error for a Secret that is not a backup of
-// this state.
-var ErrNotABackup = errors.New("not a state backup")
 
 // ListBackups lists the backups of the state, newest first.
 func (s *StateStore) ListBackups(ctx context.Context) ([]string, error) {
@@ -204,18 +365,34 @@ func backupsOf(head *corev1.Secret) ([]string, error) {
 
 // ReadBackup returns the state saved in a backup.
 func (s *StateStore) ReadBackup(ctx context.Context, name string) ([]byte, error) {
+	_, gz, err := s.readBackupBlob(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.gunzip(gz)
+}
+
+func (s *StateStore) readBackupBlob(ctx context.Context, name string) (*corev1.Secret, []byte, error) {
 	sec, err := s.secrets().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sec.Labels[names.LabelSecretType] != names.SecretTypeBackup || sec.Annotations[annotationBackupOf] != s.Object.State() {
-		return nil, fmt.Errorf("%w: secret %s is not a state backup of %s", ErrNotABackup, name, s.Object.State())
+		return nil, nil, fmt.Errorf("%w: secret %s is not a state backup of %s", ErrNotABackup, name, s.Object.State())
 	}
 	gz, err := s.readBlob(ctx, sec)
+	return sec, gz, err
+}
+
+// CheckBackup reads a backup through without keeping it: it exists, is a
+// backup of this state, is intact and within the size limit.
+func (s *StateStore) CheckBackup(ctx context.Context, name string) error {
+	_, gz, err := s.readBackupBlob(ctx, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return gunzip(gz)
+	_, err = s.inflate(gz, io.Discard)
+	return err
 }
 
 // DeleteBackup deletes a backup and its chunks.
@@ -238,10 +415,7 @@ func (s *StateStore) DeleteBackup(ctx context.Context, name string) error {
 
 // writeBlob stores gz in sec (inline) or in chunk Secrets it creates first.
 func (s *StateStore) writeBlob(ctx context.Context, sec *corev1.Secret, gz []byte, chunkName func(int) string, chunkType string) error {
-	size := s.ChunkSize
-	if size <= 0 {
-		size = DefaultChunkSize
-	}
+	size := s.chunkSize()
 	sum := sha256.Sum256(gz)
 	sec.Annotations[annotationEncoding] = "gzip"
 	sec.Annotations[annotationSHA256] = hex.EncodeToString(sum[:])
@@ -264,9 +438,13 @@ func (s *StateStore) writeBlob(ctx context.Context, sec *corev1.Secret, gz []byt
 	return nil
 }
 
-// readBlob returns the gzip bytes sec holds or points at, checked.
+// readBlob returns the gzip bytes sec holds or points at, checked and
+// bounded: a forged chunk count cannot make it read without end.
 func (s *StateStore) readBlob(ctx context.Context, sec *corev1.Secret) ([]byte, error) {
 	gen, chunks := chunkInfo(sec)
+	if int64(chunks)*int64(s.chunkSize()) > s.maxBytes()+int64(s.chunkSize()) {
+		return nil, fmt.Errorf("%w: %s has %d chunks (limit %d bytes)", ErrStateTooLarge, sec.Name, chunks, s.maxBytes())
+	}
 	var gz []byte
 	if chunks == 0 {
 		gz = sec.Data[dataKey]
@@ -281,6 +459,9 @@ func (s *StateStore) readBlob(ctx context.Context, sec *corev1.Secret) ([]byte, 
 			return nil, fmt.Errorf("reading chunk %s of %s: %w", name, sec.Name, err)
 		}
 		gz = append(gz, c.Data[dataKey]...)
+		if int64(len(gz)) > s.maxBytes() {
+			return nil, fmt.Errorf("%w: %s is over %d bytes compressed", ErrStateTooLarge, sec.Name, s.maxBytes())
+		}
 	}
 	sum := sha256.Sum256(gz)
 	if want := sec.Annotations[annotationSHA256]; want != "" && want != hex.EncodeToString(sum[:]) {
@@ -292,26 +473,51 @@ func (s *StateStore) readBlob(ctx context.Context, sec *corev1.Secret) ([]byte, 
 func chunkInfo(sec *corev1.Secret) (gen int64, chunks int) {
 	gen, _ = strconv.ParseInt(sec.Annotations[annotationGeneration], 10, 64)
 	chunks, _ = strconv.Atoi(sec.Annotations[annotationChunks])
-	return gen, chunks
+	return gen, max(chunks, 0)
 }
 
 func (s *StateStore) newSecret(name, secretType string) *corev1.Secret {
-	labels := map[string]string{names.LabelSecretType: secretType}
-	for k, v := range s.Labels {
-		labels[k] = v
+	return NewStateSecret(s.Namespace, name, s.Object, secretType, s.Labels)
+}
+
+// NewStateSecret is a Secret that outlives its object: state, chunks,
+// backups and durable inputs.
+func NewStateSecret(namespace, name string, obj names.Object, secretType string, labels map[string]string) *corev1.Secret {
+	l := map[string]string{}
+	for k, v := range labels {
+		l[k] = v
 	}
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: labels, Annotations: map[string]string{}},
-		Type:       corev1.SecretTypeOpaque,
+	l[names.LabelSecretType], l[names.LabelKind], l[names.LabelObjectName] = secretType, obj.Kind, names.LabelValue(obj.Name)
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: l,
+			Annotations: map[string]string{names.AnnotationObjectName: obj.Name},
+			Finalizers:  []string{names.StateFinalizer}},
+		Type: corev1.SecretTypeOpaque,
 	}
-	if s.Owner.UID != "" {
-		sec.OwnerReferences = []metav1.OwnerReference{s.Owner}
-	}
-	return sec
 }
 
 func (s *StateStore) deleteSecret(ctx context.Context, name string) error {
-	err := s.secrets().Delete(ctx, name, metav1.DeleteOptions{})
+	return DeleteStateSecret(ctx, s.secrets(), name)
+}
+
+// DeleteStateSecret releases a Secret from StateFinalizer and deletes it.
+func DeleteStateSecret(ctx context.Context, secrets typedcorev1.SecretInterface, name string) error {
+	sec, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if i := slices.Index(sec.Finalizers, names.StateFinalizer); i >= 0 {
+		sec.Finalizers = slices.Delete(sec.Finalizers, i, i+1)
+		if sec, err = secrets.Update(ctx, sec, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	err = secrets.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sec.UID}})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -329,6 +535,20 @@ func (s *StateStore) now() time.Time {
 	return time.Now()
 }
 
+func (s *StateStore) chunkSize() int {
+	if s.ChunkSize > 0 {
+		return s.ChunkSize
+	}
+	return DefaultChunkSize
+}
+
+func (s *StateStore) maxBytes() int64 {
+	if s.MaxBytes > 0 {
+		return s.MaxBytes
+	}
+	return DefaultMaxStateBytes
+}
+
 func gzipBytes(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	w := gzip.NewWriter(&buf)
@@ -341,13 +561,30 @@ func gzipBytes(b []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func gunzip(gz []byte) ([]byte, error) {
+// gunzip decompresses at most the size limit: a gzip bomb is an error, not
+// an out-of-memory kill.
+func (s *StateStore) gunzip(gz []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := s.inflate(gz, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (s *StateStore) inflate(gz []byte, w io.Writer) (int64, error) {
 	if len(gz) == 0 {
-		return nil, errors.New("state secret holds no data")
+		return 0, errors.New("state secret holds no data")
 	}
 	r, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
-		return nil, fmt.Errorf("state is not gzip: %w", err)
+		return 0, fmt.Errorf("state is not gzip: %w", err)
 	}
-	return io.ReadAll(r)
+	n, err := io.Copy(w, io.LimitReader(r, s.maxBytes()+1))
+	if err != nil {
+		return n, fmt.Errorf("state is not valid gzip: %w", err)
+	}
+	if n > s.maxBytes() {
+		return n, fmt.Errorf("%w: over %d bytes uncompressed", ErrStateTooLarge, s.maxBytes())
+	}
+	return n, nil
 }

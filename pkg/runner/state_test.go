@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -105,5 +106,78 @@ func TestBackupsRotate(t *testing.T) {
 	list, _ := client.CoreV1().Secrets("ns").List(ctx, metav1.ListOptions{})
 	if len(list.Items) != 4 {
 		t.Errorf("%d secrets, want the state and 3 backups", len(list.Items))
+	}
+}
+
+func TestStateSafety(t *testing.T) {
+	ctx := context.Background()
+	tests := map[string]func(t *testing.T, client *fake.Clientset, s *StateStore){
+		"a gzip bomb is an error, not a kill": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			s.MaxBytes = 1 << 20
+			if err := s.Write(ctx, bytes.Repeat([]byte("0"), 2<<20)); err != nil { // 2 MiB of zeros: a few KiB gzipped
+				t.Fatal(err)
+			}
+			if _, err := s.Read(ctx); !errors.Is(err, ErrStateTooLarge) {
+				t.Fatalf("Read = %v, want ErrStateTooLarge", err)
+			}
+		},
+		"an unchanged state is neither written nor backed up": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			for range 3 {
+				s2 := newStore(client, 3, 0)
+				if err := s2.Write(ctx, []byte(`{"serial":1}`)); err != nil {
+					t.Fatal(err)
+				}
+				if s2.BackupsMade != 0 {
+					t.Fatalf("made %d backups of an unchanged state", s2.BackupsMade)
+				}
+			}
+		},
+		"a restored backup is never rotated away": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			for i := range 3 {
+				if err := newStore(client, 2, 0).Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			backups, _ := s.ListBackups(ctx)
+			oldest := backups[len(backups)-1]
+			r := newStore(client, 2, 0)
+			if err := r.Restore(ctx, oldest); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.ReadBackup(ctx, oldest); err != nil {
+				t.Fatalf("the restored backup %s: %v", oldest, err)
+			}
+			if got, _ := r.Read(ctx); string(got) != `{"serial":0}` {
+				t.Fatalf("state after restore = %s", got)
+			}
+		},
+		"another object's state is neither read nor written": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			if err := s.Write(ctx, []byte(`{"serial":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			head, _ := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+			head.Annotations[names.AnnotationObjectName] = "victim"
+			if _, err := client.CoreV1().Secrets("ns").Update(ctx, head, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			s2 := newStore(client, 3, 0)
+			if _, err := s2.Read(ctx); !errors.Is(err, ErrOtherOwner) {
+				t.Fatalf("Read = %v, want ErrOtherOwner", err)
+			}
+			if err := s2.Claim(ctx, "pod", false); !errors.Is(err, ErrOtherOwner) {
+				t.Fatalf("Claim = %v, want ErrOtherOwner", err)
+			}
+		},
+		"a missing state of an applied object is refused": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			if err := s.Claim(ctx, "pod", true); !errors.Is(err, ErrStateMissing) {
+				t.Fatalf("Claim = %v, want ErrStateMissing", err)
+			}
+		},
+	}
+	for name, test := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			test(t, client, newStore(client, 3, 0))
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -111,6 +112,11 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return resp
 	}
+	if deletingMetadataOnly(req) {
+		// Finalizers must be able to go, and abandon to be set, even when
+		// a newer rule finds the object invalid.
+		return resp
+	}
 	gk := schema.GroupKind{Group: infrav1.GroupName, Kind: kind}
 	var errs field.ErrorList
 	var err error
@@ -147,6 +153,31 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 		return deny(resp, apierrors.NewInvalid(gk, req.Name, errs))
 	}
 	return resp
+}
+
+// deletingMetadataOnly tells an update of an object being deleted that
+// changes nothing but metadata.
+func deletingMetadataOnly(req *admissionv1.AdmissionRequest) bool {
+	if req.Operation != admissionv1.Update {
+		return false
+	}
+	var obj, old struct {
+		Metadata struct {
+			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
+		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
+	}
+	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil {
+		return false
+	}
+	if old.Metadata.DeletionTimestamp == nil {
+		return false
+	}
+	var spec, oldSpec any
+	if json.Unmarshal(obj.Spec, &spec) != nil || json.Unmarshal(old.Spec, &oldSpec) != nil {
+		return len(obj.Spec) == 0 && len(old.Spec) == 0
+	}
+	return reflect.DeepEqual(spec, oldSpec)
 }
 
 func deny(resp *admissionv1.AdmissionResponse, err apierrors.APIStatus) *admissionv1.AdmissionResponse {

@@ -61,7 +61,7 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 	loop.Synced = []cache.InformerSynced{tcInformer.Informer().HasSynced, jobInformer.Informer().HasSynced, clusters.HasSynced}
 	loop.Sync = c.sync
 	c.engine = &workspace.Engine{Kube: kube, JobIndex: jobInformer.Informer().GetIndexer(), Recorder: loop.Recorder,
-		Expectations: c.expectations, Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, Now: c.now}
+		Expectations: c.expectations, Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now}
 	if _, err := tcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addTerraformCluster,
 		UpdateFunc: c.updateTerraformCluster,

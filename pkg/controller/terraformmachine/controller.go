@@ -75,7 +75,7 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 		inf.Jobs.Informer().HasSynced, inf.Machines.HasSynced, inf.Clusters.HasSynced}
 	loop.Sync = c.sync
 	c.engine = &workspace.Engine{Kube: kube, JobIndex: inf.Jobs.Informer().GetIndexer(), Recorder: loop.Recorder, Expectations: c.expectations,
-		Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, Now: time.Now}
+		Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: time.Now}
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		h        cache.ResourceEventHandler

@@ -10,6 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
@@ -20,8 +23,61 @@ import (
 type RunnerAccess struct {
 	Client kubernetes.Interface
 
-	mu   sync.Mutex
-	done map[string]bool
+	mu    sync.Mutex
+	done  map[string]bool
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+// Watch re-creates the ServiceAccount or RoleBinding of a namespace as soon
+// as one is deleted: without them, Job pods cannot even be created. The
+// informers list what CAPTF labelled.
+func (a *RunnerAccess) Watch(serviceAccounts, roleBindings cache.SharedIndexInformer) error {
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "runner-access"})
+	handler := cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if o, ok := obj.(metav1.Object); ok && o.GetName() == names.RunnerServiceAccount {
+			a.queue.Add(o.GetNamespace())
+		}
+	}}
+	for _, inf := range []cache.SharedIndexInformer{serviceAccounts, roleBindings} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run re-creates what Watch saw deleted until ctx ends.
+func (a *RunnerAccess) Run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+	}()
+	logger := klog.FromContext(ctx)
+	for {
+		ns, quit := a.queue.Get()
+		if quit {
+			return
+		}
+		a.mu.Lock()
+		delete(a.done, ns)
+		a.mu.Unlock()
+		err := a.Ensure(ctx, ns)
+		switch {
+		case err == nil:
+			logger.Info("Re-created the runner's ServiceAccount and RoleBinding", "namespace", ns)
+			a.queue.Forget(ns)
+		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+			a.queue.Forget(ns) // the namespace goes, and with it the need
+		default:
+			logger.Error(err, "Re-creating the runner's ServiceAccount and RoleBinding", "namespace", ns)
+			a.queue.AddRateLimited(ns)
+		}
+		a.queue.Done(ns)
+	}
 }
 
 // Ensure makes sure namespace has them; it checks once per namespace per

@@ -91,6 +91,10 @@ type JobSpec struct {
 	Policy      Policy
 	Backups     int
 	DurableOnly bool // run with the durable inputs (destroy)
+	// ExpectState: the object was applied; the runner refuses a missing
+	// state.
+	ExpectState   bool
+	MaxStateBytes int64
 	// Gate is the approval policy of an apply and the plan hashes the
 	// object's approvals name (TerraformCluster only).
 	Gate                                  infrav1.ApprovalPolicy
@@ -104,7 +108,7 @@ const RunnerCommand = "/captf"
 // the image runs as non-root, "restricted".
 func BuildJob(s JobSpec) *batchv1.Job {
 	obj := names.Object{Kind: runner.ShortKind(s.OwnerGVK.Kind), Name: s.Owner.GetName()}
-	name := obj.Job(string(s.Operation), s.InputsHash, s.Attempt)
+	name := obj.Job(string(s.Owner.GetUID()), string(s.Operation), s.InputsHash, s.Attempt)
 	labels := runner.ObjectLabels(s.OwnerGVK.Kind, s.Owner.GetName(), s.Owner.GetUID())
 	labels[names.LabelOperation] = string(s.Operation)
 	labels[names.LabelInputsHash] = s.InputsHash
@@ -138,6 +142,12 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	}
 	if s.DurableOnly {
 		args = append(args, "--durable-inputs")
+	}
+	if s.ExpectState {
+		args = append(args, "--expect-state")
+	}
+	if s.MaxStateBytes > 0 {
+		args = append(args, fmt.Sprintf("--max-state-bytes=%d", s.MaxStateBytes))
 	}
 	if s.Gate != "" {
 		if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); approved != "" {

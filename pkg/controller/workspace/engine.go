@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -40,6 +41,9 @@ const (
 	ReasonInvalidOutput = "InvalidOutput"
 	ReasonNotPaused     = "NotPaused"
 	ReasonPaused        = "Paused"
+	// ReasonNamespaceTerminating: no Job can be created in the namespace.
+	ReasonNamespaceTerminating = "NamespaceTerminating"
+	ReasonAbandoning           = "Abandoning"
 )
 
 // Object is a Terraform* object the engine runs Terraform for.
@@ -55,18 +59,21 @@ type Config struct {
 	RunnerImage          string
 	StateBackups         int
 	DriftDefaultInterval time.Duration
+	// MaxStateBytes bounds every state and backup read (manager and runner).
+	MaxStateBytes int64
 }
 
 // Engine runs Terraform for the objects of one kind.
 type Engine struct {
-	Kube         kubernetes.Interface
-	JobIndex     cache.Indexer
-	Recorder     record.EventRecorder
-	Expectations *util.Expectations
-	Access       *util.RunnerAccess
-	GVK          schema.GroupVersionKind
-	RunnerImage  string
-	StateBackups int
+	Kube          kubernetes.Interface
+	JobIndex      cache.Indexer
+	Recorder      record.EventRecorder
+	Expectations  *util.Expectations
+	Access        *util.RunnerAccess
+	GVK           schema.GroupVersionKind
+	RunnerImage   string
+	StateBackups  int
+	MaxStateBytes int64
 	// DriftDefaultInterval is the drift check interval of objects that
 	// set none.
 	DriftDefaultInterval time.Duration
@@ -196,6 +203,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	msg := util.JobFailureMessage(latest)
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+		e.rescued(r, res)
 	}
 	if cond := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != ReasonApplyFailed || cond.Message != msg {
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonApplyFailed, msg)
@@ -246,11 +254,25 @@ func (e *Engine) InvalidOutput(r *Run, err error) {
 
 // Destroy drives the destroy of the object's infrastructure, with the inputs
 // of its last successful apply (or, when a first apply failed half-way, with
-// what render gives). It returns true once nothing is left to destroy, or
-// the object is abandoned: the caller then removes its finalizer.
+// what render gives). It returns true once nothing is left to destroy and
+// the object's state is released, or the object is abandoned: the caller
+// then removes its finalizer.
 func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Inputs, error)) (bool, error) {
 	obj := r.Obj
 	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
+		// A Job still running would write state after the abandon: stop
+		// it, and wait until its pod is gone.
+		if running := unfinishedJob(r.Jobs); running != nil {
+			if running.DeletionTimestamp == nil {
+				foreground := metav1.DeletePropagationForeground
+				err := e.Kube.BatchV1().Jobs(running.Namespace).Delete(ctx, running.Name, metav1.DeleteOptions{PropagationPolicy: &foreground})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return false, err
+				}
+			}
+			e.SetReady(r, metav1.ConditionFalse, ReasonAbandoning, fmt.Sprintf("Stopping Job %s before abandoning: the state it writes is kept", running.Name))
+			return false, nil
+		}
 		if err := e.abandon(ctx, obj); err != nil {
 			return false, err
 		}
@@ -262,6 +284,10 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 		e.RecordJob(r, active, "Running")
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Waiting for Job %s to finish before destroying", active.Name))
 		return false, nil
+	}
+	if destroyed(r.Jobs) {
+		// Destroyed; only releasing the state (or the finalizer) failed.
+		return e.destroyed(ctx, r)
 	}
 	n := e.Names(obj)
 	secrets := e.Kube.CoreV1().Secrets(obj.GetNamespace())
@@ -275,10 +301,15 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 	if hasDurable {
 		hash = util.HashSecretData(durable.Data)
 	} else {
-		if _, err := secrets.Get(ctx, n.State(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return true, nil // never applied: nothing to destroy
-		} else if err != nil {
+		head, err := secrets.Get(ctx, n.State(), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return false, err
+		}
+		if err != nil || !runner.HasState(head) {
+			if ok, _, err := e.checkState(ctx, r); err != nil || !ok {
+				return false, err // applied, and the state is gone
+			}
+			return true, e.releaseState(ctx, obj) // never applied: nothing to destroy
 		}
 		in, err := render()
 		if err != nil {
@@ -290,14 +321,11 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 	}
 	attempt := 0
 	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
-		if _, succeeded := util.JobFinished(latest); succeeded {
-			e.Recorder.Event(obj, corev1.EventTypeNormal, "Destroyed", "The module's infrastructure is destroyed")
-			return true, nil
-		}
 		e.RecordJob(r, latest, runner.OutcomeFailed)
 		msg := util.JobFailureMessage(latest)
 		if res, _ := e.readResult(ctx, r, latest); res != nil && res.Error != "" {
 			msg = fmt.Sprintf("terraform destroy failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+			e.rescued(r, res)
 		}
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, msg)
 		attempt = util.Attempt(latest) + 1
@@ -307,6 +335,40 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 		}
 	}
 	return false, e.start(ctx, r, infrav1.OperationDestroy, hash, attempt, data)
+}
+
+// destroyed releases the state of an object whose destroy succeeded.
+func (e *Engine) destroyed(ctx context.Context, r *Run) (bool, error) {
+	if err := e.releaseState(ctx, r.Obj); err != nil {
+		return false, fmt.Errorf("releasing the state of a destroyed object: %w", err)
+	}
+	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, "Destroyed", "The module's infrastructure is destroyed")
+	return true, nil
+}
+
+// destroyed tells whether the newest destroy Job succeeded after every apply.
+func destroyed(jobs []*batchv1.Job) bool {
+	for _, j := range jobs { // newest first
+		switch infrav1.Operation(j.Labels[names.LabelOperation]) {
+		case infrav1.OperationApply, infrav1.OperationRefresh:
+			return false
+		case infrav1.OperationDestroy:
+			_, succeeded := util.JobFinished(j)
+			return succeeded
+		}
+	}
+	return false
+}
+
+// rescued reports a state terraform could not save and the runner kept.
+func (e *Engine) rescued(r *Run, res *runner.Result) {
+	if res.RescuedState == "" {
+		return
+	}
+	msg := fmt.Sprintf("Terraform could not save its state; CAPTF kept it in backup %s. The current state may lack what that run created: "+
+		"compare them, then restore it if it is the right one: kubectl annotate %s -n %s %s %s=%s",
+		res.RescuedState, strings.ToLower(e.GVK.Kind), r.Obj.GetNamespace(), r.Obj.GetName(), infrav1.AnnotationRestoreState, res.RescuedState)
+	e.warnOnce(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionTrue, ReasonStateRescued, ReasonStateRescued, msg)
 }
 
 // start creates the run-inputs Secret (unless data is nil: destroy with the
@@ -321,22 +383,31 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 		}
 		return err
 	}
+	ok, expectState, err := e.checkState(ctx, r)
+	if err != nil || !ok {
+		return err
+	}
 	spec := util.JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
-		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil}
+		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
+		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
 	job := util.BuildJob(spec)
 	if data != nil {
 		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
-			return err
+			return e.terminating(r, err)
 		}
 	}
 	if err := e.Access.Ensure(ctx, job.Namespace); err != nil {
-		return err
+		return e.terminating(r, err)
 	}
 	e.Expectations.ExpectJob(r.Key, job.Name)
-	_, err := e.Kube.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	_, err = e.Kube.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		e.Expectations.JobObserved(r.Key, job.Name)
+		return e.terminating(r, err)
+	}
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Ours: the name is deterministic. The informer will show it.
@@ -353,6 +424,28 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 	case infrav1.OperationApply:
 		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
 	}
+	return nil
+}
+
+// terminating turns the API server's refusal to create anything in a
+// namespace being deleted into a condition; other errors pass through.
+func (e *Engine) terminating(r *Run, err error) error {
+	if !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return err
+	}
+	obj := r.Obj
+	ns, kind := obj.GetNamespace(), strings.ToLower(e.GVK.Kind)
+	msg := fmt.Sprintf("Namespace %s is being deleted and Kubernetes creates no Job in it, so CAPTF cannot run terraform for this object. "+
+		"Its state and backups stay (finalizer %s), and so does the namespace, until you decide: "+
+		"to keep the infrastructure, save the state (kubectl get secrets -n %s -l %s=%s,%s=%s -o yaml > %s-state.yaml), then kubectl annotate %s -n %s %s %s=true; "+
+		"to destroy it, see \"NamespaceTerminating\" in CAPTF's troubleshooting guide.",
+		ns, names.StateFinalizer, ns, names.LabelKind, e.Names(obj).Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), obj.GetName(),
+		kind, ns, obj.GetName(), infrav1.AnnotationAbandonInfrastructure)
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c == nil || c.Reason != ReasonNamespaceTerminating {
+		e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonNamespaceTerminating, msg)
+	}
+	e.SetReady(r, metav1.ConditionFalse, ReasonNamespaceTerminating, msg)
+	r.Requeue = time.Minute
 	return nil
 }
 
@@ -429,29 +522,6 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Run) error {
 	return errors.Join(errs...)
 }
 
-// abandon keeps state, backups and inputs: no owner (so no garbage
-// collection), labelled so an operator finds them.
-func (e *Engine) abandon(ctx context.Context, obj Object) error {
-	selector := names.LabelObjectUID + "=" + string(obj.GetUID())
-	secrets, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return err
-	}
-	for i := range secrets.Items {
-		sec := &secrets.Items[i]
-		switch sec.Labels[names.LabelSecretType] {
-		case names.SecretTypeRunInputs, names.SecretTypeResult:
-			continue // per-run: collected with the object
-		}
-		sec.OwnerReferences = nil
-		sec.Labels[names.LabelAbandoned] = "true"
-		if _, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Update(ctx, sec, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil {
-			return fmt.Errorf("keeping secret %s: %w", sec.Name, err)
-		}
-	}
-	return nil
-}
-
 // SetReady sets the Ready condition.
 func (e *Engine) SetReady(r *Run, status metav1.ConditionStatus, reason, message string) {
 	SetCondition(r.Obj, infrav1.ConditionReady, status, reason, message)
@@ -501,6 +571,16 @@ func (e *Engine) RecordJob(r *Run, job *batchv1.Job, outcome string) {
 }
 
 func (e *Engine) fieldManager() string { return "captf-" + runner.ShortKind(e.GVK.Kind) }
+
+// unfinishedJob is a Job that may still run a pod, being deleted or not.
+func unfinishedJob(jobs []*batchv1.Job) *batchv1.Job {
+	for _, j := range jobs {
+		if finished, _ := util.JobFinished(j); !finished {
+			return j
+		}
+	}
+	return nil
+}
 
 func activeJob(jobs []*batchv1.Job) *batchv1.Job {
 	for _, j := range jobs {

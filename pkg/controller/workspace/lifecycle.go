@@ -40,6 +40,19 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
 		return false, nil
 	}
+	legacy := infrav1.LegacyFinalizers[l.Finalizer]
+	if slices.Contains(obj.GetFinalizers(), legacy) {
+		// The old name goes in the update that puts the new one on: the
+		// object is never without a finalizer of ours.
+		finalizers := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == legacy })
+		if !slices.Contains(finalizers, l.Finalizer) {
+			finalizers = append(finalizers, l.Finalizer)
+		}
+		obj.SetFinalizers(finalizers)
+		if err := l.Update(ctx); err != nil {
+			return false, err
+		}
+	}
 	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
 		if err := l.Update(ctx); err != nil {

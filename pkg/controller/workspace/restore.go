@@ -21,6 +21,7 @@ const (
 	ReasonBackupNotFound = "BackupNotFound"
 	ReasonRestoreWaiting = "WaitingForJob"
 	ReasonRestoreFailed  = "RestoreFailed"
+	ReasonBackupTooLarge = "BackupTooLarge"
 )
 
 // restoreLockHolder holds the state Lease while the manager restores.
@@ -43,12 +44,9 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 		return false, nil
 	}
 	n := e.Names(obj)
-	store := &runner.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: n,
-		Labels: runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups,
-		Owner: *metav1.NewControllerRef(obj, e.GVK)}
-	state, err := store.ReadBackup(ctx, backup)
-	if apierrors.IsNotFound(err) || errors.Is(err, runner.ErrNotABackup) {
-		backups, lerr := store.ListBackups(ctx)
+	store := e.stateStore(obj)
+	if err := store.CheckBackup(ctx, backup); apierrors.IsNotFound(err) || errors.Is(err, runner.ErrNotABackup) {
+		backups, lerr := e.listBackups(ctx, obj)
 		if lerr != nil {
 			return false, lerr
 		}
@@ -60,12 +58,14 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 			infrav1.AnnotationRestoreState, backup, list)
 		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupNotFound, ReasonBackupNotFound, msg)
 		return true, nil
-	}
-	if err != nil {
+	} else if errors.Is(err, runner.ErrStateTooLarge) {
+		msg := fmt.Sprintf("%s names %s, which CAPTF will not read: %v (--max-state-bytes); nothing was changed", infrav1.AnnotationRestoreState, backup, err)
+		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupTooLarge, ReasonBackupTooLarge, msg)
+		return true, nil
+	} else if err != nil {
 		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
 	}
-	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder,
-		Labels: store.Labels, Owner: store.Owner}
+	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder, Labels: store.Labels}
 	if err := lock.Acquire(ctx, 0); err != nil {
 		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting, "Waiting for the state lock: "+err.Error())
 		r.Requeue = 5 * time.Second
@@ -76,7 +76,11 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 			e.Recorder.Eventf(obj, corev1.EventTypeWarning, ReasonRestoreFailed, "Releasing the state lock after a restore: %v", err)
 		}
 	}()
-	if err := store.Write(ctx, state); err != nil {
+	err := store.Claim(ctx, restoreLockHolder, false)
+	if err == nil {
+		err = store.Restore(ctx, backup)
+	}
+	if err != nil {
 		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreFailed, ReasonRestoreFailed, fmt.Sprintf("Restoring %s: %v", backup, err))
 		return false, err
 	}

@@ -25,15 +25,29 @@ const (
 	ConditionDrifted                = "Drifted"
 	// ConditionStateRestored reports the last captf.io/restore-state.
 	ConditionStateRestored = "StateRestored"
+	// ConditionStateMissing is True while an applied object's state Secret
+	// is gone: nothing is applied or destroyed until a backup is restored.
+	ConditionStateMissing = "StateMissing"
+	// ConditionStateRescued is True when terraform could not save a state
+	// and CAPTF kept it in a backup of its own.
+	ConditionStateRescued = "StateRescued"
 )
 
-// Finalizers, one per kind that runs Terraform, as Cluster API providers name
-// them.
+// Finalizers, one per kind that runs Terraform, domain-qualified with a path
+// as the API server recommends.
 const (
-	TerraformClusterFinalizer     = "terraformcluster.infrastructure.cluster.x-k8s.io"
-	TerraformMachineFinalizer     = "terraformmachine.infrastructure.cluster.x-k8s.io"
-	TerraformMachinePoolFinalizer = "terraformmachinepool.infrastructure.cluster.x-k8s.io"
+	TerraformClusterFinalizer     = "infrastructure.cluster.x-k8s.io/terraformcluster"
+	TerraformMachineFinalizer     = "infrastructure.cluster.x-k8s.io/terraformmachine"
+	TerraformMachinePoolFinalizer = "infrastructure.cluster.x-k8s.io/terraformmachinepool"
 )
+
+// LegacyFinalizers are the names earlier releases used; objects that carry
+// one move to the new name in a single update.
+var LegacyFinalizers = map[string]string{
+	TerraformClusterFinalizer:     "terraformcluster.infrastructure.cluster.x-k8s.io",
+	TerraformMachineFinalizer:     "terraformmachine.infrastructure.cluster.x-k8s.io",
+	TerraformMachinePoolFinalizer: "terraformmachinepool.infrastructure.cluster.x-k8s.io",
+}
 
 // LabelRunnerServiceAccount on a ServiceAccount lets spec.jobs.serviceAccountName
 // name it.

@@ -1,0 +1,211 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// Reasons of the state checks made before every Job.
+const (
+	ReasonStateMissing      = "StateMissing"
+	ReasonStatePresent      = "StatePresent"
+	ReasonStateOwnedByOther = "StateOwnedByOther"
+	ReasonStateRescued      = "StateRescued"
+)
+
+func (e *Engine) stateStore(obj Object) *runner.StateStore {
+	return &runner.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: e.Names(obj),
+		Labels: runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups, MaxBytes: e.MaxStateBytes}
+}
+
+// stateSecrets lists the Secrets that outlive obj: state, chunks, backups,
+// durable inputs. They are found by kind and name, not by UID: a restored
+// or moved object has a new UID and the same state.
+func (e *Engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret, error) {
+	sel := labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: e.Names(obj).Kind,
+		names.LabelObjectName: names.LabelValue(obj.GetName())}.String()
+	list, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Secret
+	for _, s := range list.Items {
+		switch s.Labels[names.LabelSecretType] {
+		case names.SecretTypeRunInputs, names.SecretTypeResult:
+			continue // per run: collected with the object
+		}
+		if n, ok := s.Annotations[names.AnnotationObjectName]; ok && n != obj.GetName() {
+			continue // another object whose name hashes to the same label
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// listBackups names obj's backups (rescued states included), newest first.
+func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(secrets, func(a, b corev1.Secret) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(b.Name, a.Name)
+	})
+	var out []string
+	for _, s := range secrets {
+		if s.Labels[names.LabelSecretType] == names.SecretTypeBackup {
+			out = append(out, s.Name)
+		}
+	}
+	return out, nil
+}
+
+// applied tells whether obj's infrastructure may exist: its status or its
+// durable inputs say an apply succeeded. The status alone is not enough:
+// clusterctl move and restores from backups do not carry it.
+func (e *Engine) applied(ctx context.Context, obj Object) (bool, error) {
+	st := obj.WorkspaceStatus()
+	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) {
+		return true, nil
+	}
+	_, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Get(ctx, e.Names(obj).DurableInputs(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// checkState runs before every Job. It returns whether a Job may run and
+// whether the runner must find a state (the object was applied). A missing
+// state of an applied object stops everything: an apply would create every
+// resource a second time, a destroy would destroy nothing and drop the
+// finalizer.
+func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, err error) {
+	obj := r.Obj
+	applied, err := e.applied(ctx, obj)
+	if err != nil {
+		return false, false, err
+	}
+	n := e.Names(obj)
+	head, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Get(ctx, n.State(), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, false, err
+	}
+	present := err == nil && runner.HasState(head)
+	if err == nil {
+		if name, ok := head.Annotations[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.Labels[names.LabelKind] != n.Kind) {
+			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
+				n.State(), head.Labels[names.LabelKind], name)
+			e.SetReady(r, metav1.ConditionFalse, ReasonStateOwnedByOther, msg)
+			e.warnOnce(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStateOwnedByOther, ReasonStateOwnedByOther, msg)
+			return false, false, nil
+		}
+		if len(head.OwnerReferences) > 0 {
+			// Written by a release that let garbage collection take it.
+			if err := e.protectState(ctx, obj); err != nil {
+				return false, false, err
+			}
+		}
+	}
+	if applied && !present {
+		backups, err := e.listBackups(ctx, obj)
+		if err != nil {
+			return false, false, err
+		}
+		msg := fmt.Sprintf("State Secret %s is missing, yet this object was applied: CAPTF applies and destroys nothing until a state is back, "+
+			"else it would create every resource a second time, or destroy nothing. ", n.State())
+		if len(backups) == 0 {
+			msg += "No backup of this object is left: put the state Secret back (from a backup of the namespace), or import the resources."
+		} else {
+			msg += fmt.Sprintf("Backups, newest first: %s. Restore one: kubectl annotate %s -n %s %s %s=%s",
+				strings.Join(backups, ", "), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationRestoreState, backups[0])
+		}
+		e.SetReady(r, metav1.ConditionFalse, ReasonStateMissing, msg)
+		e.warnOnce(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
+		return false, false, nil
+	}
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing); c != nil && c.Status != metav1.ConditionFalse {
+		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
+	}
+	return true, applied, nil
+}
+
+// protectState takes the owner references off obj's state Secrets and puts
+// StateFinalizer on them.
+func (e *Engine) protectState(ctx context.Context, obj Object) error {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	for i := range secrets {
+		s := &secrets[i]
+		if len(s.OwnerReferences) == 0 && slices.Contains(s.Finalizers, names.StateFinalizer) {
+			continue
+		}
+		s.OwnerReferences = nil
+		if !slices.Contains(s.Finalizers, names.StateFinalizer) {
+			s.Finalizers = append(s.Finalizers, names.StateFinalizer)
+		}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[names.AnnotationObjectName] = obj.GetName()
+		if _, err := e.Kube.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("protecting state secret %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// releaseState runs once obj's infrastructure is destroyed: its state
+// Secrets and lock go.
+func (e *Engine) releaseState(ctx context.Context, obj Object) error {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range secrets {
+		errs = append(errs, runner.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
+	}
+	err = e.Kube.CoordinationV1().Leases(obj.GetNamespace()).Delete(ctx, e.Names(obj).Lock(), metav1.DeleteOptions{})
+	if !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// abandon keeps state, backups and inputs, labelled so an operator finds
+// them, and no longer protected: they are the operator's now.
+func (e *Engine) abandon(ctx context.Context, obj Object) error {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	for i := range secrets {
+		sec := &secrets[i]
+		sec.OwnerReferences = nil
+		sec.Finalizers = slices.DeleteFunc(sec.Finalizers, func(f string) bool { return f == names.StateFinalizer })
+		sec.Labels[names.LabelAbandoned] = "true"
+		if _, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Update(ctx, sec, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("keeping secret %s: %w", sec.Name, err)
+		}
+	}
+	return nil
+}
