@@ -35,6 +35,12 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 		a := rc.Change.Actions
 		var action string
 		switch {
+		case rc.Change.Importing != nil:
+			// Imported (and maybe changed): CAPTF starts managing it.
+			action, summary.Import = "import", summary.Import+1
+		case a.Forget():
+			// Leaves the state, stays in the cloud: unmanaged from now on.
+			action, summary.Forget = "forget", summary.Forget+1
 		case a.NoOp() || a.Read():
 			continue
 		case a.Replace():
@@ -55,6 +61,9 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 		c := change{Address: rc.Address}
 		for _, act := range a {
 			c.Actions = append(c.Actions, string(act))
+		}
+		if rc.Change.Importing != nil {
+			c.Actions = append(c.Actions, "import")
 		}
 		var err error
 		// encoding/json sorts map keys: the values are canonical.
@@ -83,13 +92,16 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary, OutputChanges: outputs}, nil
 }
 
-// Destructive reports whether a plan deletes or replaces anything.
-func (p *Plan) Destructive() bool { return p.Summary.Destroy > 0 || p.Summary.Replace > 0 }
+// Destructive reports whether a plan deletes, replaces or forgets anything:
+// a forgotten resource is lost to CAPTF as surely as a destroyed one.
+func (p *Plan) Destructive() bool {
+	return p.Summary.Destroy > 0 || p.Summary.Replace > 0 || p.Summary.Forget > 0
+}
 
-// HasChanges reports whether a plan changes anything.
+// HasChanges reports whether a plan changes anything, the state included.
 func (p *Plan) HasChanges() bool {
 	s := p.Summary
-	return s.Add+s.Change+s.Destroy+s.Replace > 0
+	return s.Add+s.Change+s.Destroy+s.Replace+s.Forget+s.Import > 0
 }
 
 // Approval says which annotation must name this plan before it may apply

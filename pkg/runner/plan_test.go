@@ -52,6 +52,8 @@ func TestApproval(t *testing.T) {
 	add := &Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1}}
 	replace := &Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1, Replace: 1}}
 	none := &Plan{Hash: h}
+	forget := &Plan{Hash: h, Summary: infrav1.PlanSummary{Forget: 1}}
+	imported := &Plan{Hash: h, Summary: infrav1.PlanSummary{Import: 1}}
 	cases := []struct {
 		name                   string
 		plan                   *Plan
@@ -69,6 +71,10 @@ func TestApproval(t *testing.T) {
 		{"manual policy with its approval", add, infrav1.ApprovalPolicyManual, h, "", ""},
 		{"manual policy, a replacement needs the destructive approval", replace, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
 		{"no changes apply under any policy", none, infrav1.ApprovalPolicyManual, "", "", ""},
+		{"a forget is destructive", forget, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},
+		{"manual policy stops a forget", forget, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"manual policy stops an import", imported, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
+		{"default policy lets an import through", imported, infrav1.ApprovalPolicyDestructive, "", "", ""},
 	}
 	for _, tc := range cases {
 		if got := tc.plan.Approval(tc.gate, tc.approved, tc.approvedDest); got != tc.want {
@@ -92,5 +98,37 @@ func TestSummarizePlanOutputChanges(t *testing.T) {
 	empty, _ := SummarizePlan(&tfjson.Plan{})
 	if got.Hash != empty.Hash {
 		t.Errorf("an output change changed the plan hash: approvals are of resource changes")
+	}
+}
+
+// A plan that only forgets or imports resources changes what CAPTF manages:
+// it has changes, its hash differs from an empty plan's, a forget is
+// destructive.
+func TestSummarizePlanForgetsAndImports(t *testing.T) {
+	empty, _ := SummarizePlan(&tfjson.Plan{})
+	forgetting := change("terraform_data.instance", nil, tfjson.ActionForget)
+	importing := change("terraform_data.found", map[string]any{"id": "x"}, tfjson.ActionNoop)
+	importing.Change.Importing = &tfjson.Importing{ID: "x"}
+	tests := map[string]struct {
+		rc              *tfjson.ResourceChange
+		forget, imports int32
+		destructive     bool
+	}{
+		"removed, destroy = false": {rc: forgetting, forget: 1, destructive: true},
+		"import block":             {rc: importing, imports: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, err := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{tc.rc}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Summary.Forget != tc.forget || p.Summary.Import != tc.imports || len(p.Summary.Resources) != 1 {
+				t.Errorf("summary = %+v", p.Summary)
+			}
+			if !p.HasChanges() || p.Destructive() != tc.destructive || p.Hash == empty.Hash {
+				t.Errorf("changes %v, destructive %v (want %v), hash %s (empty plan's %s)", p.HasChanges(), p.Destructive(), tc.destructive, p.Hash, empty.Hash)
+			}
+		})
 	}
 }

@@ -223,7 +223,7 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 		return err
 	}
 	logger.Info("Planned", "hash", res.Plan.Hash, "add", res.Plan.Summary.Add, "change", res.Plan.Summary.Change,
-		"destroy", res.Plan.Summary.Destroy, "replace", res.Plan.Summary.Replace)
+		"destroy", res.Plan.Summary.Destroy, "replace", res.Plan.Summary.Replace, "forget", res.Plan.Summary.Forget, "import", res.Plan.Summary.Import)
 	if r.Config.Operation == infrav1.OperationDrift {
 		return nil
 	}

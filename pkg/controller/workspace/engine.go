@@ -232,8 +232,7 @@ func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Resu
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
 		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(finishTime(job))}
-		sum := res.Plan.Summary
-		msg = fmt.Sprintf("The module is applied (plan %s: %d to add, %d to change, %d to destroy, %d to replace)", res.Plan.Hash, sum.Add, sum.Change, sum.Destroy, sum.Replace)
+		msg = fmt.Sprintf("The module is applied (plan %s: %s)", res.Plan.Hash, planCounts(res.Plan.Summary))
 	}
 	applied := metav1.NewTime(finishTime(job))
 	st.LastAppliedTime = &applied

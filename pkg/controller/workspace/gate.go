@@ -87,9 +87,21 @@ func (e *Engine) noPlanWaiting(r *Run) {
 	SetCondition(r.Obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
 }
 
+// planCounts is a plan's counts, with forgets and imports when it has any.
+func planCounts(s infrav1.PlanSummary) string {
+	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
+	if s.Forget > 0 {
+		text += fmt.Sprintf(", %d to forget (they stay in the cloud, unmanaged)", s.Forget)
+	}
+	if s.Import > 0 {
+		text += fmt.Sprintf(", %d to import", s.Import)
+	}
+	return text
+}
+
 // PlanSummaryText is a plan's counts and the addresses it names.
 func PlanSummaryText(s infrav1.PlanSummary) string {
-	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
+	text := planCounts(s)
 	var parts []string
 	for _, r := range s.Resources {
 		parts = append(parts, r.Action+" "+r.Address)

@@ -348,11 +348,18 @@ type PlanSummary struct {
 	Change  int32 `json:"change"`
 	Destroy int32 `json:"destroy"`
 	Replace int32 `json:"replace"`
+	// Forget counts resources that leave the state but not the cloud
+	// (removed blocks with destroy = false): CAPTF stops managing them.
+	// +optional
+	Forget int32 `json:"forget,omitempty"`
+	// Import counts resources that enter the state (import blocks).
+	// +optional
+	Import int32 `json:"import,omitempty"`
 
 	// Addresses of up to five resources per kind of change.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:MaxItems=30
 	Resources []PlannedResource `json:"resources,omitempty"`
 }
 
@@ -360,7 +367,7 @@ type PlanSummary struct {
 type PlannedResource struct {
 	// Address of the resource, e.g. module.vpc.aws_subnet.a[0].
 	Address string `json:"address"`
-	// Action is add, change, destroy or replace.
+	// Action is add, change, destroy, replace, forget or import.
 	Action string `json:"action"`
 }
 
