@@ -38,6 +38,10 @@ const (
 	LabelAbandoned = "captf.io/abandoned"
 )
 
+// LabelClusterctlMove makes clusterctl move copy a Secret that no object
+// owns: state, backups and durable inputs.
+const LabelClusterctlMove = "clusterctl.cluster.x-k8s.io/move"
+
 // AnnotationObjectName on a state, backup or durable-inputs Secret is the
 // full name of the object it belongs to: a state is never read or written
 // for another object.

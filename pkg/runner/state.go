@@ -488,6 +488,8 @@ func NewStateSecret(namespace, name string, obj names.Object, secretType string,
 		l[k] = v
 	}
 	l[names.LabelSecretType], l[names.LabelKind], l[names.LabelObjectName] = secretType, obj.Kind, names.LabelValue(obj.Name)
+	// No owner reference: clusterctl move copies the Secret by this label.
+	l[names.LabelClusterctlMove] = ""
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: l,
 			Annotations: map[string]string{names.AnnotationObjectName: obj.Name},

@@ -41,6 +41,11 @@ func (f *fixture) finishJob(res runner.Result) *batchv1.Job {
 	if _, err := f.kube.BatchV1().Jobs("ns").UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}
+	// The runner's state, as it writes it.
+	store := &runner.StateStore{Client: f.kube, Namespace: "ns", Object: names.Object{Kind: "tfc", Name: "prod"}}
+	if err := store.Write(ctx, []byte(`{"serial":1}`)); err != nil {
+		f.t.Fatal(err)
+	}
 	b, _ := json.Marshal(res)
 	result := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-result", Namespace: "ns"}, Data: map[string][]byte{runner.KeyResult: b}}
 	if _, err := f.kube.CoreV1().Secrets("ns").Create(ctx, result, metav1.CreateOptions{}); err != nil {

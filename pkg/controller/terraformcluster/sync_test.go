@@ -26,6 +26,7 @@ import (
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
 )
 
 var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
@@ -141,10 +142,12 @@ func TestSync(t *testing.T) {
 		now := metav1.Now()
 		tc.DeletionTimestamp = &now
 	}
-	stateSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfc-prod-state", Namespace: "ns",
-		Labels: map[string]string{names.LabelObjectUID: "tc-uid", names.LabelSecretType: names.SecretTypeState}}}
-	durable := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfc-prod-inputs", Namespace: "ns"},
-		Data: map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}}
+	obj := names.Object{Kind: "tfc", Name: "prod"}
+	objLabels := runner.ObjectLabels("TerraformCluster", "prod", "tc-uid")
+	stateSecret := runner.NewStateSecret("ns", "tfc-prod-state", obj, names.SecretTypeState, objLabels)
+	stateSecret.Annotations["captf.io/encoding"] = "gzip"
+	durable := runner.NewStateSecret("ns", "tfc-prod-inputs", obj, names.SecretTypeDurableInput, objLabels)
+	durable.Data = map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}
 
 	tests := map[string]struct {
 		tc          *infrav1.TerraformCluster
@@ -211,20 +214,38 @@ func TestSync(t *testing.T) {
 			}),
 			cluster:    newCluster(false),
 			objects:    []runtime.Object{stateSecret, durable},
-			wantWrites: []string{"update terraformclusters prod", "update secrets tfc-prod-state"},
+			wantWrites: []string{"update terraformclusters prod", "update secrets tfc-prod-", "update secrets tfc-prod-"},
 			wantNoJob:  true,
 		},
-		"deleted, never applied: the finalizer goes": {
+		"deleted, never applied: the finalizer goes, and the lock": {
 			tc:         newTC(withFinalizer, deleting),
 			cluster:    newCluster(false),
-			wantWrites: []string{"update terraformclusters prod"},
+			wantWrites: []string{"update terraformclusters prod", "delete leases tfc-prod-lock"},
+			wantNoJob:  true,
+		},
+		"deleted after an apply, its state gone: StateMissing, no destroy, the finalizer stays": {
+			tc:         newTC(withFinalizer, deleting),
+			cluster:    newCluster(false),
+			objects:    []runtime.Object{durable},
+			wantWrites: []string{"update terraformclusters/status prod"},
+			wantReady:  workspace.ReasonStateMissing,
+			wantNoJob:  true,
+		},
+		"applied, its state gone: StateMissing, no apply": {
+			tc: newTC(withFinalizer, func(tc *infrav1.TerraformCluster) {
+				tc.Status.AppliedInputsHash = "another"
+			}),
+			cluster:    newCluster(false),
+			wantWrites: []string{"update terraformclusters/status prod"},
+			wantReady:  workspace.ReasonStateMissing,
 			wantNoJob:  true,
 		},
 		"deleted after an apply: destroy with the durable inputs": {
 			tc:          newTC(withFinalizer, deleting),
 			cluster:     newCluster(false),
 			objects:     []runtime.Object{stateSecret, durable},
-			wantWrites:  []string{"create serviceaccounts captf-runner", "create rolebindings captf-runner", "create jobs tfc-prod-destroy-", "update terraformclusters/status prod"},
+			// The update is clusterctl's block-move annotation, set before the Job.
+			wantWrites:  []string{"update terraformclusters prod", "create serviceaccounts captf-runner", "create rolebindings captf-runner", "create jobs tfc-prod-destroy-", "update terraformclusters/status prod"},
 			wantReady:   workspace.ReasonDestroying,
 			wantJobArgs: "--durable-inputs",
 		},

@@ -24,6 +24,9 @@ const (
 	ClusterNameLabel    = "cluster.x-k8s.io/cluster-name"
 	ControlPlaneLabel   = "cluster.x-k8s.io/control-plane"
 	ManagedByAnnotation = "cluster.x-k8s.io/managed-by"
+	// BlockMoveAnnotation holds clusterctl move off an object while a Job
+	// of its may still change its state.
+	BlockMoveAnnotation = "clusterctl.cluster.x-k8s.io/block-move"
 	PausedAnnotation    = "cluster.x-k8s.io/paused"
 )
 

@@ -94,6 +94,8 @@ type Run struct {
 	ReapplyAfter time.Time
 	// Requeue asks for a sync after this long.
 	Requeue time.Duration
+	// Update writes the object's metadata and spec (Lifecycle.Update).
+	Update func(context.Context) error
 }
 
 // NewRun starts a sync of obj; clusterDefaults is the cluster's
@@ -165,8 +167,9 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	}
 	if latest == nil {
 		if st.AppliedInputsHash == in.Hash {
-			e.noPlanWaiting(r)
-			// Applied, and its Jobs are gone from history.
+			// Applied, and its Jobs are gone from history (or the status
+			// came back with a restore).
+			e.upToDate(r)
 			return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 		}
 		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
@@ -177,7 +180,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	recorded := st.LastAppliedTime != nil && !finishTime(latest).After(st.LastAppliedTime.Time)
 	if succeeded && st.AppliedInputsHash == in.Hash && recorded {
 		e.RecordJob(r, latest, runner.OutcomeSucceeded)
-		e.noPlanWaiting(r)
+		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
 	res, rerr := e.readResult(ctx, r, latest)
@@ -243,6 +246,20 @@ func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Resu
 	e.converged(r.Obj)
 	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
+}
+
+// upToDate reports an object whose inputs are applied and need no Job: Ready
+// again after whatever wait came before (an owner, a pause, a restore).
+func (e *Engine) upToDate(r *Run) {
+	e.noPlanWaiting(r)
+	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
+		return
+	}
+	msg := "The module is applied"
+	if st := r.Obj.WorkspaceStatus(); st.LastPlan != nil {
+		msg = fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, planCounts(st.LastPlan.Summary))
+	}
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 }
 
 // InvalidOutput reports an output the kind cannot read.
@@ -393,6 +410,9 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
 	job := util.BuildJob(spec)
+	if err := e.blockMove(ctx, r, true); err != nil {
+		return err
+	}
 	if data != nil {
 		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
 			return e.terminating(r, err)

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,15 +54,27 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 			return false, err
 		}
 	}
+	r.Update = l.Update
+	why, paused := Paused(l.Cluster, obj, e.GVK.Kind)
 	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
+		if !paused {
+			// A first apply follows: block clusterctl move in the same
+			// write.
+			setBlockMove(obj, true)
+		}
 		if err := l.Update(ctx); err != nil {
+			return false, err
+		}
+	} else if unfinishedJob(r.Jobs) == nil {
+		// clusterctl move, paused, waits for this: it runs even when paused.
+		if err := e.blockMove(ctx, r, false); err != nil {
 			return false, err
 		}
 	}
 	// Pause comes before deletion: clusterctl move pauses, then deletes and
 	// strips finalizers; that must never destroy anything.
-	if why, paused := Paused(l.Cluster, obj, e.GVK.Kind); paused {
+	if paused {
 		SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionTrue, ReasonPaused, why)
 		return false, nil
 	}
@@ -79,4 +92,34 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
 	e.forgetMetrics(obj)
 	return false, l.Update(ctx)
+}
+
+// blockMove sets (before a Job is created) or removes (once no Job of the
+// object may still run) clusterctl's block-move annotation: a move copies the
+// state Secrets, and must not copy a state a Job is still changing.
+func (e *Engine) blockMove(ctx context.Context, r *Run, block bool) error {
+	if r.Update == nil || !setBlockMove(r.Obj, block) {
+		return nil
+	}
+	return r.Update(ctx)
+}
+
+// setBlockMove sets or removes the annotation on obj and tells whether that
+// changed it.
+func setBlockMove(obj Object, block bool) bool {
+	annotations := obj.GetAnnotations()
+	if _, ok := annotations[BlockMoveAnnotation]; ok == block {
+		return false
+	}
+	annotations = maps.Clone(annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if block {
+		annotations[BlockMoveAnnotation] = "captf: a Job may change the state"
+	} else {
+		delete(annotations, BlockMoveAnnotation)
+	}
+	obj.SetAnnotations(annotations)
+	return true
 }
