@@ -17,9 +17,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// maxStateBytes bounds one state upload: 512 MiB uncompressed.
-const maxStateBytes = 512 << 20
-
 // Backend serves Terraform's http backend on loopback, so every state write
 // Terraform makes (also the one it makes when interrupted) lands in the
 // state Secrets at once. The run holds the state lock for its whole length,
@@ -103,9 +100,13 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(state)
 	case http.MethodPost:
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxStateBytes))
+		// A state over the limit could never be read back: refuse it, and
+		// terraform keeps it in errored.tfstate, which the runner rescues.
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.Store.maxBytes()))
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+			b.WriteErrors++
+			logger.Error(err, "Refusing a state over the limit", "limit", b.Store.maxBytes())
+			http.Error(w, fmt.Sprintf("state over the limit of %d bytes (--max-state-bytes)", b.Store.maxBytes()), http.StatusRequestEntityTooLarge)
 			return
 		}
 		if want := r.Header.Get("Content-MD5"); want != "" {

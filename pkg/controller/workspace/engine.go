@@ -203,10 +203,12 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		return res, latest, nil
 	}
 	e.RecordJob(r, latest, runner.OutcomeFailed)
+	if e.holdForRescue(r, latest, res) {
+		return nil, nil, nil
+	}
 	msg := util.JobFailureMessage(latest)
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
-		e.rescued(r, res)
 	}
 	if cond := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != ReasonApplyFailed || cond.Message != msg {
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonApplyFailed, msg)
@@ -339,9 +341,12 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
 		e.RecordJob(r, latest, runner.OutcomeFailed)
 		msg := util.JobFailureMessage(latest)
-		if res, _ := e.readResult(ctx, r, latest); res != nil && res.Error != "" {
+		res, _ := e.readResult(ctx, r, latest)
+		if e.holdForRescue(r, latest, res) {
+			return false, nil
+		}
+		if res != nil && res.Error != "" {
 			msg = fmt.Sprintf("terraform destroy failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
-			e.rescued(r, res)
 		}
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, msg)
 		attempt = util.Attempt(latest) + 1
@@ -376,15 +381,25 @@ func destroyed(jobs []*batchv1.Job) bool {
 	return false
 }
 
-// rescued reports a state terraform could not save and the runner kept.
-func (e *Engine) rescued(r *Run, res *runner.Result) {
-	if res.RescuedState == "" {
-		return
+// holdForRescue stops the retries of a failed Job whose runner rescued the
+// state terraform could not save: the current state may lack what that run
+// created, and another run on it would create it a second time. A restore
+// after the Job (of the rescued state, or any backup) lets it go on.
+func (e *Engine) holdForRescue(r *Run, job *batchv1.Job, res *runner.Result) bool {
+	if res == nil || res.RescuedState == "" {
+		return false
 	}
-	msg := fmt.Sprintf("Terraform could not save its state; CAPTF kept it in backup %s. The current state may lack what that run created: "+
-		"compare them, then restore it if it is the right one: kubectl annotate %s -n %s %s %s=%s",
-		res.RescuedState, strings.ToLower(e.GVK.Kind), r.Obj.GetNamespace(), r.Obj.GetName(), infrav1.AnnotationRestoreState, res.RescuedState)
+	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(finishTime(job)) {
+		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored,
+			fmt.Sprintf("Backup %s was restored after Job %s rescued its state into %s", lr.Backup, job.Name, res.RescuedState))
+		return false
+	}
+	msg := fmt.Sprintf("Job %s could not save its state (%s: %s); CAPTF kept it in backup %s and runs nothing until a state is restored, "+
+		"as the current state may lack what that run created. Compare them, then restore the right one: kubectl annotate %s -n %s %s %s=%s",
+		job.Name, res.Stage, res.Error, res.RescuedState, strings.ToLower(e.GVK.Kind), r.Obj.GetNamespace(), r.Obj.GetName(), infrav1.AnnotationRestoreState, res.RescuedState)
 	e.warnOnce(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionTrue, ReasonStateRescued, ReasonStateRescued, msg)
+	e.SetReady(r, metav1.ConditionFalse, ReasonStateRescued, msg)
+	return true
 }
 
 // start creates the run-inputs Secret (unless data is nil: destroy with the
