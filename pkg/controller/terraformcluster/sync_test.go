@@ -241,9 +241,9 @@ func TestSync(t *testing.T) {
 			wantNoJob:  true,
 		},
 		"deleted after an apply: destroy with the durable inputs": {
-			tc:          newTC(withFinalizer, deleting),
-			cluster:     newCluster(false),
-			objects:     []runtime.Object{stateSecret, durable},
+			tc:      newTC(withFinalizer, deleting),
+			cluster: newCluster(false),
+			objects: []runtime.Object{stateSecret, durable},
 			// The update is clusterctl's block-move annotation, set before the Job.
 			wantWrites:  []string{"update terraformclusters prod", "create serviceaccounts captf-runner", "create rolebindings captf-runner", "create jobs tfc-prod-destroy-", "update terraformclusters/status prod"},
 			wantReady:   workspace.ReasonDestroying,
