@@ -840,3 +840,16 @@ func (e *Executor) Signal(namespace, name string, sig syscall.Signal) error {
 	}
 	return fmt.Errorf("pod %s/%s is not running here", namespace, name)
 }
+
+// SignalGroup sends sig to a running pod's whole process group: the runner
+// and the terraform it runs, as a stalled node or a frozen cgroup would.
+func (e *Executor) SignalGroup(namespace, name string, sig syscall.Signal) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.running {
+		if p.key.Namespace == namespace && p.key.Name == name {
+			return syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
+	return fmt.Errorf("pod %s/%s is not running here", namespace, name)
+}

@@ -85,6 +85,11 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 	if !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		return false, nil
 	}
+	// A state restored while deleting is what the destroy needs when the
+	// state went missing.
+	if ok, err := e.restore(ctx, r, l.Update); err != nil || !ok {
+		return false, err
+	}
 	done, err := e.Destroy(ctx, r, l.Render)
 	if err != nil || !done {
 		return false, err

@@ -116,8 +116,9 @@ func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, 
 			e.warnOnce(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStateOwnedByOther, ReasonStateOwnedByOther, msg)
 			return false, false, nil
 		}
-		if len(head.OwnerReferences) > 0 {
-			// Written by a release that let garbage collection take it.
+		if len(head.OwnerReferences) > 0 || !slices.Contains(head.Finalizers, names.StateFinalizer) {
+			// Written by a release that let garbage collection take it, or
+			// restored by a backup tool that reset its metadata.
 			if err := e.protectState(ctx, obj); err != nil {
 				return false, false, err
 			}

@@ -1,0 +1,834 @@
+package e2e
+
+// State safety (issue 10): one object, one state, and no path that loses,
+// shares or orphans it. Each test is a way users, their tools or a hostile
+// tenant lost state or infrastructure before.
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/test/framework"
+)
+
+func tfcNames(name string) names.Object { return names.Object{Kind: "tfc", Name: name} }
+
+// stateOf reads an object's current state as the runner would.
+func (e *env) stateOf(name string) *tfState {
+	e.t.Helper()
+	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames(name)}
+	b, err := store.Read(context.Background())
+	if err != nil {
+		e.t.Fatalf("state of %s: %v", name, err)
+	}
+	return parseState(e.t, b)
+}
+
+type tfState struct {
+	Resources []struct {
+		Type      string            `json:"type"`
+		Name      string            `json:"name"`
+		Instances []json.RawMessage `json:"instances"`
+	} `json:"resources"`
+}
+
+func parseState(t *testing.T, b []byte) *tfState {
+	t.Helper()
+	var s tfState
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &s
+}
+
+// instances counts the instances of terraform_data.instance in a state.
+func (s *tfState) instances() int {
+	for _, r := range s.Resources {
+		if r.Type == "terraform_data" && r.Name == "instance" {
+			return len(r.Instances)
+		}
+	}
+	return 0
+}
+
+func (e *env) setVars(name string, vars map[string]any) {
+	e.t.Helper()
+	vars["instance_dir"] = e.instances
+	e.update(name, func(tc *infrav1.TerraformCluster) { setVariables(&tc.Spec.WorkspaceSpec, vars) })
+}
+
+func (e *env) annotate(name, key, value string) {
+	e.t.Helper()
+	e.update(name, func(tc *infrav1.TerraformCluster) {
+		if tc.Annotations == nil {
+			tc.Annotations = map[string]string{}
+		}
+		tc.Annotations[key] = value
+	})
+}
+
+func (e *env) deleteTC(name string, policy metav1.DeletionPropagation) {
+	e.t.Helper()
+	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func readyReason(reason string) func(*infrav1.TerraformCluster) bool {
+	return func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == reason
+	}
+}
+
+func gone(tc *infrav1.TerraformCluster) bool { return tc == nil }
+
+// stateSecretNames lists the state, backup and durable-inputs Secrets of
+// an object.
+func (e *env) stateSecretNames(name string) []string {
+	e.t.Helper()
+	var out []string
+	for _, s := range e.secrets() {
+		if s.Annotations[names.AnnotationObjectName] == name {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// TestOneObjectOneState (defect 1): names that the old short form made
+// collide (a dot, and the short form itself, chosen by a hostile tenant)
+// and names that share a long prefix, as machines of a MachineDeployment do,
+// each get their own state; a state recorded for another object is never
+// used.
+func TestOneObjectOneState(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	deployment := "workers-" + strings.Repeat("x", 30)
+	pairs := [][2]string{
+		{"victim.m1", "victim-m1-d4efb"}, // the short form main gave victim.m1
+		{deployment + "-6f9c7d8b5-a1", deployment + "-6f9c7d8b5-b2"},
+	}
+	for i, pair := range pairs {
+		for j, name := range pair {
+			cluster := e.newCluster(strings.Join([]string{"c", string(rune('a' + i)), string(rune('a' + j))}, "-"), false)
+			e.create(e.localCloud(name, cluster, map[string]any{}))
+			e.waitFor(name, 2*time.Minute, "Ready", isReady)
+		}
+	}
+	for _, pair := range pairs {
+		for _, name := range pair {
+			if n := e.stateOf(name).instances(); n != 1 {
+				t.Errorf("%s: %d instances in its state, want its own 1", name, n)
+			}
+		}
+	}
+	if files := e.instanceFiles(); len(files) != 4 {
+		t.Errorf("instance files %v, want 4: one object planned against another's state", files)
+	}
+	if jobs := e.jobs("destroy"); len(jobs) != 0 {
+		t.Errorf("%d destroy Jobs", len(jobs))
+	}
+
+	// A Secret whose recorded owner is another object: neither read nor
+	// written, and the object says why.
+	forged := runner.NewStateSecret(e.ns, tfcNames("forged").State(), tfcNames("victim.m1"), names.SecretTypeState, nil)
+	forged.Finalizers = nil
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(context.Background(), forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.create(e.localCloud("forged", e.newCluster("forged", false), map[string]any{}))
+	tc := e.waitFor("forged", time.Minute, "StateOwnedByOther", readyReason(workspace.ReasonStateOwnedByOther))
+	if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, `records tfc "victim.m1" as its owner`) {
+		t.Errorf("Ready message %q", msg)
+	}
+	if jobs := e.jobs("apply"); len(jobs) != 4 {
+		t.Errorf("%d apply Jobs, want 4: none for the forged state", len(jobs))
+	}
+}
+
+// TestForegroundDeleteDestroys (defect 2): a foreground delete, as GitOps
+// prunes do, used to let the garbage collector take the state first; the
+// destroy then found nothing and the instance stayed. Now the instance is
+// destroyed and then the state goes.
+func TestForegroundDeleteDestroys(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("fg", e.newCluster("fg", false), map[string]any{"instances": 2}))
+	e.waitFor("fg", 2*time.Minute, "Ready", isReady)
+	e.deleteTC("fg", metav1.DeletePropagationForeground)
+	e.waitFor("fg", 2*time.Minute, "gone", gone)
+	if files := e.instanceFiles(); len(files) != 0 {
+		t.Errorf("instances left behind: %v", files)
+	}
+	if left := e.stateSecretNames("fg"); len(left) != 0 {
+		t.Errorf("state Secrets left after the destroy: %v", left)
+	}
+	if _, err := plane.Kube.CoordinationV1().Leases(e.ns).Get(context.Background(), tfcNames("fg").Lock(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the state lock outlived the object: %v", err)
+	}
+}
+
+// TestNamespaceDeleteKeepsState (defect 2): kubectl delete namespace used to
+// take the state in seconds and leave every instance behind. No Job can run
+// in a terminating namespace: the object stays, says so, and the state
+// stays; abandoning lets the namespace go.
+func TestNamespaceDeleteKeepsState(t *testing.T) {
+	e := newEnv(t)
+	// The manager's identity lives elsewhere: this namespace is deleted.
+	home := newEnv(t)
+	m, err := plane.StartManager(context.Background(), framework.ManagerOptions{Binary: captfBinary, Namespace: home.ns, Dir: t.TempDir(),
+		Args: []string{"--namespace=" + e.ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	e.create(e.localCloud("doomed", e.newCluster("doomed", false), map[string]any{"instances": 2}))
+	e.waitFor("doomed", 2*time.Minute, "Ready", isReady)
+	if err := plane.Kube.CoreV1().Namespaces().Delete(context.Background(), e.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := e.waitFor("doomed", 2*time.Minute, "NamespaceTerminating", readyReason(workspace.ReasonNamespaceTerminating))
+	msg := condition(tc, infrav1.ConditionReady).Message
+	for _, want := range []string{"Namespace " + e.ns + " is being deleted", infrav1.AnnotationAbandonInfrastructure + "=true", "kubectl get secrets -n " + e.ns} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready message %q lacks %q", msg, want)
+		}
+	}
+	time.Sleep(5 * time.Second) // the namespace controller's retries: nothing may go
+	if files := e.instanceFiles(); len(files) != 2 {
+		t.Errorf("instances %v, want both", files)
+	}
+	if n := e.stateOf("doomed").instances(); n != 2 {
+		t.Errorf("state holds %d instances, want 2", n)
+	}
+	if findEvent(t, e.ns, "doomed", workspace.ReasonNamespaceTerminating) == nil {
+		t.Error("no NamespaceTerminating event")
+	}
+
+	e.annotate("doomed", infrav1.AnnotationAbandonInfrastructure, "true")
+	err = wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := plane.Kube.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the namespace never went after the abandon: %v", err)
+	}
+	if files := e.instanceFiles(); len(files) != 2 {
+		t.Errorf("abandoned instances %v, want both kept", files)
+	}
+}
+
+// TestStateMissing (defect 3): a state Secret deleted by hand, then a
+// change, used to create every resource again. Now nothing runs until a
+// backup is restored, and the condition says how.
+func TestStateMissing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("lost", e.newCluster("lost", false), map[string]any{"api_port": 6443}))
+	e.waitFor("lost", 2*time.Minute, "Ready", isReady)
+	e.setVars("lost", map[string]any{"api_port": 6444})
+	e.waitFor("lost", 2*time.Minute, "port 6444", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Spec.ControlPlaneEndpoint.Port != 0 && strings.Contains(string(tc.Status.Outputs["control_plane_endpoint"].Raw), "6444")
+	})
+	backups := backupNames(t, e.ns)
+	if len(backups) != 1 {
+		t.Fatalf("backups %v, want the state before the second apply", backups)
+	}
+	applies := len(e.jobs("apply"))
+
+	// A careless cleanup: finalizer stripped, Secret deleted.
+	secrets := plane.Kube.CoreV1().Secrets(e.ns)
+	if _, err := secrets.Patch(ctx, tfcNames("lost").State(), types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := secrets.Delete(ctx, tfcNames("lost").State(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.setVars("lost", map[string]any{"api_port": 6445})
+	tc := waitCondition(e, "lost", infrav1.ConditionStateMissing, "StateMissing", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	msg := condition(tc, infrav1.ConditionStateMissing).Message
+	if want := "kubectl annotate terraformcluster -n " + e.ns + " lost " + infrav1.AnnotationRestoreState + "=" + backups[0]; !strings.Contains(msg, want) {
+		t.Errorf("StateMissing message %q lacks %q", msg, want)
+	}
+	if c := condition(tc, infrav1.ConditionReady); c.Reason != workspace.ReasonStateMissing {
+		t.Errorf("Ready %s: %s", c.Reason, c.Message)
+	}
+	if findEvent(t, e.ns, "lost", workspace.ReasonStateMissing) == nil {
+		t.Error("no StateMissing event")
+	}
+	time.Sleep(3 * time.Second)
+	if n := len(e.jobs("apply")); n != applies {
+		t.Fatalf("%d apply Jobs, want %d: an apply ran on a missing state", n, applies)
+	}
+
+	// Restored, the change applies on the state it was made for.
+	e.annotate("lost", infrav1.AnnotationRestoreState, backups[0])
+	e.waitFor("lost", 2*time.Minute, "port 6445", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && strings.Contains(string(tc.Status.Outputs["control_plane_endpoint"].Raw), "6445")
+	})
+	if files := e.instanceFiles(); len(files) != 1 {
+		t.Errorf("instances %v, want the one", files)
+	}
+	if n := e.stateOf("lost").instances(); n != 1 {
+		t.Errorf("state holds %d instances, want 1", n)
+	}
+	if c := condition(e.get("lost"), infrav1.ConditionStateMissing); c.Status != metav1.ConditionFalse {
+		t.Errorf("StateMissing still %s", c.Status)
+	}
+
+	// Deleted with its state gone again: no destroy "of nothing", the
+	// finalizer holds.
+	if _, err := secrets.Patch(ctx, tfcNames("lost").State(), types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := secrets.Delete(ctx, tfcNames("lost").State(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteTC("lost", metav1.DeletePropagationBackground)
+	e.waitFor("lost", time.Minute, "StateMissing while deleted", readyReason(workspace.ReasonStateMissing))
+	if jobs := e.jobs("destroy"); len(jobs) != 0 {
+		t.Errorf("%d destroy Jobs on a missing state", len(jobs))
+	}
+	tc = e.get("lost")
+	newest := backupNames(t, e.ns)[0]
+	if msg := condition(tc, infrav1.ConditionStateMissing).Message; !strings.Contains(msg, infrav1.AnnotationRestoreState+"="+newest) {
+		t.Errorf("StateMissing message %q does not name the newest backup %s", msg, newest)
+	}
+	e.annotate("lost", infrav1.AnnotationRestoreState, newest)
+	e.waitFor("lost", 2*time.Minute, "destroyed", gone)
+	if files := e.instanceFiles(); len(files) != 0 {
+		t.Errorf("instances left %v", files)
+	}
+}
+
+func backupNames(t *testing.T, ns string) []string {
+	t.Helper()
+	list, err := plane.Kube.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelSecretType + "=" + names.SecretTypeBackup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Secret) int { return strings.Compare(b.Name, a.Name) })
+	var out []string
+	for _, s := range list.Items {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// TestAbandonWaitsForTheJob (defect 4): abandoned and deleted while its
+// first apply ran, an object used to go at once; the Job's state, written
+// afterwards, was garbage-collected. Now the Job is stopped first and
+// whatever it wrote stays, labelled abandoned.
+func TestAbandonWaitsForTheJob(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("quit", e.newCluster("quit", false), map[string]any{"sleep_seconds": 20}))
+	e.runningPod("apply", time.Minute)
+	e.waitLockHeld(tfcNames("quit").Lock())
+	e.annotate("quit", infrav1.AnnotationAbandonInfrastructure, "true")
+	e.deleteTC("quit", metav1.DeletePropagationBackground)
+	e.waitFor("quit", 3*time.Minute, "gone", gone)
+	pods, err := plane.Kube.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			t.Errorf("pod %s still runs after the abandon", p.Name)
+		}
+	}
+	state, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), tfcNames("quit").State(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the abandoned state: %v", err)
+	}
+	if state.Labels[names.LabelAbandoned] != "true" || len(state.Finalizers) != 0 || len(state.OwnerReferences) != 0 {
+		t.Errorf("abandoned state: labels %v, finalizers %v, owners %v", state.Labels, state.Finalizers, state.OwnerReferences)
+	}
+	// What the state records is what exists: nothing orphaned unknown.
+	if n, files := e.stateOf("quit").instances(), e.instanceFiles(); n != len(files) {
+		t.Errorf("state records %d instances, %d exist (%v)", n, len(files), files)
+	}
+}
+
+// TestGzipBombRestore (defect 5): a forged backup that inflates past the
+// limit, named in captf.io/restore-state, used to crash-loop the manager.
+func TestGzipBombRestore(t *testing.T) {
+	e := newEnv(t)
+	m := e.startManager("--max-state-bytes=67108864") // 64 MiB
+	e.create(e.localCloud("bomb", e.newCluster("bomb", false), map[string]any{}))
+	e.waitFor("bomb", 2*time.Minute, "Ready", isReady)
+	var gz bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for range 512 { // 512 MiB of zeros: about 500 KiB compressed
+		_, _ = w.Write(zeros)
+	}
+	_ = w.Close()
+	n := tfcNames("bomb")
+	bomb := runner.NewStateSecret(e.ns, n.Backup("20990101-000000"), n, names.SecretTypeBackup, map[string]string{names.LabelManagedBy: names.ManagedByValue})
+	bomb.Finalizers = nil
+	bomb.Annotations["captf.io/backup-of"] = n.State()
+	bomb.Annotations["captf.io/encoding"] = "gzip"
+	bomb.Data = map[string][]byte{"tfstate": gz.Bytes()}
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(context.Background(), bomb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.stateOf("bomb").instances()
+	e.annotate("bomb", infrav1.AnnotationRestoreState, bomb.Name)
+	tc := waitCondition(e, "bomb", infrav1.ConditionStateRestored, "BackupTooLarge", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Reason == workspace.ReasonBackupTooLarge
+	})
+	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, "over 67108864 bytes") || !strings.Contains(msg, "nothing was changed") {
+		t.Errorf("StateRestored message %q", msg)
+	}
+	if m.Exited() {
+		t.Fatal("the manager died")
+	}
+	if after := e.stateOf("bomb").instances(); after != before {
+		t.Errorf("state changed: %d instances, was %d", after, before)
+	}
+}
+
+// TestRestoreKeepsItsBackup (defect 8): with one backup kept, restoring it
+// used to rotate it away in the same write.
+func TestRestoreKeepsItsBackup(t *testing.T) {
+	e := newEnv(t)
+	e.startManager("--state-backups=1")
+	e.create(e.localCloud("keep", e.newCluster("keep", false), map[string]any{"api_port": 6443}))
+	e.waitFor("keep", 2*time.Minute, "Ready", isReady)
+	e.setVars("keep", map[string]any{"api_port": 6444})
+	e.waitFor("keep", 2*time.Minute, "port 6444", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && strings.Contains(string(tc.Status.Outputs["control_plane_endpoint"].Raw), "6444")
+	})
+	backups := backupNames(t, e.ns)
+	if len(backups) != 1 {
+		t.Fatalf("backups %v, want 1", backups)
+	}
+	e.annotate("keep", infrav1.AnnotationRestoreState, backups[0])
+	waitCondition(e, "keep", infrav1.ConditionStateRestored, "Restored", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Reason == workspace.ReasonRestored
+	})
+	if now := backupNames(t, e.ns); !slices.Contains(now, backups[0]) {
+		t.Errorf("backups after the restore %v: the restored %s is gone", now, backups[0])
+	}
+}
+
+// TestRunnerAccessComesBack (defect 10): a deleted runner ServiceAccount or
+// RoleBinding used to stay deleted until the manager restarted.
+func TestRunnerAccessComesBack(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("access", e.newCluster("access", false), map[string]any{"api_port": 6443}))
+	e.waitFor("access", 2*time.Minute, "Ready", isReady)
+	if err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Delete(ctx, names.RunnerServiceAccount, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := plane.Kube.RbacV1().RoleBindings(e.ns).Delete(ctx, names.RunnerServiceAccount, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, saErr := plane.Kube.CoreV1().ServiceAccounts(e.ns).Get(ctx, names.RunnerServiceAccount, metav1.GetOptions{})
+		_, rbErr := plane.Kube.RbacV1().RoleBindings(e.ns).Get(ctx, names.RunnerServiceAccount, metav1.GetOptions{})
+		return saErr == nil && rbErr == nil, nil
+	})
+	if err != nil {
+		t.Fatal("the runner's ServiceAccount and RoleBinding did not come back")
+	}
+	e.setVars("access", map[string]any{"api_port": 6444})
+	e.waitFor("access", 2*time.Minute, "port 6444", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && strings.Contains(string(tc.Status.Outputs["control_plane_endpoint"].Raw), "6444")
+	})
+}
+
+// TestBlockMove (defect 11): clusterctl move waits while a Job may change
+// the state: the annotation is on before the Job, and off once none runs.
+func TestBlockMove(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("move", e.newCluster("move", false), map[string]any{"sleep_seconds": 4}))
+	_, pod := e.runningPod("apply", time.Minute)
+	if _, ok := e.get("move").Annotations[workspace.BlockMoveAnnotation]; !ok {
+		t.Errorf("pod %s runs, and %s is not set", pod, workspace.BlockMoveAnnotation)
+	}
+	tc := e.waitFor("move", 2*time.Minute, "Ready without block-move", func(tc *infrav1.TerraformCluster) bool {
+		_, blocked := tc.Annotations[workspace.BlockMoveAnnotation]
+		return isReady(tc) && !blocked
+	})
+	for _, s := range e.secrets() {
+		if s.Labels[names.LabelSecretType] == names.SecretTypeState {
+			if _, ok := s.Labels[names.LabelClusterctlMove]; !ok {
+				t.Errorf("state Secret %s lacks %s: clusterctl move would leave it behind", s.Name, names.LabelClusterctlMove)
+			}
+		}
+	}
+	_ = tc
+}
+
+// TestFinalizerNames (defect 13): the domain-qualified form with a path, and
+// an object with the old name moves over in one update.
+func TestFinalizerNames(t *testing.T) {
+	e := newEnv(t)
+	legacy := infrav1.LegacyFinalizers[infrav1.TerraformClusterFinalizer]
+	tc := e.localCloud("fin", e.newCluster("fin", false), map[string]any{})
+	tc.Finalizers = []string{"example.com/other", legacy}
+	e.create(tc)
+	watch, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=fin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	e.startManager()
+	e.waitFor("fin", 2*time.Minute, "Ready", isReady)
+	// Every version the API server held had a finalizer of ours.
+	for drained := false; !drained; {
+		select {
+		case ev := <-watch.ResultChan():
+			f := ev.Object.(*infrav1.TerraformCluster).Finalizers
+			if !slices.Contains(f, legacy) && !slices.Contains(f, infrav1.TerraformClusterFinalizer) {
+				t.Fatalf("a version without a CAPTF finalizer: %v", f)
+			}
+		case <-time.After(time.Second):
+			drained = true
+		}
+	}
+	if got := e.get("fin").Finalizers; !slices.Equal(got, []string{"example.com/other", infrav1.TerraformClusterFinalizer}) {
+		t.Errorf("finalizers %v", got)
+	}
+	if !strings.Contains(infrav1.TerraformClusterFinalizer, "/") {
+		t.Errorf("finalizer %s has no path", infrav1.TerraformClusterFinalizer)
+	}
+}
+
+// TestForgetIsGated (defect 12): a plan that only drops a resource from the
+// state (removed, destroy = false) used to count as no change and apply at
+// once under Manual; the resource left CAPTF's management silently.
+func TestForgetIsGated(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	tc := e.localCloud("forget", e.newCluster("forget", false), map[string]any{})
+	tc.Spec.Module.Inline = `resource "terraform_data" "instance" { input = "kept" }`
+	tc.Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+	e.create(tc)
+	first := waitCondition(e, "forget", infrav1.ConditionPlanAwaitingApproval, "the first plan waits", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	e.approve("forget", infrav1.AnnotationApprovePlan, first.Status.LastPlan.Hash)
+	e.waitFor("forget", 2*time.Minute, "Ready", isReady)
+	if n := len(e.stateOf("forget").Resources); n != 1 {
+		t.Fatalf("%d resources in state, want 1", n)
+	}
+
+	e.update("forget", func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Module.Inline = "removed {\n  from = terraform_data.instance\n  lifecycle {\n    destroy = false\n  }\n}\n"
+	})
+	blocked := waitCondition(e, "forget", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	msg := condition(blocked, infrav1.ConditionDestructivePlanBlocked).Message
+	if !strings.Contains(msg, "1 to forget") || !strings.Contains(msg, "forget terraform_data.instance") {
+		t.Errorf("DestructivePlanBlocked message %q does not name the forget", msg)
+	}
+	if s := blocked.Status.LastPlan.Summary; s.Forget != 1 {
+		t.Errorf("plan summary %+v, want 1 to forget", s)
+	}
+	if n := len(e.stateOf("forget").Resources); n != 1 {
+		t.Errorf("%d resources in state: the forget applied without approval", n)
+	}
+}
+
+// TestDeletingObjectLosesItsFinalizer (defect 9): an object that a newer
+// webhook rule refuses could never lose its finalizer; a metadata-only
+// update of an object being deleted is admitted, a spec change is not.
+func TestDeletingObjectLosesItsFinalizer(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	admin := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	// Made before the rule existed (the webhook is not registered yet).
+	old := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: e.ns, Finalizers: []string{infrav1.TerraformClusterFinalizer}},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "./m", Version: "1.2.0"}}}}
+	if _, err := admin.Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := e.startManager()
+	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	waitReady(t, m)
+	// The rule is in force for live objects.
+	err := updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Labels = map[string]string{"touched": "yes"} })
+	if err == nil || !strings.Contains(err.Error(), "version") {
+		t.Fatalf("an update of a live invalid object: %v, want the webhook's refusal", err)
+	}
+	if err := admin.Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Version = "1.3.0" })
+	if err == nil {
+		t.Error("a spec change of a deleting object was admitted")
+	}
+	// The manager (never paused, never owned) or anyone with the right
+	// removes the finalizer: admitted.
+	if err := updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Finalizers = nil }); err != nil {
+		t.Fatalf("removing the finalizer of a deleting object: %v", err)
+	}
+	e.waitFor("old", 30*time.Second, "gone", gone)
+}
+
+// TestRescuedState (defect 7): a state terraform cannot save (here: over
+// --max-state-bytes) used to be dropped with errored.tfstate. It is kept
+// as a backup, the object says so and runs nothing until it is restored.
+func TestRescuedState(t *testing.T) {
+	e := newEnv(t)
+	m := e.startManager("--max-state-bytes=4096")
+	e.create(e.localCloud("rescue", e.newCluster("rescue", false), map[string]any{"state_padding_kib": 16}))
+	tc := waitCondition(e, "rescue", infrav1.ConditionStateRescued, "StateRescued", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	msg := condition(tc, infrav1.ConditionStateRescued).Message
+	backups := backupNames(t, e.ns)
+	if len(backups) != 1 || !strings.Contains(backups[0], "-errored-") {
+		t.Fatalf("backups %v, want the rescued state", backups)
+	}
+	if want := "kubectl annotate terraformcluster -n " + e.ns + " rescue " + infrav1.AnnotationRestoreState + "=" + backups[0]; !strings.Contains(msg, want) {
+		t.Errorf("StateRescued message %q lacks %q", msg, want)
+	}
+	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("rescue")}
+	rescued, err := store.ReadBackup(context.Background(), backups[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := parseState(t, rescued).instances(); n != 1 {
+		t.Errorf("the rescued state holds %d instances, want the one created", n)
+	}
+	time.Sleep(15 * time.Second) // past the first retry's backoff
+	if jobs := e.jobs("apply"); len(jobs) != 1 {
+		t.Errorf("%d apply Jobs: a retry on the state that lacks the instance", len(jobs))
+	}
+	if files := e.instanceFiles(); len(files) != 1 {
+		t.Errorf("instances %v, want 1", files)
+	}
+
+	// The operator lifts the limit and restores the rescued state.
+	m.Stop()
+	e.startManager()
+	e.annotate("rescue", infrav1.AnnotationRestoreState, backups[0])
+	e.waitFor("rescue", 2*time.Minute, "Ready", isReady)
+	if files := e.instanceFiles(); len(files) != 1 {
+		t.Errorf("instances %v after the restore, want the same 1", files)
+	}
+	if n := e.stateOf("rescue").instances(); n != 1 {
+		t.Errorf("state holds %d instances, want 1", n)
+	}
+}
+
+// TestFencedRunner (defect 6): a runner stalled past its lease (SIGSTOP)
+// while another run takes the lock over must write nothing once it wakes.
+func TestFencedRunner(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	tc := e.create(e.localCloud("stall", e.newCluster("stall", false), map[string]any{"sleep_seconds": 10}))
+	job, pod := e.runningPod("apply", time.Minute)
+	e.waitLockHeld(tfcNames("stall").Lock())
+	if err := executor.SignalGroup(e.ns, pod, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The next attempt: a runner of the same object, inputs and Job.
+	takeover := exec.Command(captfBinary, "runner", "--namespace="+e.ns, "--object-kind=TerraformCluster", "--object-name=stall",
+		"--object-uid="+string(tc.UID), "--operation=apply", "--job="+job, "--workdir="+t.TempDir(), "--lock-timeout=2m")
+	takeover.Env = append(os.Environ(), "KUBECONFIG="+plane.KubeconfigFile, "POD_NAME=takeover", "POD_UID=takeover-uid",
+		"PATH="+os.Getenv("PATH")+":"+filepath.Join(root, "bin"))
+	out, err := takeover.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the takeover run: %v\n%s", err, tail(string(out), 30))
+	}
+	head, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, tfcNames("stall").State(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := executor.SignalGroup(e.ns, pod, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		j, err := plane.Kube.BatchV1().Jobs(e.ns).Get(ctx, job, metav1.GetOptions{})
+		return err == nil && (j.Status.Failed > 0 || j.Status.Succeeded > 0), nil
+	})
+	if err != nil {
+		t.Fatal("the stalled Job never finished")
+	}
+	after, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, tfcNames("stall").State(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != head.ResourceVersion {
+		t.Errorf("the stalled runner wrote the state after it lost the lock (resourceVersion %s, was %s)", after.ResourceVersion, head.ResourceVersion)
+	}
+	if n := e.stateOf("stall").instances(); n != 1 {
+		t.Errorf("state holds %d instances, want 1", n)
+	}
+	if res := e.result(job); res.Outcome != runner.OutcomeFailed || !strings.Contains(res.Error, "lost the state lock") {
+		t.Errorf("the stalled runner's result: %s in %s: %s", res.Outcome, res.Stage, res.Error)
+	}
+}
+
+// TestRestoreIntoNewPlane (defect 11): objects and Secrets exported the way
+// a backup tool does (metadata reset), the plane lost, restored with the
+// Cluster paused, then unpaused: nothing is created or destroyed, the
+// object is Ready (with its status restored too, without a Job), and
+// deleting it afterwards destroys everything and leaves no Secret.
+func TestRestoreIntoNewPlane(t *testing.T) {
+	for _, keepStatus := range []bool{false, true} {
+		t.Run(map[bool]string{false: "status dropped", true: "status kept"}[keepStatus], func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			m := e.startManager()
+			e.create(e.localCloud("dr", e.newCluster("dr", false), map[string]any{"instances": 2}))
+			e.waitFor("dr", 2*time.Minute, "Ready", isReady)
+			files := e.instanceFiles()
+
+			// The backup.
+			saved := e.get("dr")
+			var secrets []corev1.Secret
+			for _, s := range e.secrets() {
+				if s.Labels[names.LabelSecretType] != names.SecretTypeRunInputs && s.Labels[names.LabelSecretType] != names.SecretTypeResult {
+					secrets = append(secrets, s)
+				}
+			}
+			// The plane is lost.
+			m.Stop()
+			e.wipe()
+
+			// The restore, in the documented order: Cluster paused first.
+			cluster := e.newCluster("dr", true)
+			for _, s := range secrets {
+				s.ObjectMeta = metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: s.Labels, Annotations: s.Annotations}
+				if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			restored := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "dr", Namespace: e.ns, Labels: saved.Labels, Annotations: saved.Annotations},
+				Spec: saved.Spec}
+			created := e.create(restored)
+			if keepStatus {
+				created.Status = saved.Status
+				if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.startManager()
+			e.waitFor("dr", time.Minute, "waiting for its owner", readyReason("WaitingForClusterOwner"))
+			// Cluster API sets the owner again, then the operator unpauses.
+			e.update("dr", func(tc *infrav1.TerraformCluster) {
+				tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(cluster)}
+			})
+			e.unpause("dr")
+			e.waitFor("dr", 2*time.Minute, "Ready", isReady)
+			applies := 0
+			for _, j := range e.jobs("apply") {
+				if j.Labels[names.LabelObjectUID] == string(created.UID) {
+					applies++
+				}
+			}
+			if want := map[bool]int{false: 1, true: 0}[keepStatus]; applies != want {
+				t.Errorf("%d apply Jobs after the restore, want %d", applies, want)
+			}
+			if now := e.instanceFiles(); !slices.Equal(now, files) {
+				t.Errorf("instances %v after the restore, were %v", now, files)
+			}
+
+			// Deleting the restored cluster leaves nothing behind.
+			if err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Delete(ctx, "dr", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.deleteTC("dr", metav1.DeletePropagationBackground)
+			e.waitFor("dr", 2*time.Minute, "destroyed", gone)
+			if now := e.instanceFiles(); len(now) != 0 {
+				t.Errorf("instances left: %v", now)
+			}
+			err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				return len(e.secrets()) == 0, nil
+			})
+			if err != nil {
+				var left []string
+				for _, s := range e.secrets() {
+					left = append(left, s.Name)
+				}
+				t.Errorf("Secrets left after the destroy: %v", left)
+			}
+		})
+	}
+}
+
+// wipe deletes the namespace's Cluster, TerraformCluster and CAPTF Secrets
+// past every finalizer: the plane they lived on is gone.
+func (e *env) wipe() {
+	e.t.Helper()
+	ctx := context.Background()
+	strip := []byte(`{"metadata":{"finalizers":null}}`)
+	tcs := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	list, err := tcs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, tc := range list.Items {
+		if _, err := tcs.Patch(ctx, tc.Name, types.MergePatchType, strip, metav1.PatchOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := tcs.Delete(ctx, tc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Fatal(err)
+		}
+		e.waitFor(tc.Name, 30*time.Second, "gone", gone)
+	}
+	if err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, s := range e.secrets() {
+		if _, err := plane.Kube.CoreV1().Secrets(e.ns).Patch(ctx, s.Name, types.MergePatchType, strip, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Fatal(err)
+		}
+		if err := plane.Kube.CoreV1().Secrets(e.ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Fatal(err)
+		}
+	}
+	if err := plane.Kube.BatchV1().Jobs(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) unpause(cluster string) {
+	e.t.Helper()
+	patch := []byte(`{"spec":{"paused":false}}`)
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Patch(context.Background(), cluster, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
