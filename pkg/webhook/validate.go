@@ -382,9 +382,15 @@ func validateAnnotations(annotations map[string]string, gated bool, obj names.Ob
 		}
 	}
 	if v, ok := annotations[infrav1.AnnotationRestoreState]; ok {
-		prefix := obj.Backup("")
-		if stamp, found := strings.CutPrefix(v, prefix); !found || !backupStamp.MatchString(stamp) {
-			errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationRestoreState), v, fmt.Sprintf("must name one of this object's state backups (%s<yyyymmdd-hhmmss>); list them with: kubectl get secrets -l %s=%s", prefix, names.LabelSecretType, names.SecretTypeBackup)))
+		// A backup, or a state rescued from a run that could not save it.
+		backup, rescue := obj.Backup(""), obj.Rescue("")
+		stamp, found := strings.CutPrefix(v, backup)
+		if !found {
+			stamp, found = strings.CutPrefix(v, rescue)
+		}
+		if !found || !backupStamp.MatchString(stamp) {
+			errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationRestoreState), v, fmt.Sprintf("must name one of this object's state backups (%s<yyyymmdd-hhmmss> or %s<yyyymmdd-hhmmss>); list them with: kubectl get secrets -l %s=%s,%s=%s",
+				backup, rescue, names.LabelSecretType, names.SecretTypeBackup, names.LabelObjectName, names.LabelValue(obj.Name))))
 		}
 	}
 	if v, ok := annotations[infrav1.AnnotationAbandonInfrastructure]; ok && v != "true" && v != "false" {

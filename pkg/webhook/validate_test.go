@@ -99,9 +99,12 @@ func TestValidateTerraformCluster(t *testing.T) {
 		}},
 		{name: "restore of another object's backup", change: func(tc *infrav1.TerraformCluster) {
 			tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-other-backup-20261130-010203"}
-		}, want: "metadata.annotations[captf.io/restore-state]: Invalid value: \"tfc-other-backup-20261130-010203\": must name one of this object's state backups (tfc-work-backup-<yyyymmdd-hhmmss>)"},
+		}, want: "metadata.annotations[captf.io/restore-state]: Invalid value: \"tfc-other-backup-20261130-010203\": must name one of this object's state backups (tfc-work-backup-<yyyymmdd-hhmmss> or tfc-work-errored-<yyyymmdd-hhmmss>)"},
 		{name: "restore of own backup", change: func(tc *infrav1.TerraformCluster) {
 			tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-work-backup-20261130-010203-1"}
+		}},
+		{name: "restore of its rescued state", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-work-errored-20261130-010203"}
 		}},
 		{name: "abandon value", change: func(tc *infrav1.TerraformCluster) {
 			tc.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "yes"}

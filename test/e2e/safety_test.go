@@ -636,9 +636,17 @@ func TestRescuedState(t *testing.T) {
 		t.Errorf("instances %v, want 1", files)
 	}
 
-	// The operator lifts the limit and restores the rescued state.
+	// The operator lifts the limit and restores the rescued state, through
+	// the webhook.
 	m.Stop()
-	e.startManager()
+	m = e.startManager()
+	if _, err := plane.RegisterWebhook(context.Background(), "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	waitReady(t, m)
 	e.annotate("rescue", infrav1.AnnotationRestoreState, backups[0])
 	e.waitFor("rescue", 2*time.Minute, "Ready", isReady)
 	if files := e.instanceFiles(); len(files) != 1 {
