@@ -172,10 +172,27 @@ func TestOneObjectOneState(t *testing.T) {
 // destroyed and then the state goes.
 func TestForegroundDeleteDestroys(t *testing.T) {
 	e := newEnv(t)
-	e.startManager()
-	e.create(e.localCloud("fg", e.newCluster("fg", false), map[string]any{"instances": 2}))
+	m := e.startManager()
+	tc := e.create(e.localCloud("fg", e.newCluster("fg", false), map[string]any{"instances": 2}))
 	e.waitFor("fg", 2*time.Minute, "Ready", isReady)
+	// The garbage collector goes first (the manager restarts, or is slow):
+	// everything the object owns is deleted before CAPTF looks.
+	m.Stop()
 	e.deleteTC("fg", metav1.DeletePropagationForeground)
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, s := range e.secrets() {
+			for _, o := range s.OwnerReferences {
+				if o.UID == tc.UID {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal("the garbage collector never deleted what the object owns")
+	}
+	e.startManager()
 	e.waitFor("fg", 2*time.Minute, "gone", gone)
 	if files := e.instanceFiles(); len(files) != 0 {
 		t.Errorf("instances left behind: %v", files)
