@@ -182,7 +182,11 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 	res.Stage = "state"
 	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
 		MaxBytes: r.Config.MaxStateBytes}
-	if err := store.Claim(ctx, string(r.Config.PodUID), r.Config.ExpectState); err != nil {
+	claim := store.Claim
+	if r.Config.Operation == infrav1.OperationDrift {
+		claim = store.CheckReadOnly // a plan only: no write, not even a claim
+	}
+	if err := claim(ctx, string(r.Config.PodUID), r.Config.ExpectState); err != nil {
 		return err
 	}
 	backend := &Backend{Store: store}

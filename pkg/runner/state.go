@@ -92,6 +92,7 @@ type StateStore struct {
 	Now func() time.Time
 
 	head     *corev1.Secret // claimed: the version this store wrote last
+	readOnly bool
 	backedUp bool
 	// BackupsMade counts backups this store made; LastBackup names the
 	// newest.
@@ -151,6 +152,29 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 	return nil
 }
 
+// CheckReadOnly makes the checks of Claim without writing, and refuses every
+// later write: for runs that only plan.
+func (s *StateStore) CheckReadOnly(ctx context.Context, _ string, expectState bool) error {
+	s.readOnly = true
+	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if expectState {
+			return fmt.Errorf("%w: %s", ErrStateMissing, s.Object.State())
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading state secret: %w", err)
+	}
+	if err := s.checkOwner(head); err != nil {
+		return err
+	}
+	if expectState && !HasState(head) {
+		return fmt.Errorf("%w: %s holds no state", ErrStateMissing, s.Object.State())
+	}
+	return nil
+}
+
 // checkOwner refuses a state Secret recorded for another object.
 func (s *StateStore) checkOwner(head *corev1.Secret) error {
 	name, ok := head.Annotations[names.AnnotationObjectName]
@@ -204,6 +228,9 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 
 // write stores gz (of size bytes, sum its sha256) as the current state.
 func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum string) error {
+	if s.readOnly {
+		return errors.New("this run only plans: it writes no state")
+	}
 	if s.head == nil {
 		if err := s.Claim(ctx, "", false); err != nil {
 			return err
