@@ -100,3 +100,13 @@ var (
 )
 
 func init() { Registry.MustRegister(DriftChecks, Drifted, LastDriftCheck) }
+
+// StateMissing is 1 while an applied object's state Secret is missing: CAPTF
+// runs nothing for it until a backup is restored (an input of
+// CAPTFStateUnreadable).
+var StateMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "captf_state_missing",
+	Help: "1 while an applied object's state Secret is missing and nothing runs for it.",
+}, []string{"kind", "namespace", "name"})
+
+func init() { Registry.MustRegister(StateMissing) }

@@ -259,7 +259,7 @@ func TestNamespaceDeleteKeepsState(t *testing.T) {
 func TestStateMissing(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.startManager()
+	m := e.startManager()
 	e.create(e.localCloud("lost", e.newCluster("lost", false), map[string]any{"api_port": 6443}))
 	e.waitFor("lost", 2*time.Minute, "Ready", isReady)
 	e.setVars("lost", map[string]any{"api_port": 6444})
@@ -293,6 +293,9 @@ func TestStateMissing(t *testing.T) {
 	}
 	if findEvent(t, e.ns, "lost", workspace.ReasonStateMissing) == nil {
 		t.Error("no StateMissing event")
+	}
+	if body := get(t, "http://"+m.MetricsAddr+"/metrics"); !strings.Contains(body, `captf_state_missing{kind="TerraformCluster",name="lost",namespace="`+e.ns+`"} 1`) {
+		t.Errorf("no captf_state_missing series:\n%s", grepLines(body, "captf_state"))
 	}
 	time.Sleep(3 * time.Second)
 	if n := len(e.jobs("apply")); n != applies {

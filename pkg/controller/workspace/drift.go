@@ -191,6 +191,7 @@ func (e *Engine) converged(obj Object) {
 func (e *Engine) forgetMetrics(obj Object) {
 	metrics.Drifted.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
 	metrics.LastDriftCheck.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
+	metrics.StateMissing.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
 }
 
 // latestOp is the newest Job of op: jobs are newest first.
