@@ -107,12 +107,11 @@ type StateStore struct {
 // object was applied, and running on an empty state would create everything
 // again.
 func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool) error {
-	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		if expectState {
-			return fmt.Errorf("%w: %s", ErrStateMissing, s.Object.State())
-		}
+	head, err := s.checkedHead(ctx, expectState)
+	if err != nil {
+		return err
+	}
+	if head == nil {
 		head = s.newSecret(s.Object.State(), names.SecretTypeState)
 		head.Annotations[annotationHolder] = holder
 		created, err := s.secrets().Create(ctx, head, metav1.CreateOptions{})
@@ -124,14 +123,6 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 		}
 		s.head = created
 		return nil
-	case err != nil:
-		return fmt.Errorf("reading state secret: %w", err)
-	}
-	if err := s.checkOwner(head); err != nil {
-		return err
-	}
-	if expectState && !HasState(head) {
-		return fmt.Errorf("%w: %s holds no state", ErrStateMissing, s.Object.State())
 	}
 	head = head.DeepCopy()
 	head.Annotations[annotationHolder] = holder
@@ -156,23 +147,28 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 // later write: for runs that only plan.
 func (s *StateStore) CheckReadOnly(ctx context.Context, _ string, expectState bool) error {
 	s.readOnly = true
+	_, err := s.checkedHead(ctx, expectState)
+	return err
+}
+
+// checkedHead reads the state Secret (nil when there is none) and refuses
+// another object's, and a missing state when one is expected.
+func (s *StateStore) checkedHead(ctx context.Context, expectState bool) (*corev1.Secret, error) {
 	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		if expectState {
-			return fmt.Errorf("%w: %s", ErrStateMissing, s.Object.State())
-		}
-		return nil
+		head = nil
 	case err != nil:
-		return fmt.Errorf("reading state secret: %w", err)
+		return nil, fmt.Errorf("reading state secret: %w", err)
+	default:
+		if err := s.checkOwner(head); err != nil {
+			return nil, err
+		}
 	}
-	if err := s.checkOwner(head); err != nil {
-		return err
+	if expectState && (head == nil || !HasState(head)) {
+		return nil, fmt.Errorf("%w: %s holds no state", ErrStateMissing, s.Object.State())
 	}
-	if expectState && !HasState(head) {
-		return fmt.Errorf("%w: %s holds no state", ErrStateMissing, s.Object.State())
-	}
-	return nil
+	return head, nil
 }
 
 // checkOwner refuses a state Secret recorded for another object.

@@ -32,13 +32,14 @@ func waitCondition(e *env, name, condType, what string, ok func(*metav1.Conditio
 	})
 }
 
-func (e *env) approve(name, annotation, hash string) {
+// annotate sets an annotation (an approval, a restore, an abandon).
+func (e *env) annotate(name, key, value string) {
 	e.t.Helper()
 	e.update(name, func(tc *infrav1.TerraformCluster) {
 		if tc.Annotations == nil {
 			tc.Annotations = map[string]string{}
 		}
-		tc.Annotations[annotation] = hash
+		tc.Annotations[key] = value
 	})
 }
 
@@ -97,7 +98,7 @@ func TestDestructivePlanGate(t *testing.T) {
 
 	// Approving the stale plan applies nothing; the gate names the new one.
 	applies := len(e.jobs("apply"))
-	e.approve("gated", infrav1.AnnotationApproveDestructivePlan, h1)
+	e.annotate("gated", infrav1.AnnotationApproveDestructivePlan, h1)
 	tc = waitCondition(e, "gated", infrav1.ConditionDestructivePlanBlocked, "the stale approval refused", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Reason == workspace.ReasonApprovalForAnotherPlan
 	})
@@ -113,7 +114,7 @@ func TestDestructivePlanGate(t *testing.T) {
 	}
 
 	// Approving the waiting plan applies it, once.
-	e.approve("gated", infrav1.AnnotationApproveDestructivePlan, h2)
+	e.annotate("gated", infrav1.AnnotationApproveDestructivePlan, h2)
 	tc = e.waitFor("gated", 2*time.Minute, "the approved plan applied", func(tc *infrav1.TerraformCluster) bool {
 		return tc.Status.AppliedPlanHash == h2 && isReady(tc)
 	})
@@ -156,7 +157,7 @@ func TestApprovedPlanChanged(t *testing.T) {
 	if err := os.Remove(filepath.Join(e.instances, "moving-0")); err != nil {
 		t.Fatal(err)
 	}
-	e.approve("moving", infrav1.AnnotationApproveDestructivePlan, h1)
+	e.annotate("moving", infrav1.AnnotationApproveDestructivePlan, h1)
 	tc = waitCondition(e, "moving", infrav1.ConditionDestructivePlanBlocked, "re-armed", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Reason == workspace.ReasonPlanChanged
 	})
@@ -185,7 +186,7 @@ func TestManualPolicy(t *testing.T) {
 	if files := e.instanceFiles(); len(files) != 0 {
 		t.Fatalf("instances %v before the approval", files)
 	}
-	e.approve("manual", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
+	e.annotate("manual", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
 	e.waitFor("manual", 2*time.Minute, "Ready", isReady)
 
 	// A harmless change (one more instance) waits too.
@@ -201,7 +202,7 @@ func TestManualPolicy(t *testing.T) {
 	if files := e.instanceFiles(); len(files) != 1 {
 		t.Fatalf("instances %v before the second approval", files)
 	}
-	e.approve("manual", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
+	e.annotate("manual", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
 	e.waitFor("manual", 2*time.Minute, "the change applied", func(tc *infrav1.TerraformCluster) bool {
 		return len(e.instanceFiles()) == 2 && isReady(tc)
 	})

@@ -79,16 +79,6 @@ func (e *env) setVars(name string, vars map[string]any) {
 	e.update(name, func(tc *infrav1.TerraformCluster) { setVariables(&tc.Spec.WorkspaceSpec, vars) })
 }
 
-func (e *env) annotate(name, key, value string) {
-	e.t.Helper()
-	e.update(name, func(tc *infrav1.TerraformCluster) {
-		if tc.Annotations == nil {
-			tc.Annotations = map[string]string{}
-		}
-		tc.Annotations[key] = value
-	})
-}
-
 func (e *env) deleteTC(name string, policy metav1.DeletionPropagation) {
 	e.t.Helper()
 	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
@@ -554,7 +544,7 @@ func TestForgetIsGated(t *testing.T) {
 	first := waitCondition(e, "forget", infrav1.ConditionPlanAwaitingApproval, "the first plan waits", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Status == metav1.ConditionTrue
 	})
-	e.approve("forget", infrav1.AnnotationApprovePlan, first.Status.LastPlan.Hash)
+	e.annotate("forget", infrav1.AnnotationApprovePlan, first.Status.LastPlan.Hash)
 	e.waitFor("forget", 2*time.Minute, "Ready", isReady)
 	if n := len(e.stateOf("forget").Resources); n != 1 {
 		t.Fatalf("%d resources in state, want 1", n)
