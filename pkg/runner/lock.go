@@ -149,7 +149,7 @@ func (l *Lock) take(lease *coordinationv1.Lease) {
 }
 
 // KeepRenewed renews the lock until ctx ends. When the lock is lost (taken
-// by another run, or not renewed within its duration, after which another
+// by another run, or not renewable for its duration, after which another
 // run may take it) it calls lost once and stops: the run must stop too.
 func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
 	ticker := time.NewTicker(l.duration() / 3)
@@ -167,11 +167,9 @@ func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
 		}
 		switch {
 		case errors.Is(err, errLockLost):
-		case err == nil && time.Since(renewed) > l.duration():
-			// Renewed, but after a gap in which another run could have
-			// taken the lock and written: stop all the same.
-			err = fmt.Errorf("%w: not renewed for %s", errLockLost, time.Since(renewed).Round(time.Second))
 		case err == nil:
+			// Still ours after a gap too: a run that took it over would
+			// hold it, or have released it.
 			renewed = time.Now()
 			continue
 		case time.Since(renewed) <= l.duration():

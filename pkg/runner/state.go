@@ -183,6 +183,10 @@ func (s *StateStore) checkOwner(head *corev1.Secret) error {
 	if name != s.Object.Name || head.Labels[names.LabelKind] != s.Object.Kind {
 		return fmt.Errorf("%w: %s records %s %q as its owner", ErrOtherOwner, head.Name, head.Labels[names.LabelKind], name)
 	}
+	if head.Labels[names.LabelAbandoned] == "true" {
+		// A former object of this name left it: taking it up is a decision.
+		return fmt.Errorf("%w: %s is the abandoned state of a former object of this name", ErrOtherOwner, head.Name)
+	}
 	return nil
 }
 

@@ -353,7 +353,8 @@ func backupNames(t *testing.T, ns string) []string {
 func TestAbandonWaitsForTheJob(t *testing.T) {
 	e := newEnv(t)
 	e.startManager()
-	e.create(e.localCloud("quit", e.newCluster("quit", false), map[string]any{"sleep_seconds": 20}))
+	cluster := e.newCluster("quit", false)
+	e.create(e.localCloud("quit", cluster, map[string]any{"sleep_seconds": 20}))
 	e.runningPod("apply", time.Minute)
 	e.waitLockHeld(tfcNames("quit").Lock())
 	e.annotate("quit", infrav1.AnnotationAbandonInfrastructure, "true")
@@ -378,6 +379,27 @@ func TestAbandonWaitsForTheJob(t *testing.T) {
 	// What the state records is what exists: nothing orphaned unknown.
 	if n, files := e.stateOf("quit").instances(), e.instanceFiles(); n != len(files) {
 		t.Errorf("state records %d instances, %d exist (%v)", n, len(files), files)
+	}
+
+	// An object of the same name does not take the abandoned state up on its
+	// own; once the label goes, it does, and creates nothing twice.
+	e.create(e.localCloud("quit", cluster, map[string]any{}))
+	tc := e.waitFor("quit", time.Minute, "StateAbandoned", readyReason(workspace.ReasonStateAbandoned))
+	if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, names.LabelAbandoned+"-") {
+		t.Errorf("Ready message %q does not say how to take the state up", msg)
+	}
+	if jobs := e.jobs("apply"); len(jobs) != 0 {
+		t.Errorf("%d apply Jobs on an abandoned state", len(jobs))
+	}
+	for _, name := range e.stateSecretNames("quit") {
+		if _, err := plane.Kube.CoreV1().Secrets(e.ns).Patch(context.Background(), name, types.JSONPatchType,
+			[]byte(`[{"op":"remove","path":"/metadata/labels/captf.io~1abandoned"}]`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitFor("quit", 2*time.Minute, "Ready", isReady)
+	if n, files := e.stateOf("quit").instances(), e.instanceFiles(); n != 1 || len(files) != 1 {
+		t.Errorf("state records %d instances, %v exist; want the one", n, files)
 	}
 }
 

@@ -475,12 +475,15 @@ func (e *Engine) terminating(r *Run, err error) error {
 		"to destroy it, see \"NamespaceTerminating\" in CAPTF's troubleshooting guide.",
 		ns, names.StateFinalizer, ns, names.LabelKind, e.Names(obj).Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), obj.GetName(),
 		kind, ns, obj.GetName(), infrav1.AnnotationAbandonInfrastructure)
-	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c == nil || c.Reason != ReasonNamespaceTerminating {
-		e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonNamespaceTerminating, msg)
-	}
-	e.SetReady(r, metav1.ConditionFalse, ReasonNamespaceTerminating, msg)
+	e.stopped(r, ReasonNamespaceTerminating, msg)
 	r.Requeue = time.Minute
 	return nil
+}
+
+// stopped sets Ready False for what stops every Job of the object until a
+// person acts, with a warning event when that is news.
+func (e *Engine) stopped(r *Run, reason, msg string) {
+	e.warnOnce(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 }
 
 // InputError reports a problem the user must fix, and checks again later:

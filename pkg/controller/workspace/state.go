@@ -25,6 +25,7 @@ const (
 	ReasonStatePresent      = "StatePresent"
 	ReasonStateOwnedByOther = "StateOwnedByOther"
 	ReasonStateRescued      = "StateRescued"
+	ReasonStateAbandoned    = "StateAbandoned"
 )
 
 func (e *Engine) stateStore(obj Object) *runner.StateStore {
@@ -113,8 +114,14 @@ func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, 
 		if name, ok := head.Annotations[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.Labels[names.LabelKind] != n.Kind) {
 			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
 				n.State(), head.Labels[names.LabelKind], name)
-			e.SetReady(r, metav1.ConditionFalse, ReasonStateOwnedByOther, msg)
-			e.warnOnce(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStateOwnedByOther, ReasonStateOwnedByOther, msg)
+			e.stopped(r, ReasonStateOwnedByOther, msg)
+			return false, false, nil
+		}
+		if head.Labels[names.LabelAbandoned] == "true" {
+			msg := fmt.Sprintf("State Secret %s is the abandoned state of a former %s of this name: CAPTF does not take it up on its own, as it describes infrastructure left in place on purpose. "+
+				"To manage that infrastructure with this object: kubectl label secrets -n %s -l %s=%s,%s=%s %s-. To start afresh instead, save and delete those Secrets.",
+				n.State(), e.GVK.Kind, obj.GetNamespace(), names.LabelKind, n.Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), names.LabelAbandoned)
+			e.stopped(r, ReasonStateAbandoned, msg)
 			return false, false, nil
 		}
 		if len(head.OwnerReferences) > 0 || !slices.Contains(head.Finalizers, names.StateFinalizer) {
