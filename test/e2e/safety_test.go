@@ -9,6 +9,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -407,13 +409,13 @@ func TestAbandonWaitsForTheJob(t *testing.T) {
 // limit, named in captf.io/restore-state, used to crash-loop the manager.
 func TestGzipBombRestore(t *testing.T) {
 	e := newEnv(t)
-	m := e.startManager("--max-state-bytes=67108864") // 64 MiB
+	m := e.startManager()
 	e.create(e.localCloud("bomb", e.newCluster("bomb", false), map[string]any{}))
 	e.waitFor("bomb", 2*time.Minute, "Ready", isReady)
 	var gz bytes.Buffer
 	w, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
 	zeros := make([]byte, 1<<20)
-	for range 512 { // 512 MiB of zeros: about 500 KiB compressed
+	for range 512 { // 512 MiB of zeros, about 500 KiB compressed: over the default 128 MiB
 		_, _ = w.Write(zeros)
 	}
 	_ = w.Close()
@@ -431,7 +433,7 @@ func TestGzipBombRestore(t *testing.T) {
 	tc := waitCondition(e, "bomb", infrav1.ConditionStateRestored, "BackupTooLarge", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Reason == workspace.ReasonBackupTooLarge
 	})
-	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, "over 67108864 bytes") || !strings.Contains(msg, "nothing was changed") {
+	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, "over 134217728 bytes") || !strings.Contains(msg, "nothing was changed") {
 		t.Errorf("StateRestored message %q", msg)
 	}
 	if m.Exited() {
@@ -631,12 +633,15 @@ func TestDeletingObjectLosesItsFinalizer(t *testing.T) {
 	e.waitFor("old", 30*time.Second, "gone", gone)
 }
 
-// TestRescuedState (defect 7): a state terraform cannot save (here: over
-// --max-state-bytes) used to be dropped with errored.tfstate. It is kept
-// as a backup, the object says so and runs nothing until it is restored.
+// TestRescuedState (defect 7): a state terraform cannot save (here the API
+// server refuses it, as a policy engine limiting Secret sizes would) used to
+// be dropped with errored.tfstate, and the retry created the instance again.
+// It is kept as a backup, the object says so and runs nothing until a state
+// is restored.
 func TestRescuedState(t *testing.T) {
 	e := newEnv(t)
-	m := e.startManager("--max-state-bytes=4096")
+	m := e.startManager()
+	unlimit := e.limitStateSize(2048)
 	e.create(e.localCloud("rescue", e.newCluster("rescue", false), map[string]any{"state_padding_kib": 16}))
 	tc := waitCondition(e, "rescue", infrav1.ConditionStateRescued, "StateRescued", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Status == metav1.ConditionTrue
@@ -667,6 +672,7 @@ func TestRescuedState(t *testing.T) {
 
 	// The operator lifts the limit and restores the rescued state, through
 	// the webhook.
+	unlimit()
 	m.Stop()
 	m = e.startManager()
 	if _, err := plane.RegisterWebhook(context.Background(), "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
@@ -865,5 +871,58 @@ func (e *env) unpause(cluster string) {
 	patch := []byte(`{"spec":{"paused":false}}`)
 	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Patch(context.Background(), cluster, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+// limitStateSize makes the API server refuse state Secrets over max bytes
+// in the test's namespace (a ValidatingAdmissionPolicy); the returned func
+// lifts it.
+func (e *env) limitStateSize(max int) func() {
+	e.t.Helper()
+	ctx := context.Background()
+	name := "state-size-" + e.ns
+	deny := []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf(`!has(object.metadata.labels) || !('captf.io/secret-type' in object.metadata.labels) || object.metadata.labels['captf.io/secret-type'] != 'state' || !has(object.data) || !('tfstate' in object.data) || size(object.data['tfstate']) <= %d`, max),
+				Message:    fmt.Sprintf("state Secrets are limited to %d bytes here", max)}}}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: deny,
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.ns}}}}}
+	vap := plane.Kube.AdmissionregistrationV1()
+	if _, err := vap.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := vap.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	lift := func() {
+		_ = vap.ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = vap.ValidatingAdmissionPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	e.t.Cleanup(lift)
+	// In force once a big state Secret is refused.
+	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: e.ns, Labels: map[string]string{names.LabelSecretType: names.SecretTypeState}},
+		Data: map[string][]byte{"tfstate": make([]byte, max+1)}}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		created, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, probe, metav1.CreateOptions{})
+		if err == nil {
+			_ = plane.Kube.CoreV1().Secrets(e.ns).Delete(ctx, created.Name, metav1.DeleteOptions{})
+			return false, nil
+		}
+		return strings.Contains(err.Error(), "limited to"), nil
+	})
+	if err != nil {
+		e.t.Fatal("the state size policy never took effect")
+	}
+	return func() {
+		lift()
+		time.Sleep(2 * time.Second) // the API server's policy cache
 	}
 }
