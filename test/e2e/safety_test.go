@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,27 @@ func (e *env) stateOf(name string) *tfState {
 	b, err := store.Read(context.Background())
 	if err != nil {
 		e.t.Fatalf("state of %s: %v", name, err)
+	}
+	return parseState(e.t, b)
+}
+
+// abandonedState reads a state CAPTF no longer reads for any object.
+func (e *env) abandonedState(name string) *tfState {
+	e.t.Helper()
+	head, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), tfcNames(name).State(), metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(head.Data["tfstate"]) == 0 {
+		return &tfState{}
+	}
+	r, err := gzip.NewReader(bytes.NewReader(head.Data["tfstate"]))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	return parseState(e.t, b)
 }
@@ -379,7 +401,7 @@ func TestAbandonWaitsForTheJob(t *testing.T) {
 		t.Errorf("abandoned state: labels %v, finalizers %v, owners %v", state.Labels, state.Finalizers, state.OwnerReferences)
 	}
 	// What the state records is what exists: nothing orphaned unknown.
-	if n, files := e.stateOf("quit").instances(), e.instanceFiles(); n != len(files) {
+	if n, files := e.abandonedState("quit").instances(), e.instanceFiles(); n != len(files) {
 		t.Errorf("state records %d instances, %d exist (%v)", n, len(files), files)
 	}
 
