@@ -120,7 +120,11 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		if err := b.Store.Write(ctx, body); err != nil {
 			b.WriteErrors++
 			logger.Error(err, "Writing state")
-			http.Error(w, fmt.Sprintf("writing state: %v", err), http.StatusInternalServerError)
+			status := http.StatusInternalServerError // terraform retries
+			if errors.Is(err, ErrFenced) {
+				status = http.StatusConflict // final: no retry can succeed
+			}
+			http.Error(w, fmt.Sprintf("writing state: %v", err), status)
 			return
 		}
 		b.LastStateBytes = len(body)

@@ -722,7 +722,14 @@ func TestFencedRunner(t *testing.T) {
 	e.startManager()
 	tc := e.create(e.localCloud("stall", e.newCluster("stall", false), map[string]any{"sleep_seconds": 10}))
 	job, pod := e.runningPod("apply", time.Minute)
-	e.waitLockHeld(tfcNames("stall").Lock())
+	// Stalled mid-apply: its plan is made, the instance is being created.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		logs, err := executor.Logs(e.ns, pod)
+		return err == nil && strings.Contains(logs, "terraform_data.instance[0]: Creating..."), nil
+	})
+	if err != nil {
+		t.Fatal("the apply never started creating the instance")
+	}
 	if err := executor.SignalGroup(e.ns, pod, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
