@@ -550,6 +550,12 @@ func TestFinalizerNames(t *testing.T) {
 	tc := e.localCloud("fin", e.newCluster("fin", false), map[string]any{})
 	tc.Finalizers = []string{"example.com/other", legacy}
 	e.create(tc)
+	// Deleted while the manager was being upgraded: no finalizer can be
+	// added to it, the old one must serve.
+	deleting := e.localCloud("fin-deleting", e.newCluster("fin-deleting", false), map[string]any{})
+	deleting.Finalizers = []string{legacy}
+	e.create(deleting)
+	e.deleteTC("fin-deleting", metav1.DeletePropagationBackground)
 	watch, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=fin"})
 	if err != nil {
 		t.Fatal(err)
@@ -569,6 +575,7 @@ func TestFinalizerNames(t *testing.T) {
 			drained = true
 		}
 	}
+	e.waitFor("fin-deleting", time.Minute, "gone", gone)
 	if got := e.get("fin").Finalizers; !slices.Equal(got, []string{"example.com/other", infrav1.TerraformClusterFinalizer}) {
 		t.Errorf("finalizers %v", got)
 	}

@@ -155,7 +155,7 @@ func (c *Controller) update(ctx context.Context, s *syncCtx) error {
 }
 
 func (c *Controller) writeStatus(ctx context.Context, tc *infrav1.TerraformCluster, original *infrav1.TerraformClusterStatus) error {
-	if tc.DeletionTimestamp != nil && !slices.Contains(tc.Finalizers, infrav1.TerraformClusterFinalizer) {
+	if tc.DeletionTimestamp != nil && !workspace.HoldsFinalizer(tc, infrav1.TerraformClusterFinalizer) {
 		return nil // gone once the finalizer went
 	}
 	tc.Status.ObservedGeneration = tc.Generation

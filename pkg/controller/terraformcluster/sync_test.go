@@ -240,6 +240,14 @@ func TestSync(t *testing.T) {
 			wantReady:  workspace.ReasonStateMissing,
 			wantNoJob:  true,
 		},
+		"deleted, with the finalizer of an earlier release: it serves, and goes": {
+			tc: newTC(deleting, func(tc *infrav1.TerraformCluster) {
+				tc.Finalizers = []string{infrav1.LegacyFinalizers[infrav1.TerraformClusterFinalizer]}
+			}),
+			cluster:    newCluster(false),
+			wantWrites: []string{"update terraformclusters prod", "delete leases tfc-prod-lock"},
+			wantNoJob:  true,
+		},
 		"deleted after an apply: destroy with the durable inputs": {
 			tc:      newTC(withFinalizer, deleting),
 			cluster: newCluster(false),

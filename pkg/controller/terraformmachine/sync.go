@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -216,7 +215,7 @@ func (c *Controller) update(ctx context.Context, s *syncCtx) error {
 }
 
 func (c *Controller) writeStatus(ctx context.Context, tm *infrav1.TerraformMachine, original *infrav1.TerraformMachineStatus) error {
-	if tm.DeletionTimestamp != nil && !slices.Contains(tm.Finalizers, infrav1.TerraformMachineFinalizer) {
+	if tm.DeletionTimestamp != nil && !workspace.HoldsFinalizer(tm, infrav1.TerraformMachineFinalizer) {
 		return nil
 	}
 	tm.Status.ObservedGeneration = tm.Generation

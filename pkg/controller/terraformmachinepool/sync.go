@@ -192,7 +192,7 @@ func (c *Controller) update(ctx context.Context, s *syncCtx) error {
 }
 
 func (c *Controller) writeStatus(ctx context.Context, pool *infrav1.TerraformMachinePool, original *infrav1.TerraformMachinePoolStatus) error {
-	if pool.DeletionTimestamp != nil && !slices.Contains(pool.Finalizers, infrav1.TerraformMachinePoolFinalizer) {
+	if pool.DeletionTimestamp != nil && !workspace.HoldsFinalizer(pool, infrav1.TerraformMachinePoolFinalizer) {
 		return nil
 	}
 	pool.Status.ObservedGeneration = pool.Generation

@@ -42,9 +42,10 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 		return false, nil
 	}
 	legacy := infrav1.LegacyFinalizers[l.Finalizer]
-	if slices.Contains(obj.GetFinalizers(), legacy) {
+	if !deleting && slices.Contains(obj.GetFinalizers(), legacy) {
 		// The old name goes in the update that puts the new one on: the
-		// object is never without a finalizer of ours.
+		// object is never without a finalizer of ours. (No finalizer can
+		// be added to an object being deleted: there the old one serves.)
 		finalizers := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == legacy })
 		if !slices.Contains(finalizers, l.Finalizer) {
 			finalizers = append(finalizers, l.Finalizer)
@@ -82,7 +83,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 	if !deleting {
 		return e.restore(ctx, r, l.Update)
 	}
-	if !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
+	if !HoldsFinalizer(obj, l.Finalizer) {
 		return false, nil
 	}
 	// A state restored while deleting is what the destroy needs when the
@@ -94,7 +95,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 	if err != nil || !done {
 		return false, err
 	}
-	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
+	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer || f == legacy }))
 	e.forgetMetrics(obj)
 	return false, l.Update(ctx)
 }
@@ -127,4 +128,10 @@ func setBlockMove(obj Object, block bool) bool {
 	}
 	obj.SetAnnotations(annotations)
 	return true
+}
+
+// HoldsFinalizer tells whether obj carries finalizer, or the name an earlier
+// release gave it.
+func HoldsFinalizer(obj metav1.Object, finalizer string) bool {
+	return slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f == finalizer || f == infrav1.LegacyFinalizers[finalizer] })
 }
