@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,6 +26,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,6 +40,7 @@ import (
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
 	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/metrics"
@@ -240,6 +244,10 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	captfFactory := externalversions.NewSharedInformerFactoryWithOptions(captf, o.SyncPeriod,
 		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields))
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
@@ -261,6 +269,14 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 			return err
 		}
 	}
+	// The metadata of state heads and durable inputs: what the checks
+	// before every Job read, without their data.
+	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
+		func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
+	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
+	if err := stateSecrets.Informer().SetTransform(trimManagedFields); err != nil {
+		return err
+	}
 	access := &util.RunnerAccess{Client: kube}
 	if err := access.Watch(kubeFactory.Core().V1().ServiceAccounts().Informer(), kubeFactory.Rbac().V1().RoleBindings().Informer()); err != nil {
 		return err
@@ -269,7 +285,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	tcCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformcluster.ControllerName))
 	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
 		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
-		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes})
+		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets})
 	if err != nil {
 		return err
 	}
@@ -281,7 +297,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		Jobs:              jobInformer,
 		Machines:          machineInformer.Informer(), MachineLister: machineInformer.Lister(),
 		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes})
+	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets})
 	if err != nil {
 		return err
 	}
@@ -293,7 +309,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		Jobs:                  jobInformer,
 		MachinePools:          poolInformer.Informer(), MachinePoolLister: poolInformer.Lister(),
 		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes})
+	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets})
 	if err != nil {
 		return err
 	}
@@ -307,16 +323,18 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	captfFactory.Start(ctx.Done())
 	kubeFactory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
+	metaFactory.Start(ctx.Done())
 	defer func() {
 		captfFactory.Shutdown()
 		kubeFactory.Shutdown()
 		dynFactory.Shutdown()
+		metaFactory.Shutdown()
 	}()
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), jobInformer.Informer().HasSynced, clusterInformer.Informer().HasSynced,
 			machineInformer.Informer().HasSynced, captfFactory.Infrastructure().V1alpha1().TerraformClusters().Informer().HasSynced,
 			captfFactory.Infrastructure().V1alpha1().TerraformMachines().Informer().HasSynced, poolInformer.Informer().HasSynced,
-			captfFactory.Infrastructure().V1alpha1().TerraformMachinePools().Informer().HasSynced) {
+			captfFactory.Infrastructure().V1alpha1().TerraformMachinePools().Informer().HasSynced, stateSecrets.Informer().HasSynced) {
 			m.ready.Store(true)
 		}
 	}()

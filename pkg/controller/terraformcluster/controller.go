@@ -62,6 +62,9 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 	loop.Sync = c.sync
 	c.engine = &workspace.Engine{Kube: kube, JobIndex: jobInformer.Informer().GetIndexer(), Recorder: loop.Recorder,
 		Expectations: c.expectations, Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now}
+	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
+		return nil, err
+	}
 	if _, err := tcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addTerraformCluster,
 		UpdateFunc: c.updateTerraformCluster,

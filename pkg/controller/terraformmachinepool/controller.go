@@ -76,6 +76,9 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 	loop.Sync = c.sync
 	c.engine = &workspace.Engine{Kube: kube, JobIndex: inf.Jobs.Informer().GetIndexer(), Recorder: loop.Recorder, Expectations: c.expectations,
 		Access: access, GVK: gvk, RunnerImage: config.RunnerImage, StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: time.Now}
+	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
+		return nil, err
+	}
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		h        cache.ResourceEventHandler

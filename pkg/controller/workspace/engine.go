@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -61,6 +62,10 @@ type Config struct {
 	DriftDefaultInterval time.Duration
 	// MaxStateBytes bounds every state and backup read (manager and runner).
 	MaxStateBytes int64
+	// StateSecrets is the metadata of state and durable-inputs Secrets
+	// (StateSecretsSelector): the checks before every Job read it, and its
+	// events bring a missing state to light at once. Nil: read on demand.
+	StateSecrets informers.GenericInformer
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -74,6 +79,9 @@ type Engine struct {
 	RunnerImage   string
 	StateBackups  int
 	MaxStateBytes int64
+	// StateSecrets lists the metadata of state and durable-inputs Secrets;
+	// nil reads them on demand.
+	StateSecrets cache.GenericLister
 	// DriftDefaultInterval is the drift check interval of objects that
 	// set none.
 	DriftDefaultInterval time.Duration

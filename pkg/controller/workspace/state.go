@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/metrics"
@@ -78,6 +81,34 @@ func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) 
 	return out, nil
 }
 
+// StateSecretsSelector selects the Secrets whose metadata the manager
+// caches: state heads and durable inputs, one each per object.
+var StateSecretsSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "," +
+	names.LabelSecretType + " in (" + names.SecretTypeState + "," + names.SecretTypeDurableInput + ")"
+
+// secretMeta reads a state or durable-inputs Secret's metadata: from the
+// cache when there is one, else from the API server. nil when not found.
+func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (metav1.Object, error) {
+	if e.StateSecrets != nil && !live {
+		o, err := e.StateSecrets.ByNamespace(namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return o.(metav1.Object), nil
+	}
+	sec, err := e.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sec, nil
+}
+
 // applied tells whether obj's infrastructure may exist: its status or its
 // durable inputs say an apply succeeded. The status alone is not enough:
 // clusterctl move and restores from backups do not carry it.
@@ -86,11 +117,8 @@ func (e *Engine) applied(ctx context.Context, obj Object) (bool, error) {
 	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) {
 		return true, nil
 	}
-	_, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Get(ctx, e.Names(obj).DurableInputs(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil, err
+	durable, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).DurableInputs(), false)
+	return durable != nil, err
 }
 
 // checkState runs before every Job. It returns whether a Job may run and
@@ -105,26 +133,32 @@ func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, 
 		return false, false, err
 	}
 	n := e.Names(obj)
-	head, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Get(ctx, n.State(), metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	head, err := e.secretMeta(ctx, obj.GetNamespace(), n.State(), false)
+	if err != nil {
 		return false, false, err
 	}
-	present := err == nil && runner.HasState(head)
-	if err == nil {
-		if name, ok := head.Annotations[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.Labels[names.LabelKind] != n.Kind) {
+	if applied && (head == nil || !hasState(head)) && e.StateSecrets != nil {
+		// Before saying so, make sure it is not the cache lagging.
+		if head, err = e.secretMeta(ctx, obj.GetNamespace(), n.State(), true); err != nil {
+			return false, false, err
+		}
+	}
+	present := head != nil && hasState(head)
+	if head != nil {
+		if name, ok := head.GetAnnotations()[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.GetLabels()[names.LabelKind] != n.Kind) {
 			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
-				n.State(), head.Labels[names.LabelKind], name)
+				n.State(), head.GetLabels()[names.LabelKind], name)
 			e.stopped(r, ReasonStateOwnedByOther, msg)
 			return false, false, nil
 		}
-		if head.Labels[names.LabelAbandoned] == "true" {
+		if head.GetLabels()[names.LabelAbandoned] == "true" {
 			msg := fmt.Sprintf("State Secret %s is the abandoned state of a former %s of this name: CAPTF does not take it up on its own, as it describes infrastructure left in place on purpose. "+
 				"To manage that infrastructure with this object: kubectl label secrets -n %s -l %s=%s,%s=%s %s-. To start afresh instead, save and delete those Secrets.",
 				n.State(), e.GVK.Kind, obj.GetNamespace(), names.LabelKind, n.Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), names.LabelAbandoned)
 			e.stopped(r, ReasonStateAbandoned, msg)
 			return false, false, nil
 		}
-		if len(head.OwnerReferences) > 0 || !slices.Contains(head.Finalizers, names.StateFinalizer) {
+		if len(head.GetOwnerReferences()) > 0 || !slices.Contains(head.GetFinalizers(), names.StateFinalizer) {
 			// Written by a release that let garbage collection take it, or
 			// restored by a backup tool that reset its metadata.
 			if err := e.protectState(ctx, obj); err != nil {
@@ -155,6 +189,11 @@ func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, 
 		metrics.StateMissing.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
 	}
 	return true, applied, nil
+}
+
+// hasState tells whether a state Secret's metadata says it holds a state.
+func hasState(head metav1.Object) bool {
+	return runner.HasState(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: head.GetAnnotations()}})
 }
 
 // protectState takes the owner references off obj's state Secrets and puts
@@ -219,4 +258,38 @@ func (e *Engine) abandon(ctx context.Context, obj Object) error {
 		}
 	}
 	return nil
+}
+
+// WatchStateSecrets reads state metadata from inf and syncs an object when
+// its state or durable inputs appear, go, or change hands (labels).
+func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *Loop) error {
+	if inf == nil {
+		return nil
+	}
+	e.StateSecrets = inf.Lister()
+	l.Synced = append(l.Synced, inf.Informer().HasSynced)
+	kind := runner.ShortKind(e.GVK.Kind)
+	enqueue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		o, ok := obj.(metav1.Object)
+		if !ok || o.GetLabels()[names.LabelKind] != kind {
+			return
+		}
+		if name, ok := o.GetAnnotations()[names.AnnotationObjectName]; ok {
+			l.Queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: name})
+		}
+	}
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(old, cur any) {
+			// State writes change data and annotations: no sync for those.
+			if !maps.Equal(old.(metav1.Object).GetLabels(), cur.(metav1.Object).GetLabels()) {
+				enqueue(cur)
+			}
+		},
+		DeleteFunc: enqueue,
+	})
+	return err
 }
