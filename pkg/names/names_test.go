@@ -76,3 +76,17 @@ func TestJobNamesNeverCollide(t *testing.T) {
 		t.Fatal("victim.m1 and victim-m1 share a Job name")
 	}
 }
+
+// The legacy names are those an earlier release gave: a state there is moved
+// to its own name, never lost.
+func TestLegacyNames(t *testing.T) {
+	tests := map[Object]string{
+		{Kind: "tfm", Name: "victim.m1"}: "tfm-victim-m1-d4efb-state",
+		{Kind: "tfc", Name: "prod"}:      "tfc-prod-state",
+	}
+	for o, want := range tests {
+		if got := o.Legacy().State(); got != want {
+			t.Errorf("%s: legacy state %q, want %q", o.Name, got, want)
+		}
+	}
+}

@@ -962,3 +962,60 @@ func (e *env) limitStateSize(max int) func() {
 		time.Sleep(2 * time.Second) // the API server's policy cache
 	}
 }
+
+// TestLegacyStateMoves: a state an earlier release kept under a shortened
+// name (a dot in the object's name) moves to the object's own name at its
+// next Job; nothing is created twice.
+func TestLegacyStateMoves(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManager()
+	tc := e.create(e.localCloud("old.style", e.newCluster("old-style", false), map[string]any{"api_port": 6443}))
+	e.waitFor("old.style", 2*time.Minute, "Ready", isReady)
+	m.Stop()
+	// What the earlier release left: state and durable inputs under the
+	// shortened names, owned by the object.
+	n := tfcNames("old.style")
+	secrets := plane.Kube.CoreV1().Secrets(e.ns)
+	owner := metav1.OwnerReference{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: tc.Name, UID: tc.UID}
+	for from, to := range map[string]string{n.State(): n.Legacy().State(), n.DurableInputs(): n.Legacy().DurableInputs()} {
+		sec, err := secrets.Get(ctx, from, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: to, Namespace: e.ns, Labels: sec.Labels, OwnerReferences: []metav1.OwnerReference{owner},
+			Annotations: map[string]string{"captf.io/encoding": sec.Annotations["captf.io/encoding"], "captf.io/sha256": sec.Annotations["captf.io/sha256"]}}, Data: sec.Data}
+		if _, err := secrets.Create(ctx, old, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := secrets.Patch(ctx, from, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := secrets.Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.startManager()
+	e.setVars("old.style", map[string]any{"api_port": 6444})
+	e.waitFor("old.style", 2*time.Minute, "port 6444", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && strings.Contains(string(tc.Status.Outputs["control_plane_endpoint"].Raw), "6444")
+	})
+	if findEvent(t, e.ns, "old.style", "StateMoved") == nil {
+		t.Error("no StateMoved event")
+	}
+	if n := e.stateOf("old.style").instances(); n != 1 {
+		t.Errorf("state holds %d instances, want 1", n)
+	}
+	if files := e.instanceFiles(); len(files) != 1 {
+		t.Errorf("instances %v, want the one", files)
+	}
+	// Destroyed, nothing is left: old names included.
+	e.deleteTC("old.style", metav1.DeletePropagationBackground)
+	e.waitFor("old.style", 2*time.Minute, "destroyed", gone)
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(e.secrets()) == 0 && len(e.instanceFiles()) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("left after the destroy: secrets %d, instances %v", len(e.secrets()), e.instanceFiles())
+	}
+}
