@@ -110,6 +110,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 		res.Stage = "lock"
 	}
 	r.mu.Unlock()
+	res.Reason = failureReason(err)
 	switch {
 	case err != nil:
 		res.Error = excerpt(err.Error())
@@ -431,6 +432,19 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 		_, err = secrets.Update(ctx, current, metav1.UpdateOptions{})
 	}
 	return err
+}
+
+// failureReason names the state failures a person must act on.
+func failureReason(err error) string {
+	for _, r := range []struct {
+		err    error
+		reason string
+	}{{ErrStateMissing, "StateMissing"}, {ErrOtherOwner, "StateOwnedByOther"}, {ErrStateTooLarge, "StateTooLarge"}, {errLockLost, "LockLost"}, {ErrFenced, "LockLost"}} {
+		if errors.Is(err, r.err) {
+			return r.reason
+		}
+	}
+	return ""
 }
 
 // ObjectLabels are the labels of everything CAPTF creates for one object.

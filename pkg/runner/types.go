@@ -51,6 +51,9 @@ type Result struct {
 	StateBytes    int               `json:"stateBytes,omitempty"`
 	BackupsMade   int               `json:"backupsMade,omitempty"`
 	Interrupted   bool              `json:"interrupted,omitempty"`
+	// Reason names a failure that is about the state, not terraform:
+	// StateMissing, StateOwnedByOther, StateTooLarge, LockLost.
+	Reason string `json:"reason,omitempty"`
 	// RescuedState names the backup holding the state terraform could not
 	// save (its errored.tfstate).
 	RescuedState string `json:"rescuedState,omitempty"`

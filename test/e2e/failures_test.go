@@ -182,8 +182,20 @@ func TestRunnerTerminated(t *testing.T) {
 	if state.Annotations["captf.io/uncompressed-bytes"] == "" {
 		t.Errorf("state secret has no size: %v", state.Annotations)
 	}
-	// The retry converges from the saved state.
-	e.waitFor("term", 2*time.Minute, "Ready", isReady)
+	// The retry converges from the saved state. An instance whose
+	// provisioner the interrupt stopped is tainted: its replacement is a
+	// destructive plan, which the cluster's gate holds for approval.
+	tc := e.waitFor("term", 2*time.Minute, "Ready or a replacement to approve", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionDestructivePlanBlocked)
+		return isReady(tc) && (c == nil || c.Status != metav1.ConditionTrue) || c != nil && c.Status == metav1.ConditionTrue
+	})
+	if c := condition(tc, infrav1.ConditionDestructivePlanBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		e.annotate("term", infrav1.AnnotationApproveDestructivePlan, tc.Status.LastPlan.Hash)
+	}
+	e.waitFor("term", 2*time.Minute, "Ready", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionDestructivePlanBlocked)
+		return isReady(tc) && (c == nil || c.Status != metav1.ConditionTrue)
+	})
 	if files := e.instanceFiles(); len(files) != 3 {
 		t.Errorf("instance files = %v, want 3", files)
 	}

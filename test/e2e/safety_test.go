@@ -164,19 +164,31 @@ func TestOneObjectOneState(t *testing.T) {
 	}
 
 	// A Secret whose recorded owner is another object: neither read nor
-	// written, and the object says why.
-	forged := runner.NewStateSecret(e.ns, tfcNames("forged").State(), tfcNames("victim.m1"), names.SecretTypeState, nil)
-	forged.Finalizers = nil
-	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(context.Background(), forged, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// written, and the object says why; with CAPTF's labels (the manager
+	// sees it before any Job) and without (the runner refuses it).
+	for _, labelled := range []bool{true, false} {
+		name := map[bool]string{true: "forged", false: "forged-unlabelled"}[labelled]
+		var labels map[string]string
+		if labelled {
+			labels = map[string]string{names.LabelManagedBy: names.ManagedByValue}
+		}
+		forged := runner.NewStateSecret(e.ns, tfcNames(name).State(), tfcNames("victim.m1"), names.SecretTypeState, labels)
+		forged.Finalizers = nil
+		forged, err := plane.Kube.CoreV1().Secrets(e.ns).Create(context.Background(), forged, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.create(e.localCloud(name, e.newCluster(name, false), map[string]any{}))
+		tc := e.waitFor(name, time.Minute, "StateOwnedByOther", readyReason(workspace.ReasonStateOwnedByOther))
+		if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, `records tfc "victim.m1" as its owner`) {
+			t.Errorf("%s: Ready message %q", name, msg)
+		}
+		if now, _ := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), forged.Name, metav1.GetOptions{}); now.ResourceVersion != forged.ResourceVersion {
+			t.Errorf("%s: the forged state Secret was written", name)
+		}
 	}
-	e.create(e.localCloud("forged", e.newCluster("forged", false), map[string]any{}))
-	tc := e.waitFor("forged", time.Minute, "StateOwnedByOther", readyReason(workspace.ReasonStateOwnedByOther))
-	if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, `records tfc "victim.m1" as its owner`) {
-		t.Errorf("Ready message %q", msg)
-	}
-	if jobs := e.jobs("apply"); len(jobs) != 4 {
-		t.Errorf("%d apply Jobs, want 4: none for the forged state", len(jobs))
+	if files := e.instanceFiles(); len(files) != 4 {
+		t.Errorf("instance files %v, want the 4: nothing for the forged states", files)
 	}
 }
 
@@ -628,8 +640,9 @@ func TestDeletingObjectLosesItsFinalizer(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	admin := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
-	// Made before the rule existed (the webhook is not registered yet).
-	old := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: e.ns, Finalizers: []string{infrav1.TerraformClusterFinalizer}},
+	// Made before the rule existed (the webhook is not registered yet),
+	// held by another controller's finalizer.
+	old := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: e.ns, Finalizers: []string{"example.com/hold"}},
 		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "./m", Version: "1.2.0"}}}}
 	if _, err := admin.Create(ctx, old, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -654,8 +667,7 @@ func TestDeletingObjectLosesItsFinalizer(t *testing.T) {
 	if err == nil {
 		t.Error("a spec change of a deleting object was admitted")
 	}
-	// The manager (never paused, never owned) or anyone with the right
-	// removes the finalizer: admitted.
+	// Its controller removes its finalizer: admitted.
 	if err := updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Finalizers = nil }); err != nil {
 		t.Fatalf("removing the finalizer of a deleting object: %v", err)
 	}

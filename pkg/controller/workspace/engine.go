@@ -5,6 +5,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,14 +215,15 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	if e.holdForRescue(r, latest, res) {
 		return nil, nil, nil
 	}
-	msg := util.JobFailureMessage(latest)
+	msg, reason := util.JobFailureMessage(latest), ReasonApplyFailed
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+		reason = cmp.Or(res.Reason, reason)
 	}
-	if cond := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != ReasonApplyFailed || cond.Message != msg {
-		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonApplyFailed, msg)
+	if cond := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != reason || cond.Message != msg {
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, reason, msg)
 	}
-	e.SetReady(r, metav1.ConditionFalse, ReasonApplyFailed, msg)
+	e.SetReady(r, metav1.ConditionFalse, reason, msg)
 	attempt := util.Attempt(latest) + 1
 	if wait := util.Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
 		r.Requeue = wait
@@ -353,10 +355,12 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 		if e.holdForRescue(r, latest, res) {
 			return false, nil
 		}
+		reason := ReasonDestroyFailed
 		if res != nil && res.Error != "" {
 			msg = fmt.Sprintf("terraform destroy failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+			reason = cmp.Or(res.Reason, reason)
 		}
-		e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, msg)
+		e.SetReady(r, metav1.ConditionFalse, reason, msg)
 		attempt = util.Attempt(latest) + 1
 		if wait := util.Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
 			r.Requeue = wait
