@@ -136,7 +136,10 @@ func TestRunnerKilled(t *testing.T) {
 func TestRunnerTerminated(t *testing.T) {
 	e := newEnv(t)
 	e.startManager()
-	e.create(e.localCloud("term", e.newCluster("term", false), map[string]any{"sleep_seconds": 3, "instances": 3}))
+	tc := e.localCloud("term", e.newCluster("term", false), map[string]any{"sleep_seconds": 3, "instances": 3})
+	// One instance at a time: the SIGTERM surely lands mid-apply.
+	tc.Spec.Jobs.Env = []corev1.EnvVar{{Name: "TF_CLI_ARGS_apply", Value: "-parallelism=1"}}
+	e.create(tc)
 	job, pod := e.runningPod("apply", time.Minute)
 	e.waitLockHeld("tfc-term-lock")
 	// Let the first instance be created, so there is state to save.
@@ -185,12 +188,12 @@ func TestRunnerTerminated(t *testing.T) {
 	// The retry converges from the saved state. An instance whose
 	// provisioner the interrupt stopped is tainted: its replacement is a
 	// destructive plan, which the cluster's gate holds for approval.
-	tc := e.waitFor("term", 2*time.Minute, "Ready or a replacement to approve", func(tc *infrav1.TerraformCluster) bool {
+	got := e.waitFor("term", 2*time.Minute, "Ready or a replacement to approve", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionDestructivePlanBlocked)
 		return isReady(tc) && (c == nil || c.Status != metav1.ConditionTrue) || c != nil && c.Status == metav1.ConditionTrue
 	})
-	if c := condition(tc, infrav1.ConditionDestructivePlanBlocked); c != nil && c.Status == metav1.ConditionTrue {
-		e.annotate("term", infrav1.AnnotationApproveDestructivePlan, tc.Status.LastPlan.Hash)
+	if c := condition(got, infrav1.ConditionDestructivePlanBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		e.annotate("term", infrav1.AnnotationApproveDestructivePlan, got.Status.LastPlan.Hash)
 	}
 	e.waitFor("term", 2*time.Minute, "Ready", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionDestructivePlanBlocked)
