@@ -94,10 +94,10 @@ type StateStore struct {
 	head     *corev1.Secret // claimed: the version this store wrote last
 	readOnly bool
 	backedUp bool
-	// BackupsMade counts backups this store made; LastBackup names the
-	// newest.
-	BackupsMade int
-	LastBackup  string
+	// BackupsMade counts backups this store made, BackupErrors the ones it
+	// could not make; LastBackup names the newest.
+	BackupsMade, BackupErrors int
+	LastBackup                string
 }
 
 // Claim makes the state this run's: it checks the state Secret belongs to
@@ -245,13 +245,19 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 		return err
 	}
 	var dropped []string
+	logger := klog.FromContext(ctx)
 	if HasState(head) && !s.backedUp && s.Backups > 0 {
 		name, err := s.backup(ctx, head)
 		if err != nil {
-			return fmt.Errorf("backing up the previous state: %w", err)
+			// The new state matters more than a copy of the old one: a
+			// quota on Secrets or a terminating namespace (which refuses
+			// creates, not updates) must not cost it.
+			logger.Error(err, "Backing up the previous state; writing the new state without a backup")
+			s.BackupErrors++
+		} else {
+			s.LastBackup = name
+			backups = append([]string{name}, backups...)
 		}
-		s.LastBackup = name
-		backups = append([]string{name}, backups...)
 		for len(backups) > s.Backups {
 			i := len(backups) - 1
 			if backups[i] == s.Keep {
@@ -272,7 +278,6 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 	if b, _ := json.Marshal(backups); len(backups) > 0 {
 		head.Annotations[annotationBackups] = string(b)
 	}
-	logger := klog.FromContext(ctx)
 	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
 	if err != nil {
 		_, chunks := chunkInfo(head)

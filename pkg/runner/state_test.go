@@ -11,7 +11,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/captf/captf/pkg/names"
 )
@@ -166,6 +168,21 @@ func TestStateSafety(t *testing.T) {
 			}
 			if err := s2.Claim(ctx, "pod", false); !errors.Is(err, ErrOtherOwner) {
 				t.Fatalf("Claim = %v, want ErrOtherOwner", err)
+			}
+		},
+		"a backup that cannot be made does not cost the new state": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			if err := s.Write(ctx, []byte(`{"serial":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, errors.New("exceeded quota: count/secrets")
+			})
+			next := newStore(client, 3, 0)
+			if err := next.Write(ctx, []byte(`{"serial":2}`)); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := next.Read(ctx); string(got) != `{"serial":2}` || next.BackupErrors != 1 {
+				t.Fatalf("state %s, %d backup errors; want the new state and 1", got, next.BackupErrors)
 			}
 		},
 		"a missing state of an applied object is refused": func(t *testing.T, client *fake.Clientset, s *StateStore) {
