@@ -243,6 +243,9 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 	if _, err := r.exec(ctx, tf, dir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {
 		return errors.Join(err, r.rescue(ctx, store, dir, res))
 	}
+	if err := store.MarkApplied(ctx); err != nil {
+		return fmt.Errorf("marking the state applied: %w", err)
+	}
 	res.Stage = "outputs"
 	out, err := r.exec(ctx, tf, dir, env, "output", "-json", "-no-color")
 	if err != nil {

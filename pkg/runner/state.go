@@ -35,6 +35,10 @@ const (
 	annotationSize       = "captf.io/uncompressed-bytes"
 	annotationBackupOf   = "captf.io/backup-of"
 	annotationHolder     = "captf.io/lock-holder"
+	// annotationApplied marks a state a run ended well with;
+	// annotationLastGood names the newest backup of such a state.
+	annotationApplied  = "captf.io/applied"
+	annotationLastGood = "captf.io/last-good-backup"
 	dataKey              = "tfstate"
 )
 
@@ -257,16 +261,22 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 		} else {
 			s.LastBackup = name
 			backups = append([]string{name}, backups...)
-		}
-		for len(backups) > s.Backups {
-			i := len(backups) - 1
-			if backups[i] == s.Keep {
-				i--
+			if head.Annotations[annotationApplied] == "true" {
+				head.Annotations[annotationLastGood] = name
 			}
-			dropped = append(dropped, backups[i])
-			backups = slices.Delete(backups, i, i+1)
+		}
+		// Rotation keeps the backup being restored, and the last state a
+		// run ended well with: a run failing again and again changes the
+		// state each time, and must not rotate the good one away.
+		keep := []string{s.Keep, head.Annotations[annotationLastGood]}
+		for i := len(backups) - 1; len(backups) > s.Backups && i >= 0; i-- {
+			if !slices.Contains(keep, backups[i]) {
+				dropped = append(dropped, backups[i])
+				backups = slices.Delete(backups, i, i+1)
+			}
 		}
 	}
+	delete(head.Annotations, annotationApplied) // not known good until its run ends well
 	oldGen, oldChunks := chunkInfo(head)
 	gen := time.Now().UnixNano()
 	if err := s.writeBlob(ctx, head, gz, func(i int) string { return s.Object.StateChunk(gen, i) }, names.SecretTypeStateChunk); err != nil {
@@ -305,6 +315,25 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 			logger.Error(err, "Deleting an old backup", "backup", b)
 		}
 	}
+	return nil
+}
+
+// MarkApplied records that the run which claimed the state ended well: its
+// backup, when the next run changes the state, is kept through rotation.
+func (s *StateStore) MarkApplied(ctx context.Context) error {
+	if s.head == nil || s.head.Annotations[annotationApplied] == "true" || !HasState(s.head) {
+		return nil
+	}
+	head := s.head.DeepCopy()
+	head.Annotations[annotationApplied] = "true"
+	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return ErrFenced
+	}
+	if err != nil {
+		return err
+	}
+	s.head = updated
 	return nil
 }
 

@@ -185,6 +185,32 @@ func TestStateSafety(t *testing.T) {
 				t.Fatalf("state %s, %d backup errors; want the new state and 1", got, next.BackupErrors)
 			}
 		},
+		"runs that fail again and again do not rotate the last good state away": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			good := newStore(client, 2, 0)
+			if err := good.Write(ctx, []byte(`{"serial":1,"good":true}`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := good.MarkApplied(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for run := range 5 { // each failure leaves a new tainted resource
+				failing := newStore(client, 2, 0)
+				failing.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, run, 0, time.UTC) }
+				if err := failing.Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, run+2)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			backups, _ := s.ListBackups(ctx)
+			var found bool
+			for _, b := range backups {
+				if got, _ := s.ReadBackup(ctx, b); string(got) == `{"serial":1,"good":true}` {
+					found = true
+				}
+			}
+			if !found || len(backups) > 3 {
+				t.Fatalf("backups %v: want the last good state among at most 3", backups)
+			}
+		},
 		"a missing state of an applied object is refused": func(t *testing.T, client *fake.Clientset, s *StateStore) {
 			if err := s.Claim(ctx, "pod", true); !errors.Is(err, ErrStateMissing) {
 				t.Fatalf("Claim = %v, want ErrStateMissing", err)

@@ -1031,3 +1031,50 @@ func TestLegacyStateMoves(t *testing.T) {
 		t.Errorf("left after the destroy: secrets %d, instances %v", len(e.secrets()), e.instanceFiles())
 	}
 }
+
+// TestFailingRunsKeepTheGoodBackup (defect 8): an apply that fails again and
+// again changes the state each time (a tainted resource, made anew); with
+// backups rotating, the state before the failures used to be gone within
+// minutes. The backup of the last state a run ended well with stays.
+func TestFailingRunsKeepTheGoodBackup(t *testing.T) {
+	e := newEnv(t)
+	e.startManager("--state-backups=1")
+	tc := e.localCloud("fails", e.newCluster("fails", false), map[string]any{})
+	tc.Spec.Module.Inline = `resource "terraform_data" "a" { input = "ok" }`
+	e.create(tc)
+	e.waitFor("fails", 2*time.Minute, "Ready", isReady)
+	// Each run updates "clock" (a new state), then fails on "b", whose
+	// input can only be read once clock is applied: no taint, no gate.
+	e.update("fails", func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Module.Inline += `
+resource "terraform_data" "clock" { input = timestamp() }
+resource "terraform_data" "b" { input = file("/nonexistent/${terraform_data.clock.output}") }
+`
+	})
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		failed := 0
+		for _, j := range e.jobs("apply") {
+			if j.Status.Failed > 0 {
+				failed++
+			}
+		}
+		return failed >= 3, nil
+	})
+	if err != nil {
+		t.Fatal("the apply did not fail three times")
+	}
+	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("fails")}
+	var good []string
+	for _, b := range backupNames(t, e.ns) {
+		state, err := store.ReadBackup(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := parseState(t, state); len(s.Resources) == 1 && s.Resources[0].Name == "a" { // before "clock"
+			good = append(good, b)
+		}
+	}
+	if len(good) == 0 {
+		t.Errorf("backups %v: none holds the state before the failures", backupNames(t, e.ns))
+	}
+}
