@@ -39,7 +39,7 @@ const (
 	// annotationLastGood names the newest backup of such a state.
 	annotationApplied  = "captf.io/applied"
 	annotationLastGood = "captf.io/last-good-backup"
-	dataKey              = "tfstate"
+	dataKey            = "tfstate"
 )
 
 // DefaultChunkSize keeps every Secret well under the 1 MiB object limit and
