@@ -196,7 +196,7 @@ func (s *StateStore) checkOwner(head *corev1.Secret) error {
 
 // HasState tells whether a state Secret holds a state (a claim of an object
 // never applied leaves an empty one).
-func HasState(head *corev1.Secret) bool { return head.Annotations[annotationEncoding] != "" }
+func HasState(head metav1.Object) bool { return head.GetAnnotations()[annotationEncoding] != "" }
 
 // Read returns the current state, or nil when there is none.
 func (s *StateStore) Read(ctx context.Context) ([]byte, error) {

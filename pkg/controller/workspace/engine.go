@@ -313,9 +313,9 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Waiting for Job %s to finish before destroying", active.Name))
 		return false, nil
 	}
-	if destroyed(r.Jobs) {
+	if destroySucceeded(r.Jobs) {
 		// Destroyed; only releasing the state (or the finalizer) failed.
-		return e.destroyed(ctx, r)
+		return e.release(ctx, r)
 	}
 	n := e.Names(obj)
 	secrets := e.Kube.CoreV1().Secrets(obj.GetNamespace())
@@ -370,8 +370,8 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 	return false, e.start(ctx, r, infrav1.OperationDestroy, hash, attempt, data)
 }
 
-// destroyed releases the state of an object whose destroy succeeded.
-func (e *Engine) destroyed(ctx context.Context, r *Run) (bool, error) {
+// release releases the state of an object whose destroy succeeded.
+func (e *Engine) release(ctx context.Context, r *Run) (bool, error) {
 	if err := e.releaseState(ctx, r.Obj); err != nil {
 		return false, fmt.Errorf("releasing the state of a destroyed object: %w", err)
 	}
@@ -379,8 +379,9 @@ func (e *Engine) destroyed(ctx context.Context, r *Run) (bool, error) {
 	return true, nil
 }
 
-// destroyed tells whether the newest destroy Job succeeded after every apply.
-func destroyed(jobs []*batchv1.Job) bool {
+// destroySucceeded tells whether the newest destroy Job succeeded after
+// every apply.
+func destroySucceeded(jobs []*batchv1.Job) bool {
 	for _, j := range jobs { // newest first
 		switch infrav1.Operation(j.Labels[names.LabelOperation]) {
 		case infrav1.OperationApply, infrav1.OperationRefresh:

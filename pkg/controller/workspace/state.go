@@ -138,13 +138,13 @@ func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, 
 	if err != nil {
 		return false, false, err
 	}
-	if applied && (head == nil || !hasState(head)) && e.StateSecrets != nil {
+	if applied && (head == nil || !runner.HasState(head)) && e.StateSecrets != nil {
 		// Before saying so, make sure it is not the cache lagging.
 		if head, err = e.secretMeta(ctx, obj.GetNamespace(), n.State(), true); err != nil {
 			return false, false, err
 		}
 	}
-	present := head != nil && hasState(head)
+	present := head != nil && runner.HasState(head)
 	if !present {
 		if present, err = e.migrateLegacy(ctx, obj); err != nil {
 			return false, false, err
@@ -258,22 +258,12 @@ func (e *Engine) migrateLegacy(ctx context.Context, obj Object) (bool, error) {
 	return true, nil
 }
 
-// hasState tells whether a state Secret's metadata says it holds a state.
-func hasState(head metav1.Object) bool {
-	return runner.HasState(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: head.GetAnnotations()}})
-}
-
 // protectState takes the owner references off obj's state Secrets and puts
 // StateFinalizer on them.
 func (e *Engine) protectState(ctx context.Context, obj Object) error {
-	secrets, err := e.stateSecrets(ctx, obj)
-	if err != nil {
-		return err
-	}
-	for i := range secrets {
-		s := &secrets[i]
-		if len(s.OwnerReferences) == 0 && slices.Contains(s.Finalizers, names.StateFinalizer) {
-			continue
+	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
+		if len(s.OwnerReferences) == 0 && slices.Contains(s.Finalizers, names.StateFinalizer) && s.Annotations[names.AnnotationObjectName] == obj.GetName() {
+			return false
 		}
 		s.OwnerReferences = nil
 		if !slices.Contains(s.Finalizers, names.StateFinalizer) {
@@ -283,8 +273,24 @@ func (e *Engine) protectState(ctx context.Context, obj Object) error {
 			s.Annotations = map[string]string{}
 		}
 		s.Annotations[names.AnnotationObjectName] = obj.GetName()
+		return true
+	})
+}
+
+// updateStateSecrets applies change to each of obj's state Secrets and
+// writes those it changed.
+func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func(*corev1.Secret) bool) error {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	for i := range secrets {
+		s := &secrets[i]
+		if !change(s) {
+			continue
+		}
 		if _, err := e.Kube.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("protecting state secret %s: %w", s.Name, err)
+			return fmt.Errorf("updating state secret %s: %w", s.Name, err)
 		}
 	}
 	return nil
@@ -311,20 +317,12 @@ func (e *Engine) releaseState(ctx context.Context, obj Object) error {
 // abandon keeps state, backups and inputs, labelled so an operator finds
 // them, and no longer protected: they are the operator's now.
 func (e *Engine) abandon(ctx context.Context, obj Object) error {
-	secrets, err := e.stateSecrets(ctx, obj)
-	if err != nil {
-		return err
-	}
-	for i := range secrets {
-		sec := &secrets[i]
-		sec.OwnerReferences = nil
-		sec.Finalizers = slices.DeleteFunc(sec.Finalizers, func(f string) bool { return f == names.StateFinalizer })
-		sec.Labels[names.LabelAbandoned] = "true"
-		if _, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Update(ctx, sec, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("keeping secret %s: %w", sec.Name, err)
-		}
-	}
-	return nil
+	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
+		s.OwnerReferences = nil
+		s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == names.StateFinalizer })
+		s.Labels[names.LabelAbandoned] = "true"
+		return true
+	})
 }
 
 // WatchStateSecrets reads state metadata from inf and syncs an object when
