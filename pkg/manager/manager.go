@@ -35,12 +35,13 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
-	"github.com/captf/captf/pkg/controller/util"
-	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/metrics"
@@ -204,7 +205,7 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	}
 	h := &webhook.Handler{
 		ClusterPaused: func(ctx context.Context, namespace, name string) (bool, error) {
-			cluster, err := dyn.Resource(clustersGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+			cluster, err := dyn.Resource(capi.Cluster.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return false, nil
 			}
@@ -222,130 +223,147 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	return srv, srv.Start(ctx)
 }
 
-var (
-	clustersGVR     = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
-	machinesGVR     = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
-	machinePoolsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinepools"}
-)
+// controllers are the controllers the manager runs, with their flags of
+// concurrency: each asks the shared factories for the informers it reads,
+// and the manager is ready when all of them have synced.
+func (m *manager) controllers() []controllerDescriptor {
+	o := &m.options
+	return []controllerDescriptor{
+		{terraformcluster.ControllerName, o.ClusterConcurrency, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
+			return terraformcluster.NewController(ctx, cc, config)
+		}},
+		{terraformmachine.ControllerName, o.MachineConcurrency, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
+			return terraformmachine.NewController(ctx, cc, config)
+		}},
+		{terraformmachinepool.ControllerName, o.MachinePoolConcurrency, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
+			return terraformmachinepool.NewController(ctx, cc, config)
+		}},
+		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ engine.Config) (controller.Interface, error) {
+			return terraformmachinetemplate.NewController(ctx, cc)
+		}},
+	}
+}
 
-// runControllers builds the informers and controllers, and runs them until
-// ctx ends.
+type controllerDescriptor struct {
+	name    string
+	workers int
+	new     func(context.Context, controller.Context, engine.Config) (controller.Interface, error)
+}
+
+// runControllers builds the controllers and the informers they ask for, and
+// runs them until ctx ends.
 func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
-	o := m.options
-	kube, err := kubernetes.NewForConfig(cfg)
+	cc, config, start, err := m.informers(cfg)
 	if err != nil {
 		return err
 	}
-	captf, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		return err
+	type running struct {
+		controllerDescriptor
+		ctx context.Context
+		controller.Interface
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	captfFactory := externalversions.NewSharedInformerFactoryWithOptions(captf, o.SyncPeriod,
-		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields))
-	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
-	// never cached, so memory does not grow with state size.
-	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(trimManagedFields),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
-	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), nil)
-
-	jobInformer := kubeFactory.Batch().V1().Jobs()
-	if err := jobInformer.Informer().AddIndexers(util.JobIndexers); err != nil {
-		return err
-	}
-	clusterInformer := dynFactory.ForResource(clustersGVR)
-	machineInformer := dynFactory.ForResource(machinesGVR)
-	poolInformer := dynFactory.ForResource(machinePoolsGVR)
-	for _, inf := range []cache.SharedIndexInformer{clusterInformer.Informer(), machineInformer.Informer(), poolInformer.Informer()} {
-		if err := inf.SetTransform(trimManagedFields); err != nil {
-			return err
+	var controllers []running
+	for _, d := range m.controllers() {
+		cctx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), d.name))
+		c, err := d.new(cctx, cc, config)
+		if err != nil {
+			return fmt.Errorf("%s controller: %w", d.name, err)
 		}
+		controllers = append(controllers, running{d, cctx, c})
 	}
-	// The metadata of state heads and durable inputs: what the checks
-	// before every Job read, without their data.
-	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
-		func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
-	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
-	if err := stateSecrets.Informer().SetTransform(trimManagedFields); err != nil {
-		return err
-	}
-	access := &util.RunnerAccess{Client: kube}
-	if err := access.Watch(kubeFactory.Core().V1().ServiceAccounts().Informer(), kubeFactory.Rbac().V1().RoleBindings().Informer()); err != nil {
-		return err
-	}
-
-	tcCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformcluster.ControllerName))
-	tc, err := terraformcluster.NewController(tcCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
-		jobInformer, clusterInformer.Informer(), clusterInformer.Lister(), access,
-		terraformcluster.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets})
-	if err != nil {
-		return err
-	}
-
-	tmCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformmachine.ControllerName))
-	tm, err := terraformmachine.NewController(tmCtx, kube, captf, terraformmachine.Informers{
-		TerraformMachines: captfFactory.Infrastructure().V1alpha1().TerraformMachines(),
-		TerraformClusters: captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
-		Jobs:              jobInformer,
-		Machines:          machineInformer.Informer(), MachineLister: machineInformer.Lister(),
-		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachine.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets})
-	if err != nil {
-		return err
-	}
-
-	poolCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformmachinepool.ControllerName))
-	pool, err := terraformmachinepool.NewController(poolCtx, kube, captf, terraformmachinepool.Informers{
-		TerraformMachinePools: captfFactory.Infrastructure().V1alpha1().TerraformMachinePools(),
-		TerraformClusters:     captfFactory.Infrastructure().V1alpha1().TerraformClusters(),
-		Jobs:                  jobInformer,
-		MachinePools:          poolInformer.Informer(), MachinePoolLister: poolInformer.Lister(),
-		Clusters: clusterInformer.Informer(), ClusterLister: clusterInformer.Lister(),
-	}, access, terraformmachinepool.Config{RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval, MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets})
-	if err != nil {
-		return err
-	}
-
-	tmtCtx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), terraformmachinetemplate.ControllerName))
-	tmt, err := terraformmachinetemplate.NewController(tmtCtx, kube, captf, captfFactory.Infrastructure().V1alpha1().TerraformMachineTemplates())
-	if err != nil {
-		return err
-	}
-
-	captfFactory.Start(ctx.Done())
-	kubeFactory.Start(ctx.Done())
-	dynFactory.Start(ctx.Done())
-	metaFactory.Start(ctx.Done())
-	defer func() {
-		captfFactory.Shutdown()
-		kubeFactory.Shutdown()
-		dynFactory.Shutdown()
-		metaFactory.Shutdown()
-	}()
+	stop := start(ctx)
+	defer stop()
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), jobInformer.Informer().HasSynced, clusterInformer.Informer().HasSynced,
-			machineInformer.Informer().HasSynced, captfFactory.Infrastructure().V1alpha1().TerraformClusters().Informer().HasSynced,
-			captfFactory.Infrastructure().V1alpha1().TerraformMachines().Informer().HasSynced, poolInformer.Informer().HasSynced,
-			captfFactory.Infrastructure().V1alpha1().TerraformMachinePools().Informer().HasSynced, stateSecrets.Informer().HasSynced) {
+		synced := []cache.InformerSynced{config.StateSecrets.Informer().HasSynced}
+		for _, c := range controllers {
+			synced = append(synced, c.HasSynced)
+		}
+		if cache.WaitForCacheSync(ctx.Done(), synced...) {
 			m.ready.Store(true)
 		}
 	}()
 	var wg sync.WaitGroup
-	wg.Go(func() { tc.Run(tcCtx, o.ClusterConcurrency) })
-	wg.Go(func() { tm.Run(tmCtx, o.MachineConcurrency) })
-	wg.Go(func() { pool.Run(poolCtx, o.MachinePoolConcurrency) })
-	wg.Go(func() { tmt.Run(tmtCtx, o.MachineTemplateConcurrency) })
-	wg.Go(func() { access.Run(ctx) })
+	for _, c := range controllers {
+		wg.Go(func() { c.Run(c.ctx, c.workers) })
+	}
+	wg.Go(func() { config.Access.Run(ctx) })
 	wg.Wait()
 	return nil
+}
+
+// informers makes the clients and shared informer factories the
+// controllers ask from; start starts whatever they asked for, and the stop
+// it returns shuts them down.
+func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config, func(context.Context) func(), error) {
+	o := m.options
+	var cc controller.Context
+	var err error
+	if cc.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return cc, engine.Config{}, nil, err
+	}
+	if cc.CAPTF, err = versioned.NewForConfig(cfg); err != nil {
+		return cc, engine.Config{}, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return cc, engine.Config{}, nil, err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return cc, engine.Config{}, nil, err
+	}
+	cc.CAPTFInformers = externalversions.NewSharedInformerFactoryWithOptions(cc.CAPTF, o.SyncPeriod,
+		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields))
+	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
+	// never cached, so memory does not grow with state size.
+	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
+		informers.WithTransform(trimManagedFields),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
+	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), nil)}
+	// The metadata of state heads and durable inputs: what the checks
+	// before every Job read, without their data.
+	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
+		func(lo *metav1.ListOptions) { lo.LabelSelector = engine.StateSecretsSelector })
+	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
+	if err := stateSecrets.Informer().SetTransform(trimManagedFields); err != nil {
+		return cc, engine.Config{}, nil, err
+	}
+	access := &engine.RunnerAccess{Client: cc.Kube}
+	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer(), cc.KubeInformers.Rbac().V1().RoleBindings().Informer()); err != nil {
+		return cc, engine.Config{}, nil, err
+	}
+	config := engine.Config{Access: access, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
+		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets}
+	start := func(ctx context.Context) func() {
+		cc.CAPTFInformers.Start(ctx.Done())
+		cc.KubeInformers.Start(ctx.Done())
+		cc.CAPIInformers.Start(ctx.Done())
+		metaFactory.Start(ctx.Done())
+		return func() {
+			cc.CAPTFInformers.Shutdown()
+			cc.KubeInformers.Shutdown()
+			cc.CAPIInformers.Shutdown()
+			metaFactory.Shutdown()
+		}
+	}
+	return cc, config, start, nil
+}
+
+// trimmingDynamicFactory trims the managedFields of what its informers
+// cache, as the typed factories' WithTransform does: the dynamic factory has
+// no such option.
+type trimmingDynamicFactory struct {
+	dynamicinformer.DynamicSharedInformerFactory
+}
+
+func (f trimmingDynamicFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
+	inf := f.DynamicSharedInformerFactory.ForResource(gvr)
+	if err := inf.Informer().SetTransform(trimManagedFields); err != nil {
+		// Only a started informer refuses: it was asked for before, and
+		// got the transform then.
+		klog.Background().V(4).Info("Informer already started", "resource", gvr, "err", err)
+	}
+	return inf
 }
 
 func (m *manager) serveProbes(ctx context.Context, health *leaderelection.HealthzAdaptor) error {

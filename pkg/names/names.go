@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/captf/captf/pkg/capi"
 )
 
 // Labels on everything CAPTF creates.
@@ -40,7 +42,7 @@ const (
 
 // LabelClusterctlMove makes clusterctl move copy a Secret that no object
 // owns: state, backups and durable inputs.
-const LabelClusterctlMove = "clusterctl.cluster.x-k8s.io/move"
+const LabelClusterctlMove = capi.MoveLabel
 
 // AnnotationObjectName on a state, backup or durable-inputs Secret is the
 // full name of the object it belongs to: a state is never read or written

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/metrics"
 )
 
@@ -214,7 +215,7 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	if req.Operation == admissionv1.Create && h.ClusterPaused != nil {
 		// clusterctl move recreates objects as they were, provider IDs
 		// included, while their Cluster is paused.
-		if cluster := obj.GetLabels()["cluster.x-k8s.io/cluster-name"]; cluster != "" {
+		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; cluster != "" {
 			paused, err := h.ClusterPaused(ctx, obj.GetNamespace(), cluster)
 			if err != nil {
 				return field.ErrorList{field.InternalError(path, fmt.Errorf("reading Cluster %s to check for a move: %w", cluster, err))}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
 )
 
@@ -23,10 +24,6 @@ const (
 	MinDriftInterval = 10 * time.Second
 	MaxDriftInterval = 168 * time.Hour
 )
-
-// DryRunAnnotation marks the server-side dry runs of ClusterClass topology,
-// which may change a template's spec.
-const DryRunAnnotation = "topology.cluster.x-k8s.io/dry-run"
 
 var (
 	variableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
@@ -102,7 +99,7 @@ func ValidateTerraformMachineTemplate(obj, old *infrav1.TerraformMachineTemplate
 }
 
 func dryRun(obj metav1.Object) bool {
-	_, ok := obj.GetAnnotations()[DryRunAnnotation]
+	_, ok := obj.GetAnnotations()[capi.DryRunAnnotation]
 	return ok
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 )
 
 func validCluster() *infrav1.TerraformCluster {
@@ -158,7 +159,7 @@ func TestValidateTemplatesImmutable(t *testing.T) {
 	changed.Spec.Template.Spec.Module.Inline = "b"
 	checkErrors(t, ValidateTerraformMachineTemplate(changed, nil).ToAggregate(), "")
 	checkErrors(t, ValidateTerraformMachineTemplate(changed, old).ToAggregate(), "spec: Forbidden: a template is immutable")
-	changed.Annotations = map[string]string{DryRunAnnotation: ""}
+	changed.Annotations = map[string]string{capi.DryRunAnnotation: ""}
 	checkErrors(t, ValidateTerraformMachineTemplate(changed, old).ToAggregate(), "")
 	relabelled := old.DeepCopy()
 	relabelled.Labels = map[string]string{"a": "b"}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
 )
 
@@ -46,7 +46,7 @@ func TestRestoreState(t *testing.T) {
 	})
 	tc := e.waitFor("restore", time.Minute, "BackupNotFound", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionStateRestored)
-		return c != nil && c.Reason == workspace.ReasonBackupNotFound
+		return c != nil && c.Reason == engine.ReasonBackupNotFound
 	})
 	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, unknown+", which is not a state backup of this object; nothing was changed") || !strings.Contains(msg, oneInstance) {
 		t.Errorf("StateRestored message %q", msg)
@@ -54,7 +54,7 @@ func TestRestoreState(t *testing.T) {
 	if now, _ := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, n.State(), metav1.GetOptions{}); now.ResourceVersion != state.ResourceVersion {
 		t.Errorf("the state Secret changed after a restore of an unknown backup")
 	}
-	if ev := findEvent(t, e.ns, "restore", workspace.ReasonBackupNotFound); ev == nil {
+	if ev := findEvent(t, e.ns, "restore", engine.ReasonBackupNotFound); ev == nil {
 		t.Errorf("no BackupNotFound event")
 	}
 
@@ -65,9 +65,9 @@ func TestRestoreState(t *testing.T) {
 	})
 	tc = e.waitFor("restore", 2*time.Minute, "restored and applied again", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionStateRestored)
-		return c != nil && c.Reason == workspace.ReasonRestored && isReady(tc) &&
+		return c != nil && c.Reason == engine.ReasonRestored && isReady(tc) &&
 			tc.Status.LastRestore != nil && !tc.Status.LastAppliedTime.Before(&tc.Status.LastRestore.Time) &&
-			condition(tc, infrav1.ConditionReady).Reason == workspace.ReasonApplied
+			condition(tc, infrav1.ConditionReady).Reason == engine.ReasonApplied
 	})
 	if _, ok := tc.Annotations[infrav1.AnnotationRestoreState]; ok {
 		t.Errorf("the restore annotation is still there")

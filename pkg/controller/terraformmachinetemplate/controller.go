@@ -9,12 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/controller"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
-	infrainformers "github.com/captf/captf/pkg/generated/informers/externalversions/infrastructure/v1alpha1"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
 )
 
@@ -25,12 +23,13 @@ const ControllerName = "terraformmachinetemplate"
 type Controller struct {
 	captf  versioned.Interface
 	lister infralisters.TerraformMachineTemplateLister
-	loop   *workspace.Loop
+	loop   *controller.Loop
 }
 
 // NewController wires the controller to its informer.
-func NewController(ctx context.Context, kube kubernetes.Interface, captf versioned.Interface, informer infrainformers.TerraformMachineTemplateInformer) (*Controller, error) {
-	c := &Controller{captf: captf, lister: informer.Lister(), loop: workspace.NewLoop(ctx, ControllerName, kube)}
+func NewController(ctx context.Context, cc controller.Context) (*Controller, error) {
+	informer := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformMachineTemplates()
+	c := &Controller{captf: cc.CAPTF, lister: informer.Lister(), loop: controller.NewLoop(ctx, ControllerName, cc.Kube)}
 	c.loop.Synced = []cache.InformerSynced{informer.Informer().HasSynced}
 	c.loop.Sync = c.sync
 	enqueue := func(obj any) {
@@ -48,6 +47,9 @@ func NewController(ctx context.Context, kube kubernetes.Interface, captf version
 
 // Run starts workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) { c.loop.Run(ctx, workers) }
+
+// HasSynced tells whether the informer has synced.
+func (c *Controller) HasSynced() bool { return c.loop.HasSynced() }
 
 // sync writes the status only when the hints changed. The template's spec is
 // otherwise left alone: it is what Cluster API clones into TerraformMachines.

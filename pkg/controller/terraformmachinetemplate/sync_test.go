@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 )
@@ -34,7 +35,7 @@ func TestSync(t *testing.T) {
 			client := fake.NewSimpleClientset(tmpl)
 			informers := externalversions.NewSharedInformerFactory(client, 0)
 			inf := informers.Infrastructure().V1alpha1().TerraformMachineTemplates()
-			c, err := NewController(ctx, k8sfake.NewClientset(), client, inf)
+			c, err := NewController(ctx, controller.Context{Kube: k8sfake.NewClientset(), CAPTF: client, CAPTFInformers: informers})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package workspace
+package engine
 
 import (
 	"fmt"
@@ -46,7 +46,7 @@ func GateOf(obj Object, policy infrav1.ApprovalPolicy) *Gate {
 
 // blocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
-func (e *Engine) blocked(r *Run, job *batchv1.Job, plan *runner.Plan) {
+func (e *Engine) blocked(r *Sync, job *batchv1.Job, plan *runner.Plan) {
 	obj, g := r.Obj, r.Gate
 	needed := plan.Approval(g.Policy, "", "")
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
@@ -67,7 +67,7 @@ func (e *Engine) blocked(r *Run, job *batchv1.Job, plan *runner.Plan) {
 	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
 		prefix, plan.Hash, what, PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
 	st := obj.WorkspaceStatus()
-	e.warnOnce(obj, condType, metav1.ConditionTrue, reason, condType, msg)
+	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
 	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
 	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(finishTime(job))}
 	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
@@ -79,7 +79,7 @@ func (e *Engine) blocked(r *Run, job *batchv1.Job, plan *runner.Plan) {
 }
 
 // noPlanWaiting clears the approval conditions of a gated object.
-func (e *Engine) noPlanWaiting(r *Run) {
+func (e *Engine) noPlanWaiting(r *Sync) {
 	if r.Gate == nil {
 		return
 	}

@@ -1,6 +1,6 @@
 // Package util holds what CAPTF's controllers share: expectations against
 // duplicate creates, Job building, input rendering and conditions.
-package util
+package controller
 
 import (
 	"sync"

@@ -1,4 +1,4 @@
-package util
+package controller
 
 import (
 	"k8s.io/apimachinery/pkg/runtime"

@@ -1,4 +1,4 @@
-package workspace
+package engine
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/capi"
 )
 
 // Lifecycle is the part of a sync every kind shares, in Cluster API's order:
@@ -25,7 +25,7 @@ type Lifecycle struct {
 	Update func(context.Context) error
 	// Render renders the inputs a destroy falls back on when no durable
 	// inputs were saved.
-	Render func() (*util.Inputs, error)
+	Render func() (*Inputs, error)
 }
 
 // Wait is why an object waits: a Ready reason and message.
@@ -34,7 +34,7 @@ type Wait struct{ Reason, Message string }
 // Reconcile runs the shared part of a sync. It returns true when the object
 // is owned, unpaused, not being deleted and carries its finalizer: the
 // caller goes on with its own work.
-func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, error) {
+func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, error) {
 	obj := r.Obj
 	deleting := obj.GetDeletionTimestamp() != nil
 	if l.OwnerMissing != nil && !deleting {
@@ -56,7 +56,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 		}
 	}
 	r.Update = l.Update
-	why, paused := Paused(l.Cluster, obj, e.GVK.Kind)
+	why, paused := capi.Paused(l.Cluster, obj, e.GVK.Kind)
 	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
 		if !paused {
@@ -103,7 +103,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Run, l Lifecycle) (bool, erro
 // blockMove sets (before a Job is created) or removes (once no Job of the
 // object may still run) clusterctl's block-move annotation: a move copies the
 // state Secrets, and must not copy a state a Job is still changing.
-func (e *Engine) blockMove(ctx context.Context, r *Run, block bool) error {
+func (e *Engine) blockMove(ctx context.Context, r *Sync, block bool) error {
 	if r.Update == nil || !setBlockMove(r.Obj, block) {
 		return nil
 	}
@@ -114,7 +114,7 @@ func (e *Engine) blockMove(ctx context.Context, r *Run, block bool) error {
 // changed it.
 func setBlockMove(obj Object, block bool) bool {
 	annotations := obj.GetAnnotations()
-	if _, ok := annotations[BlockMoveAnnotation]; ok == block {
+	if _, ok := annotations[capi.BlockMoveAnnotation]; ok == block {
 		return false
 	}
 	annotations = maps.Clone(annotations)
@@ -122,9 +122,9 @@ func setBlockMove(obj Object, block bool) bool {
 		annotations = map[string]string{}
 	}
 	if block {
-		annotations[BlockMoveAnnotation] = "captf: a Job may change the state"
+		annotations[capi.BlockMoveAnnotation] = "captf: a Job may change the state"
 	} else {
-		delete(annotations, BlockMoveAnnotation)
+		delete(annotations, capi.BlockMoveAnnotation)
 	}
 	obj.SetAnnotations(annotations)
 	return true

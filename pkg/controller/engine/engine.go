@@ -2,7 +2,7 @@
 // rendering inputs into runner Jobs, one at a time, with deterministic names
 // and expectations; reading results; retries with backoff; destroy with the
 // durable inputs; abandon; and the conditions that report all of it.
-package workspace
+package engine
 
 import (
 	"cmp"
@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
@@ -28,7 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/util"
+	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
@@ -58,6 +59,7 @@ type Object interface {
 
 // Config is what the manager tells every controller that runs Terraform.
 type Config struct {
+	Access               *RunnerAccess
 	RunnerImage          string
 	StateBackups         int
 	DriftDefaultInterval time.Duration
@@ -72,10 +74,11 @@ type Config struct {
 // Engine runs Terraform for the objects of one kind.
 type Engine struct {
 	Kube          kubernetes.Interface
+	Jobs          JobControl
 	JobIndex      cache.Indexer
 	Recorder      record.EventRecorder
-	Expectations  *util.Expectations
-	Access        *util.RunnerAccess
+	Expectations  *controller.Expectations
+	Access        *RunnerAccess
 	GVK           schema.GroupVersionKind
 	RunnerImage   string
 	StateBackups  int
@@ -89,11 +92,11 @@ type Engine struct {
 	Now                  func() time.Time
 }
 
-// Run is what one sync of one object knows and decides.
-type Run struct {
+// Sync is what one sync of one object knows and decides.
+type Sync struct {
 	Obj    Object // a copy: safe to change
 	Key    cache.ObjectName
-	Policy util.Policy
+	Policy Policy
 	Jobs   []*batchv1.Job // of this object, newest first
 	// Gate holds a TerraformCluster's approval policy and approvals; nil
 	// for machines and pools, which are never gated.
@@ -105,20 +108,27 @@ type Run struct {
 	Requeue time.Duration
 	// Update writes the object's metadata and spec (Lifecycle.Update).
 	Update func(context.Context) error
+	// Owner is the object's Cluster API owner (a Cluster, Machine or
+	// MachinePool), nil until Cluster API sets it.
+	Owner *unstructured.Unstructured
+	// Cluster is the Cluster the object belongs to, and TerraformCluster
+	// that Cluster's infrastructure when it is one.
+	Cluster          *unstructured.Unstructured
+	TerraformCluster *infrav1.TerraformCluster
 }
 
-// NewRun starts a sync of obj; clusterDefaults is the cluster's
+// NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
-func (e *Engine) NewRun(obj Object, clusterDefaults *infrav1.JobPolicy) *Run {
-	r := &Run{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: util.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
+	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
-	objs, err := e.JobIndex.ByIndex(util.JobsByObjectUID, string(obj.GetUID()))
+	objs, err := e.JobIndex.ByIndex(JobsByObjectUID, string(obj.GetUID()))
 	if err == nil {
 		for _, o := range objs {
 			r.Jobs = append(r.Jobs, o.(*batchv1.Job))
 		}
 	}
-	util.SortJobs(r.Jobs)
+	SortJobs(r.Jobs)
 	return r
 }
 
@@ -131,14 +141,12 @@ func (e *Engine) Names(obj metav1.Object) names.Object {
 // in that succeeded and is not in the status yet, for the caller to read the
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
-func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Result, *batchv1.Job, error) {
+func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result, *batchv1.Job, error) {
 	st := r.Obj.WorkspaceStatus()
 	if active := activeJob(r.Jobs); active != nil {
 		if active.Labels[names.LabelOperation] == string(infrav1.OperationDrift) && st.AppliedInputsHash != in.Hash {
 			// A drift check never holds up an apply: stop it.
-			background := metav1.DeletePropagationBackground
-			err := e.Kube.BatchV1().Jobs(active.Namespace).Delete(ctx, active.Name, metav1.DeleteOptions{PropagationPolicy: &background})
-			if err != nil && !apierrors.IsNotFound(err) {
+			if err := e.Jobs.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
 				return nil, nil, err
 			}
 			klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
@@ -161,8 +169,8 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		after = lr.Time.Time
 	}
 	if latest != nil && latest.CreationTimestamp.Before(&metav1.Time{Time: after}) {
-		if _, succeeded := util.JobFinished(latest); succeeded {
-			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, util.Attempt(latest)+1, in.SecretData())
+		if _, succeeded := JobFinished(latest); succeeded {
+			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
 		}
 	}
 	if st.AppliedInputsHash == in.Hash {
@@ -183,7 +191,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		}
 		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
 	}
-	_, succeeded := util.JobFinished(latest)
+	_, succeeded := JobFinished(latest)
 	// A re-apply of applied inputs is new when it finished after the
 	// applied time the status holds.
 	recorded := st.LastAppliedTime != nil && !finishTime(latest).After(st.LastAppliedTime.Time)
@@ -203,7 +211,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 				// Approved: plan again, and apply only if the plan is
 				// still the approved one.
 				e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, "PlanApproved", "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
-				return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, util.Attempt(latest)+1, in.SecretData())
+				return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
 			}
 			e.blocked(r, latest, res.Plan)
 			return nil, nil, nil
@@ -215,7 +223,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 	if e.holdForRescue(r, latest, res) {
 		return nil, nil, nil
 	}
-	msg, reason := util.JobFailureMessage(latest), ReasonApplyFailed
+	msg, reason := JobFailureMessage(latest), ReasonApplyFailed
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
 		reason = cmp.Or(res.Reason, reason)
@@ -224,8 +232,8 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, reason, msg)
 	}
 	e.SetReady(r, metav1.ConditionFalse, reason, msg)
-	attempt := util.Attempt(latest) + 1
-	if wait := util.Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
+	attempt := Attempt(latest) + 1
+	if wait := Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
 		r.Requeue = wait
 		return nil, nil, nil
 	}
@@ -233,7 +241,7 @@ func (e *Engine) Apply(ctx context.Context, r *Run, in *util.Inputs) (*runner.Re
 }
 
 // Applied records a successful apply (or refresh) in the status.
-func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Result) {
+func (e *Engine) Applied(r *Sync, hash string, job *batchv1.Job, res *runner.Result) {
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
@@ -262,7 +270,7 @@ func (e *Engine) Applied(r *Run, hash string, job *batchv1.Job, res *runner.Resu
 
 // upToDate reports an object whose inputs are applied and need no Job: Ready
 // again after whatever wait came before (an owner, a pause, a restore).
-func (e *Engine) upToDate(r *Run) {
+func (e *Engine) upToDate(r *Sync) {
 	e.noPlanWaiting(r)
 	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
 		return
@@ -275,9 +283,8 @@ func (e *Engine) upToDate(r *Run) {
 }
 
 // InvalidOutput reports an output the kind cannot read.
-func (e *Engine) InvalidOutput(r *Run, err error) {
-	e.SetReady(r, metav1.ConditionFalse, ReasonInvalidOutput, err.Error())
-	e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonInvalidOutput, err.Error())
+func (e *Engine) InvalidOutput(r *Sync, err error) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ReasonInvalidOutput, ReasonInvalidOutput, err.Error())
 }
 
 // Destroy drives the destroy of the object's infrastructure, with the inputs
@@ -285,16 +292,14 @@ func (e *Engine) InvalidOutput(r *Run, err error) {
 // what render gives). It returns true once nothing is left to destroy and
 // the object's state is released, or the object is abandoned: the caller
 // then removes its finalizer.
-func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Inputs, error)) (bool, error) {
+func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, error)) (bool, error) {
 	obj := r.Obj
 	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
 		// A Job still running would write state after the abandon: stop
 		// it, and wait until its pod is gone.
 		if running := unfinishedJob(r.Jobs); running != nil {
 			if running.DeletionTimestamp == nil {
-				foreground := metav1.DeletePropagationForeground
-				err := e.Kube.BatchV1().Jobs(running.Namespace).Delete(ctx, running.Name, metav1.DeleteOptions{PropagationPolicy: &foreground})
-				if err != nil && !apierrors.IsNotFound(err) {
+				if err := e.Jobs.Delete(ctx, running, metav1.DeletePropagationForeground); err != nil {
 					return false, err
 				}
 			}
@@ -327,7 +332,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 	var hash string
 	var data map[string][]byte
 	if hasDurable {
-		hash = util.HashSecretData(durable.Data)
+		hash = HashSecretData(durable.Data)
 	} else {
 		head, err := secrets.Get(ctx, n.State(), metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -350,7 +355,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 	attempt := 0
 	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
 		e.RecordJob(r, latest, runner.OutcomeFailed)
-		msg := util.JobFailureMessage(latest)
+		msg := JobFailureMessage(latest)
 		res, _ := e.readResult(ctx, r, latest)
 		if e.holdForRescue(r, latest, res) {
 			return false, nil
@@ -361,8 +366,8 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 			reason = cmp.Or(res.Reason, reason)
 		}
 		e.SetReady(r, metav1.ConditionFalse, reason, msg)
-		attempt = util.Attempt(latest) + 1
-		if wait := util.Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
+		attempt = Attempt(latest) + 1
+		if wait := Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
 			r.Requeue = wait
 			return false, nil
 		}
@@ -371,7 +376,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Run, render func() (*util.Input
 }
 
 // release releases the state of an object whose destroy succeeded.
-func (e *Engine) release(ctx context.Context, r *Run) (bool, error) {
+func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
 	if err := e.releaseState(ctx, r.Obj); err != nil {
 		return false, fmt.Errorf("releasing the state of a destroyed object: %w", err)
 	}
@@ -387,7 +392,7 @@ func destroySucceeded(jobs []*batchv1.Job) bool {
 		case infrav1.OperationApply, infrav1.OperationRefresh:
 			return false
 		case infrav1.OperationDestroy:
-			_, succeeded := util.JobFinished(j)
+			_, succeeded := JobFinished(j)
 			return succeeded
 		}
 	}
@@ -398,7 +403,7 @@ func destroySucceeded(jobs []*batchv1.Job) bool {
 // state terraform could not save: the current state may lack what that run
 // created, and another run on it would create it a second time. A restore
 // after the Job (of the rescued state, or any backup) lets it go on.
-func (e *Engine) holdForRescue(r *Run, job *batchv1.Job, res *runner.Result) bool {
+func (e *Engine) holdForRescue(r *Sync, job *batchv1.Job, res *runner.Result) bool {
 	if res == nil || res.RescuedState == "" {
 		return false
 	}
@@ -410,17 +415,17 @@ func (e *Engine) holdForRescue(r *Run, job *batchv1.Job, res *runner.Result) boo
 	msg := fmt.Sprintf("Job %s could not save its state (%s: %s); CAPTF kept it in backup %s and runs nothing until a state is restored, "+
 		"as the current state may lack what that run created. Compare them, then restore the right one: kubectl annotate %s -n %s %s %s=%s",
 		job.Name, res.Stage, res.Error, res.RescuedState, strings.ToLower(e.GVK.Kind), r.Obj.GetNamespace(), r.Obj.GetName(), infrav1.AnnotationRestoreState, res.RescuedState)
-	e.warnOnce(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionTrue, ReasonStateRescued, ReasonStateRescued, msg)
+	e.warnOnChange(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionTrue, ReasonStateRescued, ReasonStateRescued, msg)
 	e.SetReady(r, metav1.ConditionFalse, ReasonStateRescued, msg)
 	return true
 }
 
 // start creates the run-inputs Secret (unless data is nil: destroy with the
 // durable inputs) and the Job of one attempt.
-func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
+func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
 	obj := r.Obj
 	if err := e.Access.CheckServiceAccount(ctx, obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
-		var ie *util.InputError
+		var ie *InputError
 		if errors.As(err, &ie) {
 			e.InputError(r, ie)
 			return nil
@@ -431,13 +436,13 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 	if err != nil || !ok {
 		return err
 	}
-	spec := util.JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
+	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
 		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
 		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
-	job := util.BuildJob(spec)
+	job := BuildJob(spec)
 	if err := e.blockMove(ctx, r, true); err != nil {
 		return err
 	}
@@ -450,7 +455,7 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 		return e.terminating(r, err)
 	}
 	e.Expectations.ExpectJob(r.Key, job.Name)
-	_, err = e.Kube.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	err = e.Jobs.Create(ctx, job)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		e.Expectations.JobObserved(r.Key, job.Name)
 		return e.terminating(r, err)
@@ -476,7 +481,7 @@ func (e *Engine) start(ctx context.Context, r *Run, op infrav1.Operation, hash s
 
 // terminating turns the API server's refusal to create anything in a
 // namespace being deleted into a condition; other errors pass through.
-func (e *Engine) terminating(r *Run, err error) error {
+func (e *Engine) terminating(r *Sync, err error) error {
 	if !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return err
 	}
@@ -495,15 +500,14 @@ func (e *Engine) terminating(r *Run, err error) error {
 
 // stopped sets Ready False for what stops every Job of the object until a
 // person acts, with a warning event when that is news.
-func (e *Engine) stopped(r *Run, reason, msg string) {
-	e.warnOnce(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
+func (e *Engine) stopped(r *Sync, reason, msg string) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 }
 
 // InputError reports a problem the user must fix, and checks again later:
 // the Secrets and ConfigMaps inputs read are not watched.
-func (e *Engine) InputError(r *Run, ie *util.InputError) {
-	e.SetReady(r, metav1.ConditionFalse, ie.Reason, ie.Message)
-	e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ie.Reason, ie.Message)
+func (e *Engine) InputError(r *Sync, ie *InputError) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ie.Reason, ie.Reason, ie.Message)
 	r.Requeue = time.Minute
 }
 
@@ -524,7 +528,7 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 }
 
 // readResult reads what the runner of job reported.
-func (e *Engine) readResult(ctx context.Context, r *Run, job *batchv1.Job) (*runner.Result, error) {
+func (e *Engine) readResult(ctx context.Context, r *Sync, job *batchv1.Job) (*runner.Result, error) {
 	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s finished without a result", job.Name)
@@ -541,12 +545,12 @@ func (e *Engine) readResult(ctx context.Context, r *Run, job *batchv1.Job) (*run
 
 // cleanupHistory keeps the newest finished Jobs of each operation within
 // the policy's limits, with their run Secrets.
-func (e *Engine) cleanupHistory(ctx context.Context, r *Run) error {
+func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	kept := map[string]int32{}
 	var errs []error
 	n := e.Names(r.Obj)
 	for _, job := range r.Jobs { // newest first
-		finished, succeeded := util.JobFinished(job)
+		finished, succeeded := JobFinished(job)
 		if !finished || job.DeletionTimestamp != nil {
 			continue
 		}
@@ -564,8 +568,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Run) error {
 				errs = append(errs, err)
 			}
 		}
-		background := metav1.DeletePropagationBackground
-		if err := e.Kube.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil && !apierrors.IsNotFound(err) {
+		if err := e.Jobs.Delete(ctx, job, metav1.DeletePropagationBackground); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -573,13 +576,14 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Run) error {
 }
 
 // SetReady sets the Ready condition.
-func (e *Engine) SetReady(r *Run, status metav1.ConditionStatus, reason, message string) {
+func (e *Engine) SetReady(r *Sync, status metav1.ConditionStatus, reason, message string) {
 	SetCondition(r.Obj, infrav1.ConditionReady, status, reason, message)
 }
 
-// warnOnce sets a condition and sends a warning event, named eventReason,
-// only when the condition is news: syncs repeat, events should not.
-func (e *Engine) warnOnce(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
+// warnOnChange sets a condition, and sends a warning event named
+// eventReason when that changed the condition: syncs repeat, events should
+// not.
+func (e *Engine) warnOnChange(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, condType); c == nil || c.Status != status || c.Reason != reason || c.Message != msg {
 		e.Recorder.Event(obj, corev1.EventTypeWarning, eventReason, msg)
 	}
@@ -593,7 +597,7 @@ func SetCondition(obj Object, t string, status metav1.ConditionStatus, reason, m
 }
 
 // setApplying keeps Ready True while a provisioned object takes a change.
-func (e *Engine) setApplying(r *Run, message string) {
+func (e *Engine) setApplying(r *Sync, message string) {
 	status := metav1.ConditionFalse
 	if init := r.Obj.WorkspaceStatus().Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
 		status = metav1.ConditionTrue
@@ -602,12 +606,12 @@ func (e *Engine) setApplying(r *Run, message string) {
 }
 
 // RecordJob notes the latest Job of its operation in the status.
-func (e *Engine) RecordJob(r *Run, job *batchv1.Job, outcome string) {
+func (e *Engine) RecordJob(r *Sync, job *batchv1.Job, outcome string) {
 	st := r.Obj.WorkspaceStatus()
 	ref := infrav1.JobReference{Operation: infrav1.Operation(job.Labels[names.LabelOperation]), Name: job.Name, Outcome: outcome}
 	// Times are recorded once the Job is done: a running Job's status
 	// changes must not cost a status write each.
-	if finished, _ := util.JobFinished(job); finished {
+	if finished, _ := JobFinished(job); finished {
 		t := metav1.NewTime(finishTime(job))
 		ref.StartTime, ref.CompletionTime = job.Status.StartTime, &t
 	}
@@ -620,12 +624,12 @@ func (e *Engine) RecordJob(r *Run, job *batchv1.Job, outcome string) {
 	st.LastJobs = append(st.LastJobs, ref)
 }
 
-func (e *Engine) fieldManager() string { return "captf-" + runner.ShortKind(e.GVK.Kind) }
+func (e *Engine) fieldManager() string { return fieldManager(e.GVK) }
 
 // unfinishedJob is a Job that may still run a pod, being deleted or not.
 func unfinishedJob(jobs []*batchv1.Job) *batchv1.Job {
 	for _, j := range jobs {
-		if finished, _ := util.JobFinished(j); !finished {
+		if finished, _ := JobFinished(j); !finished {
 			return j
 		}
 	}
@@ -634,7 +638,7 @@ func unfinishedJob(jobs []*batchv1.Job) *batchv1.Job {
 
 func activeJob(jobs []*batchv1.Job) *batchv1.Job {
 	for _, j := range jobs {
-		if finished, _ := util.JobFinished(j); !finished && j.DeletionTimestamp == nil {
+		if finished, _ := JobFinished(j); !finished && j.DeletionTimestamp == nil {
 			return j
 		}
 	}
@@ -648,7 +652,7 @@ func latestJob(jobs []*batchv1.Job, op infrav1.Operation, hash string) *batchv1.
 		if j.Labels[names.LabelOperation] != string(op) || j.Labels[names.LabelInputsHash] != hash {
 			continue
 		}
-		if latest == nil || util.Attempt(j) > util.Attempt(latest) {
+		if latest == nil || Attempt(j) > Attempt(latest) {
 			latest = j
 		}
 	}

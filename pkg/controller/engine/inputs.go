@@ -1,4 +1,4 @@
-package util
+package engine
 
 import (
 	"context"
@@ -29,6 +29,14 @@ type Inputs struct {
 	Hash string
 }
 
+// Ready reasons and event reasons of inputs that cannot be rendered.
+const (
+	ReasonModuleUnavailable   = "ModuleUnavailable"
+	ReasonInvalidVariable     = "InvalidVariable"
+	ReasonVariableUnavailable = "VariableUnavailable"
+	ReasonInputsTooLarge      = "InputsTooLarge"
+)
+
 // InputError is a problem the user must fix (a missing Secret key, a bad
 // value); it becomes a condition, not a retry storm.
 type InputError struct{ Reason, Message string }
@@ -43,7 +51,7 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 	if ws.Module.ConfigMap != nil {
 		cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, ws.Module.ConfigMap.Name, metav1.GetOptions{})
 		if err != nil {
-			return nil, &InputError{Reason: "ModuleUnavailable", Message: fmt.Sprintf("reading module ConfigMap %s: %v", ws.Module.ConfigMap.Name, err)}
+			return nil, &InputError{Reason: ReasonModuleUnavailable, Message: fmt.Sprintf("reading module ConfigMap %s: %v", ws.Module.ConfigMap.Name, err)}
 		}
 		in.Module.Files = maps.Clone(cm.Data)
 	}
@@ -59,27 +67,27 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		path := fmt.Sprintf("spec.variables[%d] (%s)", i, v.Name)
 		switch {
 		case v.Value != nil && v.ValueFrom != nil:
-			return nil, &InputError{Reason: "InvalidVariable", Message: path + ": set value or valueFrom, not both"}
+			return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom, not both"}
 		case v.Value != nil:
 			if !json.Valid(v.Value.Raw) {
-				return nil, &InputError{Reason: "InvalidVariable", Message: path + ": value is not JSON"}
+				return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": value is not JSON"}
 			}
 			vars[v.Name] = v.Value.Raw
 		case v.ValueFrom != nil:
 			raw, err := resolve(ctx, client, namespace, v.ValueFrom)
 			if err != nil {
-				return nil, &InputError{Reason: "VariableUnavailable", Message: path + ": " + err.Error()}
+				return nil, &InputError{Reason: ReasonVariableUnavailable, Message: path + ": " + err.Error()}
 			}
 			if v.ValueFrom.Format == infrav1.ValueFormatJSON {
 				if !json.Valid(raw) {
-					return nil, &InputError{Reason: "InvalidVariable", Message: path + ": the referenced value is not JSON (format: JSON)"}
+					return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": the referenced value is not JSON (format: JSON)"}
 				}
 				vars[v.Name] = raw
 			} else {
 				vars[v.Name], _ = json.Marshal(string(raw))
 			}
 		default:
-			return nil, &InputError{Reason: "InvalidVariable", Message: path + ": set value or valueFrom"}
+			return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom"}
 		}
 	}
 	var err error
@@ -92,7 +100,7 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		return nil, err
 	}
 	if size := len(module) + len(in.Variables); size > MaxInputBytes {
-		return nil, &InputError{Reason: "InputsTooLarge", Message: fmt.Sprintf("the rendered module and variables take %d bytes, more than the %d a Secret can safely hold", size, MaxInputBytes)}
+		return nil, &InputError{Reason: ReasonInputsTooLarge, Message: fmt.Sprintf("the rendered module and variables take %d bytes, more than the %d a Secret can safely hold", size, MaxInputBytes)}
 	}
 	h := sha256.New()
 	h.Write(module)

@@ -1,4 +1,4 @@
-package util
+package controller
 
 import (
 	"strconv"
@@ -33,19 +33,14 @@ func (w *WrittenVersions) Wrote(key cache.ObjectName, rv string) {
 	}
 }
 
-// Seen reports whether a cached object at resourceVersion rv includes the
-// last write. Resource versions are etcd revisions here; one that does not
-// parse is taken as seen.
-func (w *WrittenVersions) Seen(key cache.ObjectName, rv string) bool {
+// Behind reports whether a cached object at resourceVersion rv predates
+// the last write to it. Resource versions are etcd revisions here; one that
+// does not parse is taken as caught up.
+func (w *WrittenVersions) Behind(key cache.ObjectName, rv string) bool {
 	v, err := strconv.ParseUint(rv, 10, 64)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	want, ok := w.versions[key]
-	if !ok || err != nil || v >= want {
-		delete(w.versions, key)
-		return true
-	}
-	return false
+	return err == nil && v < w.versions[key]
 }
 
 // Forget drops key, when its object is gone.

@@ -1,4 +1,4 @@
-package workspace
+package engine
 
 import (
 	"context"
@@ -32,7 +32,7 @@ const restoreLockHolder = "captf-manager"
 // goes, and the next apply plans against the restored state. It runs in
 // the manager, holding the state lock, when no Job runs. It returns false
 // when the sync stops here.
-func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Context) error) (bool, error) {
+func (e *Engine) restore(ctx context.Context, r *Sync, update func(context.Context) error) (bool, error) {
 	obj := r.Obj
 	backup, ok := obj.GetAnnotations()[infrav1.AnnotationRestoreState]
 	if !ok {
@@ -56,11 +56,11 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 		}
 		msg := fmt.Sprintf("%s names %s, which is not a state backup of this object; nothing was changed. Its backups, newest first: %s",
 			infrav1.AnnotationRestoreState, backup, list)
-		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupNotFound, ReasonBackupNotFound, msg)
+		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupNotFound, ReasonBackupNotFound, msg)
 		return true, nil
 	} else if errors.Is(err, runner.ErrStateTooLarge) {
 		msg := fmt.Sprintf("%s names %s, which CAPTF will not read: %v (--max-state-bytes); nothing was changed", infrav1.AnnotationRestoreState, backup, err)
-		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupTooLarge, ReasonBackupTooLarge, msg)
+		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupTooLarge, ReasonBackupTooLarge, msg)
 		return true, nil
 	} else if err != nil {
 		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
@@ -81,7 +81,7 @@ func (e *Engine) restore(ctx context.Context, r *Run, update func(context.Contex
 		err = store.Restore(ctx, backup)
 	}
 	if err != nil {
-		e.warnOnce(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreFailed, ReasonRestoreFailed, fmt.Sprintf("Restoring %s: %v", backup, err))
+		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreFailed, ReasonRestoreFailed, fmt.Sprintf("Restoring %s: %v", backup, err))
 		return false, err
 	}
 	annotations := obj.GetAnnotations()

@@ -1,4 +1,4 @@
-package workspace
+package engine
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
@@ -127,7 +128,7 @@ func (e *Engine) applied(ctx context.Context, obj Object) (bool, error) {
 // state of an applied object stops everything: an apply would create every
 // resource a second time, a destroy would destroy nothing and drop the
 // finalizer.
-func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, err error) {
+func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
 	obj := r.Obj
 	applied, err := e.applied(ctx, obj)
 	if err != nil {
@@ -189,7 +190,7 @@ func (e *Engine) checkState(ctx context.Context, r *Run) (ok, expectState bool, 
 				strings.Join(backups, ", "), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationRestoreState, backups[0])
 		}
 		e.SetReady(r, metav1.ConditionFalse, ReasonStateMissing, msg)
-		e.warnOnce(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
+		e.warnOnChange(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
 		metrics.StateMissing.WithLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName()).Set(1)
 		return false, false, nil
 	}
@@ -327,7 +328,7 @@ func (e *Engine) abandon(ctx context.Context, obj Object) error {
 
 // WatchStateSecrets reads state metadata from inf and syncs an object when
 // its state or durable inputs appear, go, or change hands (labels).
-func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *Loop) error {
+func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *controller.Loop) error {
 	if inf == nil {
 		return nil
 	}

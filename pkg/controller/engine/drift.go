@@ -1,4 +1,4 @@
-package workspace
+package engine
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/util"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
@@ -68,7 +67,7 @@ func (e *Engine) remediationTime(obj Object) time.Time {
 // CheckDrift records the last drift check and starts the next when it is
 // due. Call it when Apply found the inputs applied and no Job running: a
 // drift check plans with the inputs of the last apply and changes nothing.
-func (e *Engine) CheckDrift(ctx context.Context, r *Run, appliedHash string) error {
+func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) error {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	enabled, interval, _ := e.driftPolicy(obj)
@@ -77,7 +76,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Run, appliedHash string) err
 	}
 	latest := latestOp(r.Jobs, infrav1.OperationDrift)
 	if latest != nil {
-		if finished, _ := util.JobFinished(latest); finished {
+		if finished, _ := JobFinished(latest); finished {
 			if st.LastDriftCheckTime == nil || finishTime(latest).After(st.LastDriftCheckTime.Time) {
 				if outputs := e.recordDrift(ctx, r, latest); len(outputs) > 0 {
 					// Only outputs moved: a refresh-only apply records them.
@@ -111,7 +110,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Run, appliedHash string) err
 
 // recordDrift turns a finished drift Job into the Drifted condition. It
 // returns the outputs that would change when no resource would.
-func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []string {
+func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	t := metav1.NewTime(finishTime(job))
@@ -119,10 +118,10 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []st
 	kind, ns, name := e.GVK.Kind, obj.GetNamespace(), obj.GetName()
 	metrics.LastDriftCheck.WithLabelValues(kind, ns, name).Set(float64(t.Unix()))
 	res, err := e.readResult(ctx, r, job)
-	_, succeeded := util.JobFinished(job)
+	_, succeeded := JobFinished(job)
 	switch {
 	case err != nil || !succeeded || res.Plan == nil:
-		msg := util.JobFailureMessage(job)
+		msg := JobFailureMessage(job)
 		if res != nil && res.Error != "" {
 			msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, job.Name, res.Error)
 		} else if err != nil {
@@ -130,7 +129,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []st
 		}
 		e.RecordJob(r, job, runner.OutcomeFailed)
 		metrics.DriftChecks.WithLabelValues(kind, "failed").Inc()
-		e.warnOnce(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, ReasonDriftCheckFailed, msg)
+		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, ReasonDriftCheckFailed, msg)
 	case res.Plan.HasChanges():
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
@@ -139,7 +138,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []st
 		if _, _, remediate := e.driftPolicy(obj); remediate {
 			msg += "; remediating with an apply"
 		}
-		e.warnOnce(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, ReasonDriftDetected, msg)
+		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, ReasonDriftDetected, msg)
 	default:
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
@@ -151,13 +150,13 @@ func (e *Engine) recordDrift(ctx context.Context, r *Run, job *batchv1.Job) []st
 }
 
 // refreshed returns the result of a refresh Job not yet in the status.
-func (e *Engine) refreshed(ctx context.Context, r *Run) (*runner.Result, *batchv1.Job, error) {
+func (e *Engine) refreshed(ctx context.Context, r *Sync) (*runner.Result, *batchv1.Job, error) {
 	st := r.Obj.WorkspaceStatus()
 	job := latestOp(r.Jobs, infrav1.OperationRefresh)
 	if job == nil {
 		return nil, nil, nil
 	}
-	finished, succeeded := util.JobFinished(job)
+	finished, succeeded := JobFinished(job)
 	if !finished || (st.LastRefreshTime != nil && !finishTime(job).After(st.LastRefreshTime.Time)) {
 		return nil, nil, nil
 	}
@@ -166,7 +165,7 @@ func (e *Engine) refreshed(ctx context.Context, r *Run) (*runner.Result, *batchv
 		e.RecordJob(r, job, runner.OutcomeFailed)
 		t := metav1.NewTime(finishTime(job))
 		st.LastRefreshTime = &t
-		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, "RefreshFailed", util.JobFailureMessage(job))
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, "RefreshFailed", JobFailureMessage(job))
 		return nil, nil, nil
 	}
 	res, err := e.readResult(ctx, r, job)

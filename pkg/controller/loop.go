@@ -1,13 +1,12 @@
-package workspace
+package controller
 
 import (
 	"context"
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -16,9 +15,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-
-	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/util"
 )
 
 // Loop is a controller's named, rate-limited queue, its workers and its
@@ -44,7 +40,7 @@ func NewLoop(ctx context.Context, name string, kube kubernetes.Interface) *Loop 
 		Name: name,
 		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: name}),
-		Recorder:    broadcaster.NewRecorder(util.Scheme, corev1.EventSource{Component: "captf-manager"}),
+		Recorder:    broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: "captf-manager"}),
 		kube:        kube,
 		broadcaster: broadcaster,
 	}
@@ -85,7 +81,13 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 	}
 	defer l.Queue.Done(key)
 	if err := l.Sync(ctx, key); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
+		if apierrors.IsConflict(err) {
+			// Someone wrote the object since the cache saw it: the next
+			// sync reads their write. Nothing failed.
+			klog.FromContext(ctx).V(4).Info("Update conflict, syncing again", "object", key)
+		} else {
+			utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
+		}
 		l.Queue.AddRateLimited(key)
 		return true
 	}
@@ -93,35 +95,12 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 	return true
 }
 
-// JobEventHandler maps runner Job events to the object of kind that owns the
-// Job: an added Job fulfils the create expectation, any change syncs it.
-func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInterface[cache.ObjectName], expectations *util.Expectations) cache.ResourceEventHandlerFuncs {
-	handle := func(obj any, added bool) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
+// HasSynced tells whether every informer the workers wait for has synced.
+func (l *Loop) HasSynced() bool {
+	for _, synced := range l.Synced {
+		if !synced() {
+			return false
 		}
-		job, ok := obj.(*batchv1.Job)
-		if !ok {
-			return
-		}
-		owner := metav1.GetControllerOf(job)
-		if owner == nil || owner.Kind != kind || owner.APIVersion != infrav1.SchemeGroupVersion.String() {
-			return
-		}
-		key := cache.ObjectName{Namespace: job.Namespace, Name: owner.Name}
-		if added {
-			expectations.JobObserved(key, job.Name)
-		}
-		logger.V(4).Info("Job changed", "job", klog.KObj(job), "object", key)
-		queue.Add(key)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { handle(obj, true) },
-		UpdateFunc: func(old, cur any) {
-			if old.(*batchv1.Job).ResourceVersion != cur.(*batchv1.Job).ResourceVersion {
-				handle(cur, false)
-			}
-		},
-		DeleteFunc: func(obj any) { handle(obj, false) },
-	}
+	return true
 }

@@ -1,0 +1,143 @@
+// Package capi holds the parts of Cluster API's contract CAPTF reads and
+// writes: names of labels and annotations, the resources of the Cluster API
+// kinds that own CAPTF's objects, and how to read them. CAPTF does not import
+// Cluster API: its objects are unstructured here.
+package capi
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Cluster API's names.
+const (
+	Group               = "cluster.x-k8s.io"
+	Version             = "v1beta2"
+	ClusterNameLabel    = "cluster.x-k8s.io/cluster-name"
+	ControlPlaneLabel   = "cluster.x-k8s.io/control-plane"
+	ManagedByAnnotation = "cluster.x-k8s.io/managed-by"
+	PausedAnnotation    = "cluster.x-k8s.io/paused"
+	// BlockMoveAnnotation holds clusterctl move off an object while a Job
+	// of its may still change its state.
+	BlockMoveAnnotation = "clusterctl.cluster.x-k8s.io/block-move"
+	// MoveLabel marks what clusterctl move copies besides the provider's
+	// own kinds.
+	MoveLabel = "clusterctl.cluster.x-k8s.io/move"
+	// DryRunAnnotation marks the objects the topology controller writes in
+	// dry-run to compute its patches.
+	DryRunAnnotation = "topology.cluster.x-k8s.io/dry-run"
+)
+
+// Kind is a Cluster API kind that owns an infrastructure object, and where
+// its spec keeps what CAPTF reads.
+type Kind struct {
+	Kind     string
+	Resource schema.GroupVersionResource
+	// InfrastructureRefPath is the path of the reference to the
+	// infrastructure object.
+	InfrastructureRefPath []string
+	// BootstrapDataSecretPath is the path of the bootstrap data Secret's
+	// name; nil for a Cluster.
+	BootstrapDataSecretPath []string
+	// ClusterNamePath is the path of the name of the owner's Cluster; nil
+	// for a Cluster.
+	ClusterNamePath []string
+}
+
+// The kinds that own CAPTF's objects.
+var (
+	Cluster = Kind{Kind: "Cluster", Resource: resource("clusters"), InfrastructureRefPath: []string{"spec", "infrastructureRef"}}
+	Machine = Kind{Kind: "Machine", Resource: resource("machines"), InfrastructureRefPath: []string{"spec", "infrastructureRef"},
+		BootstrapDataSecretPath: []string{"spec", "bootstrap", "dataSecretName"}, ClusterNamePath: []string{"spec", "clusterName"}}
+	MachinePool = Kind{Kind: "MachinePool", Resource: resource("machinepools"), InfrastructureRefPath: []string{"spec", "template", "spec", "infrastructureRef"},
+		BootstrapDataSecretPath: []string{"spec", "template", "spec", "bootstrap", "dataSecretName"}, ClusterNamePath: []string{"spec", "clusterName"}}
+)
+
+func resource(name string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: Group, Version: Version, Resource: name}
+}
+
+// InfrastructureRef is the object of kind in group that o's
+// infrastructureRef names, if it names one.
+func (k Kind) InfrastructureRef(o *unstructured.Unstructured, group, kind string) (cache.ObjectName, bool) {
+	ref, _, _ := unstructured.NestedStringMap(o.Object, k.InfrastructureRefPath...)
+	if ref["kind"] != kind || ref["apiGroup"] != group || ref["name"] == "" {
+		return cache.ObjectName{}, false
+	}
+	return cache.ObjectName{Namespace: o.GetNamespace(), Name: ref["name"]}, true
+}
+
+// BootstrapData is the name of o's bootstrap data Secret, "" until the
+// bootstrap provider sets it.
+func (k Kind) BootstrapData(o *unstructured.Unstructured) string {
+	if k.BootstrapDataSecretPath == nil {
+		return ""
+	}
+	name, _, _ := unstructured.NestedString(o.Object, k.BootstrapDataSecretPath...)
+	return name
+}
+
+// ClusterName is the name of o's Cluster as o's spec gives it.
+func (k Kind) ClusterName(o *unstructured.Unstructured) string {
+	if k.ClusterNamePath == nil {
+		return o.GetName()
+	}
+	name, _, _ := unstructured.NestedString(o.Object, k.ClusterNamePath...)
+	return name
+}
+
+// OwnerOf is the owner of obj of this kind, looked up in lister and checked
+// by UID.
+func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *unstructured.Unstructured {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Kind != k.Kind || !strings.HasPrefix(ref.APIVersion, Group+"/") {
+			continue
+		}
+		o, err := lister.ByNamespace(obj.GetNamespace()).Get(ref.Name)
+		if err != nil {
+			continue
+		}
+		if u, ok := o.(*unstructured.Unstructured); ok && u.GetUID() == ref.UID {
+			return u
+		}
+	}
+	return nil
+}
+
+// Paused tells whether reconciliation of obj (of kind) is paused, and why,
+// in Cluster API's wording.
+func Paused(cluster *unstructured.Unstructured, obj metav1.Object, kind string) (string, bool) {
+	var why []string
+	if cluster != nil {
+		if paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused"); paused {
+			why = append(why, "Cluster spec.paused is set to true")
+		}
+	}
+	if _, ok := obj.GetAnnotations()[PausedAnnotation]; ok {
+		why = append(why, fmt.Sprintf("%s has the %s annotation", kind, PausedAnnotation))
+	}
+	return strings.Join(why, ", "), len(why) > 0
+}
+
+// InfrastructureProvisioned tells whether the Cluster's infrastructure is.
+func InfrastructureProvisioned(cluster *unstructured.Unstructured) bool {
+	ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned")
+	return ok
+}
+
+// ControlPlaneInitialized tells whether the Cluster's control plane is.
+func ControlPlaneInitialized(cluster *unstructured.Unstructured) bool {
+	ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
+	return ok
+}
+
+// IsControlPlane tells whether o (a Machine) is a control-plane machine.
+func IsControlPlane(o metav1.Object) bool {
+	_, ok := o.GetLabels()[ControlPlaneLabel]
+	return ok
+}

@@ -1,0 +1,504 @@
+package engine_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+func withFinalizer(k kindCase) func(engine.Object) {
+	return func(o engine.Object) { o.SetFinalizers([]string{k.finalizer}) }
+}
+
+func deleting(o engine.Object) {
+	now := metav1.Now()
+	o.SetDeletionTimestamp(&now)
+}
+
+func newObject(k kindCase, mutate ...func(engine.Object)) engine.Object {
+	o := k.newObject()
+	for _, m := range mutate {
+		m(o)
+	}
+	return o
+}
+
+// paused: the Cluster the object belongs to is paused.
+func paused(k kindCase) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range k.capi {
+		o = o.DeepCopy()
+		if o.GetKind() == "Cluster" {
+			_ = unstructured.SetNestedField(o.Object, true, "spec", "paused")
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestSync: one sync of each kind, as the API and its informers hold it.
+func TestSync(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		obj := names.Object{Kind: k.short, Name: "prod"}
+		objLabels := runner.ObjectLabels(k.kind, "prod", "obj-uid")
+		stateSecret := runner.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, objLabels)
+		stateSecret.Annotations["captf.io/encoding"] = "gzip"
+		durable := runner.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
+		durable.Data = map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}
+		fin := withFinalizer(k)
+
+		tests := map[string]struct {
+			obj        engine.Object
+			capi       []*unstructured.Unstructured
+			objects    []runtime.Object
+			wantWrites []string // prefixes, in order; {res} and {k} name the kind
+			wantReady  string
+			wantEvents []string // prefixes
+			wantNoJob  bool
+			wantArgs   string
+			// wantServiceAcc is the runner pod's ServiceAccount.
+			wantServiceAcc string
+		}{
+			"no owner: waits, writes only its status": {
+				obj:        newObject(k, func(o engine.Object) { o.SetOwnerReferences(nil) }),
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  k.ownerWait,
+				wantNoJob:  true,
+			},
+			"new: finalizer, run inputs, runner access, one Job, status": {
+				obj:  newObject(k),
+				capi: k.capi,
+				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
+					"create rolebindings captf-runner", "create jobs {k}-prod-apply-", "update {res}/status prod"},
+				wantReady: engine.ReasonApplying,
+			},
+			"a runner ServiceAccount without the captf.io/runner label: refused": {
+				obj:        newObject(k, func(o engine.Object) { o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "admin"} }),
+				capi:       k.capi,
+				objects:    []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: "ns"}}},
+				wantWrites: []string{"update {res} prod", "update {res}/status prod"},
+				wantReady:  engine.ReasonRunnerServiceAccountNotAllowed,
+				wantEvents: []string{"Warning RunnerServiceAccountNotAllowed"},
+				wantNoJob:  true,
+			},
+			"a labelled runner ServiceAccount runs the Job": {
+				obj:  newObject(k, func(o engine.Object) { o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud"} }),
+				capi: k.capi,
+				objects: []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns",
+					Labels: map[string]string{infrav1.LabelRunnerServiceAccount: "true"}}}},
+				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
+					"create rolebindings captf-runner", "create jobs {k}-prod-apply-", "update {res}/status prod"},
+				wantReady:      engine.ReasonApplying,
+				wantServiceAcc: "cloud",
+			},
+			"paused Cluster: nothing runs": {
+				obj:        newObject(k, fin),
+				capi:       paused(k),
+				wantWrites: []string{"update {res}/status prod"},
+				wantNoJob:  true,
+			},
+			"deleted while paused: nothing runs, the finalizer stays": {
+				obj:        newObject(k, fin, deleting),
+				capi:       paused(k),
+				objects:    []runtime.Object{stateSecret, durable},
+				wantWrites: []string{"update {res}/status prod"},
+				wantNoJob:  true,
+			},
+			"deleted, abandoned: state kept, no destroy": {
+				obj: newObject(k, fin, deleting, func(o engine.Object) {
+					o.SetAnnotations(map[string]string{infrav1.AnnotationAbandonInfrastructure: "true"})
+				}),
+				capi:       k.capi,
+				objects:    []runtime.Object{stateSecret, durable},
+				wantWrites: []string{"update {res} prod", "update secrets {k}-prod-", "update secrets {k}-prod-"},
+				wantEvents: []string{"Normal Abandoned"},
+				wantNoJob:  true,
+			},
+			"deleted, never applied: the finalizer goes, and the lock": {
+				obj:        newObject(k, fin, deleting),
+				capi:       k.capi,
+				wantWrites: []string{"update {res} prod", "delete leases {k}-prod-lock"},
+				wantNoJob:  true,
+			},
+			"deleted after an apply, its state gone: StateMissing, no destroy, the finalizer stays": {
+				obj:        newObject(k, fin, deleting),
+				capi:       k.capi,
+				objects:    []runtime.Object{durable},
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  engine.ReasonStateMissing,
+				wantEvents: []string{"Warning StateMissing"},
+				wantNoJob:  true,
+			},
+			"applied, its state gone: StateMissing, no apply": {
+				obj:        newObject(k, fin, func(o engine.Object) { o.WorkspaceStatus().AppliedInputsHash = "another" }),
+				capi:       k.capi,
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  engine.ReasonStateMissing,
+				wantEvents: []string{"Warning StateMissing"},
+				wantNoJob:  true,
+			},
+			"deleted, with the finalizer of an earlier release: it serves, and goes": {
+				obj: newObject(k, deleting, func(o engine.Object) {
+					o.SetFinalizers([]string{infrav1.LegacyFinalizers[k.finalizer]})
+				}),
+				capi:       k.capi,
+				wantWrites: []string{"update {res} prod", "delete leases {k}-prod-lock"},
+				wantNoJob:  true,
+			},
+			"deleted after an apply: destroy with the durable inputs": {
+				obj:     newObject(k, fin, deleting),
+				capi:    k.capi,
+				objects: []runtime.Object{stateSecret, durable},
+				// The update is clusterctl's block-move annotation, set before the Job.
+				wantWrites: []string{"update {res} prod", "create serviceaccounts captf-runner", "create rolebindings captf-runner",
+					"create jobs {k}-prod-destroy-", "update {res}/status prod"},
+				wantReady: engine.ReasonDestroying,
+				wantArgs:  "--durable-inputs",
+			},
+		}
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, k, tc.obj, tc.capi, append(slices.Clone(k.kube), tc.objects...)...)
+				f.sync()
+				f.wantPrefixes("writes", f.writes(), tc.wantWrites)
+				f.wantPrefixes("events", f.drainEvents(), tc.wantEvents)
+				if tc.wantReady != "" {
+					if r := f.readyReason(); r != tc.wantReady {
+						t.Errorf("Ready reason = %q, want %q", r, tc.wantReady)
+					}
+				}
+				jobs := f.createdJobs()
+				if tc.wantNoJob && len(jobs) > 0 {
+					t.Errorf("created Job %s", jobs[0].Name)
+				}
+				if tc.wantServiceAcc != "" && (len(jobs) != 1 || jobs[0].Spec.Template.Spec.ServiceAccountName != tc.wantServiceAcc) {
+					t.Errorf("Jobs %v, want one running as %s", jobNames(jobs), tc.wantServiceAcc)
+				}
+				if tc.wantArgs != "" && (len(jobs) != 1 || !slices.Contains(jobs[0].Spec.Template.Spec.Containers[0].Args, tc.wantArgs)) {
+					t.Errorf("Jobs %v, want one with %s", jobNames(jobs), tc.wantArgs)
+				}
+			})
+		}
+	})
+}
+
+// TestApplyOutputs: a successful apply's outputs reach the object; ones the
+// kind cannot read make InvalidOutput, once.
+func TestApplyOutputs(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		if r := f.readyReason(); r != engine.ReasonApplied {
+			t.Fatalf("Ready reason %q after the apply", r)
+		}
+		k.applied(t, f.object())
+		f.wantPrefixes("events", f.drainEvents(), []string{"Normal Applied"})
+		if st := f.object().WorkspaceStatus(); st.Initialization == nil || !*st.Initialization.Provisioned || !st.Ready {
+			t.Errorf("not provisioned: %+v", st)
+		}
+
+		f = newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Outputs: k.badOutputs})
+		f.sync()
+		if r := f.readyReason(); r != engine.ReasonInvalidOutput {
+			t.Fatalf("Ready reason %q with outputs %v", r, k.badOutputs)
+		}
+		f.wantPrefixes("events", f.drainEvents(), []string{"Warning InvalidOutput"})
+		f.observe()
+		f.sync()
+		f.wantPrefixes("writes of a sync that changes nothing", f.writes(), nil)
+		f.wantPrefixes("events of a sync that changes nothing", f.drainEvents(), nil)
+	})
+}
+
+// TestInputErrorOnce: a variable from a missing Secret is a condition and
+// one event; the checks that follow every minute write nothing new.
+func TestInputErrorOnce(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		obj := newObject(k, withFinalizer(k), func(o engine.Object) {
+			o.Workspace().Variables = []infrav1.Variable{{Name: "token", ValueFrom: &infrav1.VariableSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "missing"}, Key: "token"}}}}
+		})
+		f := newFixture(t, k, obj, k.capi, k.kube...)
+		f.sync()
+		if r := f.readyReason(); r != engine.ReasonVariableUnavailable {
+			t.Fatalf("Ready reason %q", r)
+		}
+		f.wantPrefixes("events", f.drainEvents(), []string{"Warning " + engine.ReasonVariableUnavailable})
+		for range 3 {
+			f.observe()
+			f.sync()
+			f.wantPrefixes("writes of a repeated check", f.writes(), nil)
+			f.wantPrefixes("events of a repeated check", f.drainEvents(), nil)
+		}
+	})
+}
+
+// TestWaiting: machines and pools wait for what Cluster API says they wait
+// for, with its reasons.
+func TestWaiting(t *testing.T) {
+	for _, k := range kinds[1:] {
+		t.Run(k.kind, func(t *testing.T) {
+			owner := k.capi[0]
+			withoutData := owner.DeepCopy()
+			unstructured.RemoveNestedField(withoutData.Object, capi.Machine.BootstrapDataSecretPath...)
+			unstructured.RemoveNestedField(withoutData.Object, capi.MachinePool.BootstrapDataSecretPath...)
+			controlPlane := withoutData.DeepCopy()
+			controlPlane.SetLabels(map[string]string{capi.ControlPlaneLabel: ""})
+			cluster := func(provisioned, initialized bool) *unstructured.Unstructured {
+				c := readyCluster("work")
+				c.Object["status"] = map[string]any{"initialization": map[string]any{"infrastructureProvisioned": provisioned, "controlPlaneInitialized": initialized}}
+				return c
+			}
+			tests := map[string]struct {
+				capi []*unstructured.Unstructured
+				want string
+			}{
+				"no Cluster":                       {capi: []*unstructured.Unstructured{owner}, want: engine.ReasonWaitingForClusterInfrastructureReady},
+				"Cluster infrastructure not ready": {capi: []*unstructured.Unstructured{owner, cluster(false, false)}, want: engine.ReasonWaitingForClusterInfrastructureReady},
+				"worker before the control plane":  {capi: []*unstructured.Unstructured{withoutData, cluster(true, false)}, want: engine.ReasonWaitingForControlPlaneInitialized},
+				"worker after the control plane":   {capi: []*unstructured.Unstructured{withoutData, cluster(true, true)}, want: engine.ReasonWaitingForBootstrapData},
+				"control plane without data":       {capi: []*unstructured.Unstructured{controlPlane, cluster(true, false)}, want: engine.ReasonWaitingForBootstrapData},
+				"ready to apply":                   {capi: []*unstructured.Unstructured{owner, cluster(true, false)}, want: engine.ReasonApplying},
+			}
+			for name, tc := range tests {
+				t.Run(name, func(t *testing.T) {
+					f := newFixture(t, k, newObject(k, withFinalizer(k)), tc.capi, k.kube...)
+					f.sync()
+					if r := f.readyReason(); r != tc.want {
+						t.Errorf("Ready reason %q, want %q", r, tc.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestInputs: the captf_* inputs of each kind, with the bootstrap data and
+// the cluster's exports.
+func TestInputs(t *testing.T) {
+	want := map[string][]string{
+		"TerraformCluster": {`"captf_cluster_name": "owner"`, `"captf_kind": "TerraformCluster"`, `"captf_name": "prod"`, `"captf_namespace": "ns"`},
+		"TerraformMachine": {`"captf_bootstrap_data": "#cloud-config"`, `"captf_bootstrap_format": "cloud-config"`, `"captf_control_plane": false`,
+			`"captf_machine_name": "owner"`, `"captf_cluster_name": "work"`, `"vpc_id": "vpc-1"`},
+		"TerraformMachinePool": {`"captf_bootstrap_data": "#cloud-config"`, `"captf_replicas": 2`, `"captf_machine_pool_name": "owner"`, `"vpc_id": "vpc-1"`},
+	}
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		// The Cluster's TerraformCluster, whose outputs machines and pools get.
+		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work-infra", Namespace: "ns"},
+			Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Outputs: map[string]runtime.RawExtension{"vpc_id": {Raw: []byte(`"vpc-1"`)}}}}}
+		if err := f.capi["clusters"].Update(withInfrastructure(f.k, "work-infra")); err != nil {
+			t.Fatal(err)
+		}
+		f.addTerraformCluster(tc)
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 {
+			t.Fatalf("Jobs %v", jobNames(jobs))
+		}
+		sec, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), names.Object{Kind: k.short, Name: "prod"}.RunInputs(jobs[0].Name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vars := string(sec.Data["terraform.tfvars.json"])
+		for _, w := range want[k.kind] {
+			if !strings.Contains(vars, w) {
+				t.Errorf("inputs lack %s:\n%s", w, vars)
+			}
+		}
+	})
+}
+
+// withInfrastructure is the kind's Cluster, with a TerraformCluster named
+// name as its infrastructure.
+func withInfrastructure(k kindCase, name string) *unstructured.Unstructured {
+	var c *unstructured.Unstructured
+	for _, o := range k.capi {
+		if o.GetKind() == "Cluster" {
+			c = o.DeepCopy()
+		}
+	}
+	_ = unstructured.SetNestedStringMap(c.Object, map[string]string{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": name}, "spec", "infrastructureRef")
+	return c
+}
+
+// TestNoSecondJobOnALaggingCache: until the informer shows the Job it
+// created, the controller creates nothing, however often it syncs.
+func TestNoSecondJobOnALaggingCache(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k), k.capi, k.kube...)
+		for range 3 {
+			f.sync()
+		}
+		if jobs := f.createdJobs(); len(jobs) != 1 {
+			t.Fatalf("%d Job creates over 3 syncs, want 1", len(jobs))
+		}
+		// Once the informer shows it, the controller waits for it: still one.
+		job := f.jobs.created[0].DeepCopy()
+		engine.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(job, false)
+		if err := f.c.EngineForTest().JobIndex.Add(job); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 {
+			t.Fatalf("%d Job creates, want 1", len(jobs))
+		}
+	})
+}
+
+// TestHandlers: resyncs and spec or metadata changes sync; the controller's
+// own status writes do not; a delete syncs and forgets the object.
+func TestHandlers(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		base := newObject(k)
+		base.SetResourceVersion("1")
+		variant := func(mutate func(engine.Object)) engine.Object {
+			o := base.DeepCopyObject().(engine.Object)
+			o.SetResourceVersion("2")
+			mutate(o)
+			return o
+		}
+		tests := map[string]struct {
+			cur  engine.Object
+			want int
+		}{
+			"resync":             {cur: base, want: 1},
+			"own status write":   {cur: variant(func(o engine.Object) { o.WorkspaceStatus().Ready = true }), want: 0},
+			"spec change":        {cur: variant(func(o engine.Object) { o.SetGeneration(2) }), want: 1},
+			"annotation changed": {cur: variant(func(o engine.Object) { o.SetAnnotations(map[string]string{"a": "b"}) }), want: 1},
+		}
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, k, newObject(k), k.capi)
+				f.c.UpdateObjectForTest(base, tc.cur)
+				if got := f.c.QueueForTest().Len(); got != tc.want {
+					t.Errorf("queued %d, want %d", got, tc.want)
+				}
+			})
+		}
+		t.Run("delete", func(t *testing.T) {
+			f := newFixture(t, k, newObject(k), k.capi)
+			f.c.WrittenForTest().Wrote(key, "10")
+			f.c.ExpectationsForTest().ExpectJob(key, "job")
+			f.c.DeleteObjectForTest(base)
+			if f.c.QueueForTest().Len() != 1 || f.c.WrittenForTest().Behind(key, "5") || !f.c.ExpectationsForTest().Satisfied(key) {
+				t.Errorf("after the delete: queued %d, still waits for a write or a Job", f.c.QueueForTest().Len())
+			}
+		})
+	})
+}
+
+// TestDriftNeverHoldsUpAnApply: a drift check is due after the interval
+// and plans with the durable inputs; a spec change while it runs stops it
+// and the apply follows.
+func TestDriftNeverHoldsUpAnApply(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), func(o engine.Object) {
+			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+		}), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		if r := f.readyReason(); r != engine.ReasonApplied {
+			t.Fatalf("Ready reason %q", r)
+		}
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 0 {
+			t.Fatalf("a drift check before its time: %v", jobNames(jobs))
+		}
+		later := time.Now().Add(2 * time.Minute) // past the interval and its jitter
+		f.c.EngineForTest().Now = func() time.Time { return later }
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") {
+			t.Fatalf("due: created %v, want a drift check", jobNames(jobs))
+		}
+		drift := jobs[0]
+		if !slices.Contains(drift.Spec.Template.Spec.Containers[0].Args, "--durable-inputs") {
+			t.Errorf("the drift check does not plan with the durable inputs: %v", drift.Spec.Template.Spec.Containers[0].Args)
+		}
+		f.observe(drift)
+
+		// The spec changes while the check runs: the check is stopped.
+		f.change(func(o engine.Object) {
+			o.Workspace().Module.Inline += "\n# changed"
+			o.SetGeneration(o.GetGeneration() + 1)
+		})
+		f.sync()
+		if !slices.Equal(f.jobs.deleted, []string{drift.Name}) || len(f.createdJobs()) != 0 {
+			t.Fatalf("with a check running and the spec changed: deleted %v, created %v; want the check deleted and no Job yet", f.jobs.deleted, jobNames(f.createdJobs()))
+		}
+		if err := f.c.EngineForTest().JobIndex.Delete(drift); err != nil {
+			t.Fatal(err)
+		}
+		f.observe()
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-apply-") {
+			t.Fatalf("after the check went: created %v, want the apply", jobNames(jobs))
+		}
+	})
+}
+
+// TestRemediation: a drifted object whose policy remediates applies again;
+// a TerraformCluster's apply goes through its gate, a machine's never.
+func TestRemediation(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), func(o engine.Object) {
+			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Hour}, Remediation: infrav1.DriftRemediationApply}
+		}), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+
+		// A drift check after the apply found a replacement.
+		f.change(func(o engine.Object) {
+			st := o.WorkspaceStatus()
+			checked := metav1.NewTime(time.Now().Add(time.Minute)) // after the apply Job
+			st.LastDriftCheckTime = &checked
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: infrav1.ConditionDrifted, Status: metav1.ConditionTrue, Reason: engine.ReasonDriftDetected})
+		})
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || !strings.HasSuffix(jobs[0].Name, "-1") {
+			t.Fatalf("remediation created %v, want attempt 1 of the apply", jobNames(jobs))
+		}
+		gated := slices.Contains(jobs[0].Spec.Template.Spec.Containers[0].Args, "--gate=Destructive")
+		if want := k.kind == "TerraformCluster"; gated != want {
+			t.Errorf("remediation gated: %v, want %v (%v)", gated, want, jobs[0].Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+}
+
+// addTerraformCluster puts a TerraformCluster into the informer machines
+// and pools read it from.
+func (f *fixture) addTerraformCluster(tc *infrav1.TerraformCluster) {
+	f.t.Helper()
+	inf, err := f.informers().ForResource(infrav1.SchemeGroupVersion.WithResource("terraformclusters"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := inf.Informer().GetIndexer().Add(tc); err != nil {
+		f.t.Fatal(err)
+	}
+}

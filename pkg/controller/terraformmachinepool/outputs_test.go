@@ -1,0 +1,38 @@
+package terraformmachinepool
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/captf/captf/pkg/runner"
+)
+
+func TestReadProviderIDs(t *testing.T) {
+	tests := map[string]struct {
+		outputs map[string]runner.Output
+		want    []string
+		wantErr string
+	}{
+		"a list":          {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`["p://1","p://2"]`)}}, want: []string{"p://1", "p://2"}},
+		"an empty list":   {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`[]`)}}, want: []string{}},
+		"no output":       {outputs: map[string]runner.Output{}, wantErr: "has no provider_ids output"},
+		"not a list":      {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`"p://1"`)}}, wantErr: "want a list of strings"},
+		"an empty string": {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`["p://1",""]`)}}, wantErr: "an empty provider ID"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ids, err := readProviderIDs(tc.outputs)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(ids, tc.want) {
+				t.Errorf("ids = %v (%v), want %v", ids, err, tc.want)
+			}
+		})
+	}
+}

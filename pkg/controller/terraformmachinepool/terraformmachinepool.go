@@ -1,0 +1,97 @@
+// Package terraformmachinepool reconciles TerraformMachinePools: Cluster
+// API's infrastructure machine pools. What every kind shares is the engine's;
+// this package adds the pool's inputs and reads the instances' provider IDs
+// and the replica count Cluster API copies.
+package terraformmachinepool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/controller/engine"
+	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// ControllerName names the controller in logs, events and metrics.
+const ControllerName = "terraformmachinepool"
+
+// ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
+const ReasonWaitingForOwner = "WaitingForMachinePoolOwner"
+
+// OutputProviderIDs is the output with the provider IDs of the instances.
+const OutputProviderIDs = "provider_ids"
+
+// Kind is what TerraformMachinePools add to the engine's controller.
+var Kind = engine.Kind[*infrav1.TerraformMachinePool]{
+	Name:         ControllerName,
+	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachinePool"),
+	Finalizer:    infrav1.TerraformMachinePoolFinalizer,
+	Owner:        capi.MachinePool,
+	OwnerMissing: engine.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference"},
+	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformMachinePool] {
+		return c.InfrastructureV1alpha1().TerraformMachinePools(ns)
+	},
+	Status:  func(p *infrav1.TerraformMachinePool) any { return &p.Status },
+	Inputs:  inputs,
+	Outputs: readOutputs,
+}
+
+// NewController makes the TerraformMachinePool controller.
+func NewController(ctx context.Context, cc controller.Context, config engine.Config) (*engine.Controller[*infrav1.TerraformMachinePool], error) {
+	return engine.NewController(ctx, cc, config, Kind, cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformMachinePools().Informer())
+}
+
+// inputs are the pool's inputs (docs/inputs.md) from its MachinePool.
+func inputs(mp *unstructured.Unstructured, inputs map[string]any) {
+	replicas, found, _ := unstructured.NestedInt64(mp.Object, "spec", "replicas")
+	if !found {
+		replicas = 1 // Cluster API's default
+	}
+	version, _, _ := unstructured.NestedString(mp.Object, "spec", "template", "spec", "version")
+	domains, _, _ := unstructured.NestedStringSlice(mp.Object, "spec", "failureDomains")
+	inputs["captf_machine_pool_name"] = mp.GetName()
+	inputs["captf_replicas"] = replicas
+	inputs["captf_kubernetes_version"] = version
+	inputs["captf_failure_domains"] = append([]string{}, domains...)
+}
+
+// readOutputs takes the provider IDs into the spec and their count into the
+// status.
+func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]runner.Output) (bool, error) {
+	ids, err := readProviderIDs(outputs)
+	if err != nil {
+		return false, err
+	}
+	pool.Status.Replicas = int32(len(ids))
+	if slices.Equal(pool.Spec.ProviderIDList, ids) {
+		return false, nil
+	}
+	pool.Spec.ProviderIDList = ids
+	return true, nil
+}
+
+// readProviderIDs reads provider_ids: a list of non-empty strings.
+func readProviderIDs(outputs map[string]runner.Output) ([]string, error) {
+	o, ok := outputs[OutputProviderIDs]
+	if !ok {
+		return nil, fmt.Errorf("the module has no %s output: a pool module must output the provider IDs of its instances", OutputProviderIDs)
+	}
+	var ids []string
+	if err := json.Unmarshal(o.Value, &ids); err != nil {
+		return nil, fmt.Errorf("output %s = %s: want a list of strings", OutputProviderIDs, o.Value)
+	}
+	for _, id := range ids {
+		if id == "" {
+			return nil, fmt.Errorf("output %s has an empty provider ID", OutputProviderIDs)
+		}
+	}
+	return ids, nil
+}
