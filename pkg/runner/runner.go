@@ -107,7 +107,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	r.mu.Lock()
 	if r.lockLost != nil {
 		err = errors.Join(r.lockLost, err)
-		res.Stage = "lock"
+		res.Stage = StageLock
 	}
 	r.mu.Unlock()
 	res.Reason = failureReason(err)
@@ -127,47 +127,102 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 }
 
 func (r *Runner) run(ctx context.Context, res *Result) error {
-	logger := klog.FromContext(ctx)
 	labels := ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID)
+	res.Stage = StageWorkspace
+	inputs, tf, err := r.workspace(ctx)
+	if err != nil {
+		return err
+	}
+	res.Stage = StageLock
+	unlock, err := r.lock(ctx, labels, res)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	res.Stage = StageState
+	store, env, closeState, err := r.openState(ctx, labels, res)
+	if err != nil {
+		return err
+	}
+	defer closeState()
+	res.Stage = StageInit
+	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "init", "-input=false", "-no-color"); err != nil {
+		return err
+	}
+	res.Stage = StagePlan
+	if res.Plan, err = r.plan(ctx, tf, env); err != nil {
+		return err
+	}
+	if r.Config.Operation == infrav1.OperationDrift {
+		return nil
+	}
+	if r.Config.Operation == infrav1.OperationApply {
+		if needed := res.Plan.Approval(r.Config.Gate, r.Config.ApprovedPlan, r.Config.ApprovedDestructivePlan); needed != "" {
+			klog.FromContext(ctx).Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
+			res.Outcome, res.Stage = OutcomeBlocked, StageGate
+			return nil
+		}
+	}
+	res.Stage = string(r.Config.Operation)
+	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {
+		return errors.Join(err, r.rescue(ctx, store, r.Config.WorkDir, res))
+	}
+	if err := store.MarkApplied(ctx); err != nil {
+		return fmt.Errorf("marking the state applied: %w", err)
+	}
+	res.Stage = StageOutputs
+	if res.Outputs, err = r.outputs(ctx, tf, env); err != nil {
+		return err
+	}
+	if r.Config.Operation == infrav1.OperationApply {
+		// Destroy must work with these inputs after the spec, or a Secret it
+		// read from, has changed.
+		res.Stage = StageDurableInputs
+		if err := r.saveDurableInputs(ctx, inputs, labels); err != nil {
+			return err
+		}
+	}
+	res.Stage = ""
+	return nil
+}
 
+// workspace reads the run's inputs, finds terraform and prepares the
+// working directory. It returns the inputs Secret's data.
+func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, error) {
 	inputsName := r.obj.RunInputs(r.Config.Job)
 	if r.Config.UseDurableInputs {
 		inputsName = r.obj.DurableInputs()
 	}
-	res.Stage = "workspace"
 	inputs, err := r.Client.CoreV1().Secrets(r.Config.Namespace).Get(ctx, inputsName, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
+		return nil, "", fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
 	}
 	var module Module
 	if err := json.Unmarshal(inputs.Data[KeyModule], &module); err != nil {
-		return fmt.Errorf("inputs secret %s: %s: %w", inputsName, KeyModule, err)
+		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, KeyModule, err)
 	}
 	tf, err := r.terraform()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	dir := r.Config.WorkDir
-	if err := r.prepare(ctx, tf, dir, module, inputs.Data[KeyVariables]); err != nil {
-		return err
+	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, inputs.Data[KeyVariables]); err != nil {
+		return nil, "", err
 	}
+	return inputs.Data, tf, nil
+}
 
-	res.Stage = "lock"
+// lock takes the object's state lock and keeps it renewed; losing it stops
+// terraform. The returned func releases it.
+func (r *Runner) lock(ctx context.Context, labels map[string]string, res *Result) (func(), error) {
+	logger := klog.FromContext(ctx)
 	lock := &Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
 		Labels: labels, Duration: r.Config.LockDuration}
-	defer func() {
-		res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
-	}()
-	if err := lock.Acquire(ctx, r.Config.LockTimeout); err != nil {
-		return err
+	err := lock.Acquire(ctx, r.Config.LockTimeout)
+	res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
+	if err != nil {
+		return nil, err
 	}
 	renewCtx, stopRenew := context.WithCancel(ctx)
-	defer func() {
-		stopRenew()
-		if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
-			logger.Error(err, "Releasing the state lock")
-		}
-	}()
 	go lock.KeepRenewed(renewCtx, func(err error) {
 		// Another run may hold the lock now: stop terraform. The state
 		// is fenced as well: no write of this run reaches it.
@@ -179,8 +234,18 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 		}
 		r.mu.Unlock()
 	})
+	return func() {
+		stopRenew()
+		if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
+			logger.Error(err, "Releasing the state lock")
+		}
+	}, nil
+}
 
-	res.Stage = "state"
+// openState claims the state (a drift check only reads it) and serves it to
+// terraform's http backend. It returns terraform's environment, and a func
+// that stops the backend and reports what it wrote.
+func (r *Runner) openState(ctx context.Context, labels map[string]string, res *Result) (*StateStore, []string, func(), error) {
 	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
 		MaxBytes: r.Config.MaxStateBytes}
 	claim := store.Claim
@@ -188,24 +253,23 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 		claim = store.CheckReadOnly // a plan only: no write, not even a claim
 	}
 	if err := claim(ctx, string(r.Config.PodUID), r.Config.ExpectState); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	backend := &Backend{Store: store}
 	if err := backend.Start(ctx); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer func() {
-		backend.Stop()
-		res.StateBytes, res.BackupsMade = backend.LastStateBytes, store.BackupsMade
-	}()
 	env := append(os.Environ(), backend.Env()...)
 	env = append(env, "TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1")
+	return store, env, func() {
+		backend.Stop()
+		res.StateBytes, res.BackupsMade = backend.LastStateBytes, store.BackupsMade
+	}, nil
+}
 
-	res.Stage = "init"
-	if _, err := r.exec(ctx, tf, dir, env, "init", "-input=false", "-no-color"); err != nil {
-		return err
-	}
-	res.Stage = "plan"
+// plan plans the operation into captf.tfplan and summarizes it.
+func (r *Runner) plan(ctx context.Context, tf string, env []string) (*Plan, error) {
+	dir := r.Config.WorkDir
 	planArgs := []string{"plan", "-input=false", "-no-color", "-lock=false", "-out=captf.tfplan"}
 	switch r.Config.Operation {
 	case infrav1.OperationDestroy:
@@ -214,65 +278,44 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 		planArgs = append(planArgs, "-refresh-only")
 	}
 	if _, err := r.exec(ctx, tf, dir, env, planArgs...); err != nil {
-		return err
+		return nil, err
 	}
 	shown, err := r.exec(ctx, tf, dir, env, "show", "-json", "captf.tfplan")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var plan tfjson.Plan
-	if err := json.Unmarshal(shown, &plan); err != nil {
-		return fmt.Errorf("reading the plan: %w", err)
+	var tfplan tfjson.Plan
+	if err := json.Unmarshal(shown, &tfplan); err != nil {
+		return nil, fmt.Errorf("reading the plan: %w", err)
 	}
-	if res.Plan, err = SummarizePlan(&plan); err != nil {
-		return err
-	}
-	logger.Info("Planned", "hash", res.Plan.Hash, "add", res.Plan.Summary.Add, "change", res.Plan.Summary.Change,
-		"destroy", res.Plan.Summary.Destroy, "replace", res.Plan.Summary.Replace, "forget", res.Plan.Summary.Forget, "import", res.Plan.Summary.Import)
-	if r.Config.Operation == infrav1.OperationDrift {
-		return nil
-	}
-	if r.Config.Operation == infrav1.OperationApply {
-		if needed := res.Plan.Approval(r.Config.Gate, r.Config.ApprovedPlan, r.Config.ApprovedDestructivePlan); needed != "" {
-			logger.Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
-			res.Outcome, res.Stage = OutcomeBlocked, "gate"
-			return nil
-		}
-	}
-	res.Stage = string(r.Config.Operation)
-	if _, err := r.exec(ctx, tf, dir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {
-		return errors.Join(err, r.rescue(ctx, store, dir, res))
-	}
-	if err := store.MarkApplied(ctx); err != nil {
-		return fmt.Errorf("marking the state applied: %w", err)
-	}
-	res.Stage = "outputs"
-	out, err := r.exec(ctx, tf, dir, env, "output", "-json", "-no-color")
+	plan, err := SummarizePlan(&tfplan)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Planned", "hash", plan.Hash, "add", plan.Summary.Add, "change", plan.Summary.Change,
+		"destroy", plan.Summary.Destroy, "replace", plan.Summary.Replace, "forget", plan.Summary.Forget, "import", plan.Summary.Import)
+	return plan, nil
+}
+
+// outputs reads the module's outputs after an apply.
+func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[string]Output, error) {
+	out, err := r.exec(ctx, tf, r.Config.WorkDir, env, "output", "-json", "-no-color")
+	if err != nil {
+		return nil, err
 	}
 	var outputs map[string]*tfjson.StateOutput
 	if err := json.Unmarshal(out, &outputs); err != nil {
-		return fmt.Errorf("reading outputs: %w", err)
+		return nil, fmt.Errorf("reading outputs: %w", err)
 	}
-	res.Outputs = map[string]Output{}
+	result := map[string]Output{}
 	for k, o := range outputs {
 		v, err := json.Marshal(o.Value)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		res.Outputs[k] = Output{Sensitive: o.Sensitive, Value: v}
+		result[k] = Output{Sensitive: o.Sensitive, Value: v}
 	}
-	if r.Config.Operation == infrav1.OperationApply {
-		// Destroy must work with these inputs after the spec, or a Secret it
-		// read from, has changed.
-		res.Stage = "durable-inputs"
-		if err := r.saveDurableInputs(ctx, inputs.Data, labels); err != nil {
-			return err
-		}
-	}
-	res.Stage = ""
-	return nil
+	return result, nil
 }
 
 // prepare writes the root module, the backend override and the inputs.

@@ -34,13 +34,27 @@ const (
 	OutcomeBlocked = "Blocked"
 )
 
+// The stages of a run, in order; a Result names the one that failed.
+// Applying, the stage is the operation's name (apply, destroy, refresh).
+const (
+	StageWorkspace     = "workspace"      // read the inputs, write the module
+	StageLock          = "lock"           // take the state lock (or lose it later)
+	StageState         = "state"          // claim the state, start the http backend
+	StageInit          = "init"           // terraform init
+	StagePlan          = "plan"           // terraform plan and show
+	StageGate          = "gate"           // the plan waits for an approval (not a failure)
+	StageOutputs       = "outputs"        // terraform output
+	StageDurableInputs = "durable-inputs" // keep the inputs a destroy will use
+)
+
 // Result is what a runner reports to the manager.
 type Result struct {
 	Operation infrav1.Operation `json:"operation"`
 	Outcome   string            `json:"outcome"`
 	// Error is an excerpt of what failed (terraform's own message).
 	Error string `json:"error,omitempty"`
-	// Stage is the step that failed: workspace, lock, init, plan, apply, outputs.
+	// Stage is the step that failed (Stage*, or the operation's name while
+	// it applies), or "gate" when the plan waits for an approval.
 	Stage string `json:"stage,omitempty"`
 	Plan  *Plan  `json:"plan,omitempty"`
 	// Outputs of the module after the run, sensitive ones included: the

@@ -260,14 +260,26 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	// binds each volume at its mountPath, then execs the command.
 	var script strings.Builder
 	script.WriteString("set -e\n")
+	// created are the mount targets this pod uses that the executor made
+	// (for it or for another pod still running): a target goes when its last
+	// user finishes, never under a running pod.
 	var created []string
+	var launched bool
+	defer func() {
+		if !launched {
+			e.release(created)
+		}
+	}()
 	target := func(path string, file bool) {
-		// Remember every level mkdir -p makes, deepest first, to remove them
-		// when no pod uses them any more.
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		for p := path; p != "/"; p = filepath.Dir(p) {
-			if _, err := os.Lstat(p); err == nil {
-				break
+			if e.mounts[p] == 0 {
+				if _, err := os.Lstat(p); err == nil {
+					break // not the executor's
+				}
 			}
+			e.mounts[p]++
 			created = append(created, p)
 		}
 		if file {
@@ -319,16 +331,11 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
-	e.mu.Lock()
-	for _, p := range created {
-		e.mounts[p]++
-	}
-	e.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		e.release(created)
 		return e.finish(ctx, pod, nil, 128, "StartError", err.Error())
 	}
+	launched = true
 	proc := &podProcess{key: cache.MetaObjectToName(pod), cmd: cmd, done: make(chan struct{}), created: created}
 	e.mu.Lock()
 	e.running[pod.UID] = proc

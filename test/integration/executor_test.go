@@ -162,6 +162,43 @@ echo -n done > /dev/termination-log`
 	}
 }
 
+// TestExecutorSharedWorkingDir: two pods with the same working directory,
+// one the executor made for the first: the first finishing leaves it to the
+// second, still running (it once removed it: "chdir: no such file").
+func TestExecutorSharedWorkingDir(t *testing.T) {
+	startExecutor(t)
+	ctx := context.Background()
+	ns := newJobNamespace(t)
+	dir := fmt.Sprintf("/tmp/captf-shared-%d/workspace", time.Now().UnixNano())
+	withDir := func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].WorkingDir = dir }
+	// The second starts once the first runs, and outlives it.
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, shellJob("first", "sleep 3", withDir), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := plane.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=first"})
+		return err == nil && len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("the first pod never ran: %v", err)
+	}
+	script := fmt.Sprintf("sleep 5; cd %s && echo still-here > file && cat file", dir)
+	if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, shellJob("second", script, withDir), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ns, "first", batchv1.JobComplete, time.Minute)
+	var second *batchv1.Job
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		second, err = plane.Kube.BatchV1().Jobs(ns).Get(ctx, "second", metav1.GetOptions{})
+		return err == nil && (second.Status.Succeeded > 0 || second.Status.Failed > 0), nil
+	}); err != nil {
+		t.Fatalf("the second Job never finished: %v", err)
+	}
+	if second.Status.Succeeded == 0 {
+		t.Fatalf("the second pod lost its working directory when the first finished: %+v", jobPod(t, ns, "second").Status.ContainerStatuses)
+	}
+}
+
 func TestExecutorJobFails(t *testing.T) {
 	startExecutor(t)
 	ctx := context.Background()

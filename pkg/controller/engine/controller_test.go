@@ -1,7 +1,9 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -502,3 +504,125 @@ func (f *fixture) addTerraformCluster(tc *infrav1.TerraformCluster) {
 		f.t.Fatal(err)
 	}
 }
+
+// TestDocumentedReasons: what the troubleshooting guide says a user sees,
+// for each kind.
+func TestDocumentedReasons(t *testing.T) {
+	applied := func(f *fixture) {
+		f.sync()
+		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: f.k.outputs})
+		f.sync()
+		f.observe()
+	}
+	// later makes the engine's clock d ahead.
+	later := func(f *fixture, d time.Duration) {
+		t := time.Now().Add(d)
+		f.c.EngineForTest().Now = func() time.Time { return t }
+	}
+	tests := map[string]struct {
+		mutate    func(engine.Object)
+		run       func(f *fixture)
+		condition string // Ready unless set
+		want      string
+		// wantEvent is the reason of the one warning event.
+		wantEvent string
+		wantNoJob bool
+	}{
+		"a module ConfigMap that does not exist": {
+			mutate: func(o engine.Object) {
+				o.Workspace().Module = infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "missing"}}
+			},
+			run:  func(f *fixture) { f.sync() },
+			want: engine.ReasonModuleUnavailable, wantEvent: engine.ReasonModuleUnavailable, wantNoJob: true,
+		},
+		"inputs larger than a Secret holds": {
+			mutate: func(o engine.Object) {
+				big, _ := json.Marshal(strings.Repeat("x", engine.MaxInputBytes))
+				o.Workspace().Variables = []infrav1.Variable{{Name: "big", Value: &runtime.RawExtension{Raw: big}}}
+			},
+			run:  func(f *fixture) { f.sync() },
+			want: engine.ReasonInputsTooLarge, wantEvent: engine.ReasonInputsTooLarge, wantNoJob: true,
+		},
+		"drift checks disabled: none, however late": {
+			mutate: func(o engine.Object) {
+				o.Workspace().Drift = &infrav1.DriftPolicy{Enabled: ptrTo(false), Interval: &metav1.Duration{Duration: time.Minute}}
+			},
+			run: func(f *fixture) {
+				applied(f)
+				later(f, time.Hour)
+				f.sync()
+			},
+			want: engine.ReasonApplied, wantNoJob: true,
+		},
+		"a drift check that fails": {
+			mutate: func(o engine.Object) {
+				o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+			},
+			run: func(f *fixture) {
+				applied(f)
+				later(f, 2*time.Minute)
+				f.sync()
+				f.failJob(runner.Result{Operation: infrav1.OperationDrift, Stage: runner.StagePlan, Error: "provider unreachable"})
+				f.sync()
+			},
+			condition: infrav1.ConditionDrifted, want: engine.ReasonDriftCheckFailed, wantEvent: engine.ReasonDriftCheckFailed,
+		},
+		"a destroy that fails: reported, retried after a backoff": {
+			run: func(f *fixture) {
+				applied(f)
+				f.change(deleting)
+				f.sync()
+				f.failJob(runner.Result{Operation: infrav1.OperationDestroy, Stage: string(infrav1.OperationDestroy), Error: "instance is protected"})
+				f.sync()
+			},
+			want: engine.ReasonDestroyFailed, wantNoJob: true,
+		},
+		"a restore asked while a Job runs waits for it": {
+			run: func(f *fixture) {
+				f.sync() // the first apply's Job runs
+				f.observe(f.jobs.created...)
+				f.annotate(infrav1.AnnotationRestoreState, "some-backup")
+				f.sync()
+			},
+			condition: infrav1.ConditionStateRestored, want: engine.ReasonRestoreWaiting, wantNoJob: true,
+		},
+		"a restore of a backup that is not there": {
+			run: func(f *fixture) {
+				applied(f)
+				f.annotate(infrav1.AnnotationRestoreState, "no-such-backup")
+				f.sync()
+			},
+			condition: infrav1.ConditionStateRestored, want: engine.ReasonBackupNotFound, wantEvent: engine.ReasonBackupNotFound,
+		},
+	}
+	forKinds(t, func(t *testing.T, k kindCase) {
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				mutate := []func(engine.Object){withFinalizer(k)}
+				if tc.mutate != nil {
+					mutate = append(mutate, tc.mutate)
+				}
+				f := newFixture(t, k, newObject(k, mutate...), k.capi, k.kube...)
+				tc.run(f)
+				condition := cmp.Or(tc.condition, infrav1.ConditionReady)
+				if c := f.condition(condition); c == nil || c.Reason != tc.want {
+					t.Fatalf("%s = %+v, want reason %s", condition, c, tc.want)
+				}
+				var warnings []string
+				for _, e := range f.drainEvents() {
+					if strings.HasPrefix(e, "Warning ") {
+						warnings = append(warnings, e)
+					}
+				}
+				if tc.wantEvent != "" {
+					f.wantPrefixes("warnings", warnings, []string{"Warning " + tc.wantEvent + " "})
+				}
+				if tc.wantNoJob && len(f.createdJobs()) > 0 {
+					t.Errorf("created %v", jobNames(f.createdJobs()))
+				}
+			})
+		}
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }

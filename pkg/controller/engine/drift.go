@@ -149,8 +149,8 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []s
 	return nil
 }
 
-// refreshed returns the result of a refresh Job not yet in the status.
-func (e *Engine) refreshed(ctx context.Context, r *Sync) (*runner.Result, *batchv1.Job, error) {
+// refreshResult returns the result of a refresh Job not yet in the status.
+func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*runner.Result, *batchv1.Job, error) {
 	st := r.Obj.WorkspaceStatus()
 	job := latestOp(r.Jobs, infrav1.OperationRefresh)
 	if job == nil {
@@ -165,7 +165,7 @@ func (e *Engine) refreshed(ctx context.Context, r *Sync) (*runner.Result, *batch
 		e.RecordJob(r, job, runner.OutcomeFailed)
 		t := metav1.NewTime(finishTime(job))
 		st.LastRefreshTime = &t
-		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, "RefreshFailed", JobFailureMessage(job))
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, JobFailureMessage(job))
 		return nil, nil, nil
 	}
 	res, err := e.readResult(ctx, r, job)
@@ -175,9 +175,9 @@ func (e *Engine) refreshed(ctx context.Context, r *Sync) (*runner.Result, *batch
 	return res, job, nil
 }
 
-// converged clears Drifted after an apply: the infrastructure is what the
+// clearDrifted clears Drifted after an apply: the infrastructure is what the
 // module says again.
-func (e *Engine) converged(obj Object) {
+func (e *Engine) clearDrifted(obj Object) {
 	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionDrifted)
 	if c == nil || c.Status == metav1.ConditionFalse {
 		return

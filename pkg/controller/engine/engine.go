@@ -49,6 +49,15 @@ const (
 	ReasonAbandoning           = "Abandoning"
 )
 
+// Event reasons, besides the Ready reasons above.
+const (
+	ReasonPlanApproved  = "PlanApproved"
+	ReasonAbandoned     = "Abandoned"
+	ReasonDestroyed     = "Destroyed"
+	ReasonRefreshFailed = "RefreshFailed"
+	ReasonStateMoved    = "StateMoved"
+)
+
 // Object is a Terraform* object the engine runs Terraform for.
 type Object interface {
 	metav1.Object
@@ -142,102 +151,121 @@ func (e *Engine) Names(obj metav1.Object) names.Object {
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
 func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result, *batchv1.Job, error) {
-	st := r.Obj.WorkspaceStatus()
 	if active := activeJob(r.Jobs); active != nil {
-		if active.Labels[names.LabelOperation] == string(infrav1.OperationDrift) && st.AppliedInputsHash != in.Hash {
-			// A drift check never holds up an apply: stop it.
-			if err := e.Jobs.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
-				return nil, nil, err
-			}
-			klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
-			return nil, nil, nil
-		}
-		e.RecordJob(r, active, "Running")
-		if active.Labels[names.LabelOperation] == string(infrav1.OperationApply) {
-			e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
-		}
-		return nil, nil, nil
+		return nil, nil, e.whileRunning(ctx, r, active, in.Hash)
 	}
 	if err := e.cleanupHistory(ctx, r); err != nil {
 		klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
 	}
+	st := r.Obj.WorkspaceStatus()
 	latest := latestJob(r.Jobs, infrav1.OperationApply, in.Hash)
 	// The state changed under the last apply (a restore, or drift to
 	// remediate): plan and apply again.
-	after := r.ReapplyAfter
-	if lr := st.LastRestore; lr != nil && lr.Time.After(after) {
-		after = lr.Time.Time
-	}
-	if latest != nil && latest.CreationTimestamp.Before(&metav1.Time{Time: after}) {
+	changed := e.stateChangedAfter(r)
+	if latest != nil && latest.CreationTimestamp.Time.Before(changed) {
 		if _, succeeded := JobFinished(latest); succeeded {
 			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
 		}
 	}
 	if st.AppliedInputsHash == in.Hash {
 		// A refresh of the applied inputs: the caller reads its outputs.
-		if res, job, err := e.refreshed(ctx, r); err != nil || res != nil {
+		if res, job, err := e.refreshResult(ctx, r); err != nil || res != nil {
 			return res, job, err
 		}
 	}
-	if latest == nil && st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(after) {
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
-	}
 	if latest == nil {
-		if st.AppliedInputsHash == in.Hash {
-			// Applied, and its Jobs are gone from history (or the status
-			// came back with a restore).
-			e.upToDate(r)
-			return nil, nil, e.CheckDrift(ctx, r, in.Hash)
+		if st.AppliedInputsHash != in.Hash || (st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(changed)) {
+			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
 		}
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
+		// Applied, and its Jobs are gone from history (or the status came
+		// back with a restore).
+		e.upToDate(r)
+		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
-	_, succeeded := JobFinished(latest)
+	if _, succeeded := JobFinished(latest); !succeeded {
+		return nil, nil, e.applyFailed(ctx, r, latest, in)
+	}
 	// A re-apply of applied inputs is new when it finished after the
 	// applied time the status holds.
-	recorded := st.LastAppliedTime != nil && !finishTime(latest).After(st.LastAppliedTime.Time)
-	if succeeded && st.AppliedInputsHash == in.Hash && recorded {
+	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !finishTime(latest).After(st.LastAppliedTime.Time) {
 		e.RecordJob(r, latest, runner.OutcomeSucceeded)
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
-	res, rerr := e.readResult(ctx, r, latest)
-	if succeeded {
-		if rerr != nil {
-			return nil, nil, rerr
+	return e.applySucceeded(ctx, r, latest, in)
+}
+
+// whileRunning reports the running Job; a drift check never holds up an
+// apply of other inputs: it is stopped.
+func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *batchv1.Job, hash string) error {
+	op := infrav1.Operation(active.Labels[names.LabelOperation])
+	if op == infrav1.OperationDrift && r.Obj.WorkspaceStatus().AppliedInputsHash != hash {
+		if err := e.Jobs.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
+			return err
 		}
-		if res.Outcome == runner.OutcomeBlocked && res.Plan != nil {
-			e.RecordJob(r, latest, runner.OutcomeBlocked)
-			if g := r.Gate; g != nil && res.Plan.Approval(g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan) == "" {
-				// Approved: plan again, and apply only if the plan is
-				// still the approved one.
-				e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, "PlanApproved", "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
-				return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
-			}
-			e.blocked(r, latest, res.Plan)
-			return nil, nil, nil
-		}
+		klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
+		return nil
+	}
+	e.RecordJob(r, active, "Running")
+	if op == infrav1.OperationApply {
+		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
+	}
+	return nil
+}
+
+// stateChangedAfter is when the state last changed under the applied
+// inputs: the last restore, or drift to remediate.
+func (e *Engine) stateChangedAfter(r *Sync) time.Time {
+	after := r.ReapplyAfter
+	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(after) {
+		after = lr.Time.Time
+	}
+	return after
+}
+
+// applySucceeded reads the result of a successful apply Job: a plan held
+// for approval, a plan approved since (planned again), or outputs for the
+// caller.
+func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *batchv1.Job, in *Inputs) (*runner.Result, *batchv1.Job, error) {
+	res, err := e.readResult(ctx, r, job)
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.Outcome != runner.OutcomeBlocked || res.Plan == nil {
 		e.noPlanWaiting(r)
-		return res, latest, nil
+		return res, job, nil
 	}
-	e.RecordJob(r, latest, runner.OutcomeFailed)
-	if e.holdForRescue(r, latest, res) {
-		return nil, nil, nil
+	e.RecordJob(r, job, runner.OutcomeBlocked)
+	if g := r.Gate; g != nil && res.Plan.Approval(g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan) == "" {
+		// Approved: plan again, and apply only if the plan is still the
+		// approved one.
+		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanApproved, "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(job)+1, in.SecretData())
 	}
-	msg, reason := JobFailureMessage(latest), ReasonApplyFailed
+	e.reportBlocked(r, job, res.Plan)
+	return nil, nil, nil
+}
+
+// applyFailed reports a failed apply Job and retries it after a backoff,
+// unless its runner rescued a state that must be looked at first.
+func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *batchv1.Job, in *Inputs) error {
+	e.RecordJob(r, job, runner.OutcomeFailed)
+	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
+	if e.holdForRescue(r, job, res) {
+		return nil
+	}
+	msg, reason := JobFailureMessage(job), ReasonApplyFailed
 	if res != nil && res.Error != "" {
-		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
+		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, job.Name, res.Error)
 		reason = cmp.Or(res.Reason, reason)
 	}
-	if cond := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != reason || cond.Message != msg {
-		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, reason, msg)
-	}
-	e.SetReady(r, metav1.ConditionFalse, reason, msg)
-	attempt := Attempt(latest) + 1
-	if wait := Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
+	attempt := Attempt(job) + 1
+	if wait := Backoff(attempt) - e.Now().Sub(finishTime(job)); wait > 0 {
 		r.Requeue = wait
-		return nil, nil, nil
+		return nil
 	}
-	return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
+	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
 }
 
 // Applied records a successful apply (or refresh) in the status.
@@ -263,7 +291,7 @@ func (e *Engine) Applied(r *Sync, hash string, job *batchv1.Job, res *runner.Res
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
 	st.Ready = true
 	e.RecordJob(r, job, runner.OutcomeSucceeded)
-	e.converged(r.Obj)
+	e.clearDrifted(r.Obj)
 	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
 }
@@ -309,7 +337,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 		if err := e.abandon(ctx, obj); err != nil {
 			return false, err
 		}
-		e.Recorder.Eventf(obj, corev1.EventTypeNormal, "Abandoned", "Deleted without destroy (%s): state and backups are kept with label %s=true",
+		e.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonAbandoned, "Deleted without destroy (%s): state and backups are kept with label %s=true",
 			infrav1.AnnotationAbandonInfrastructure, names.LabelAbandoned)
 		return true, nil
 	}
@@ -380,7 +408,7 @@ func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
 	if err := e.releaseState(ctx, r.Obj); err != nil {
 		return false, fmt.Errorf("releasing the state of a destroyed object: %w", err)
 	}
-	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, "Destroyed", "The module's infrastructure is destroyed")
+	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonDestroyed, "The module's infrastructure is destroyed")
 	return true, nil
 }
 

@@ -344,6 +344,17 @@ func jobNames(jobs []*batchv1.Job) []string {
 // with res, and the informers see it and the object's last status.
 func (f *fixture) finishJob(res runner.Result) *batchv1.Job {
 	f.t.Helper()
+	return f.endJob(res, true)
+}
+
+// failJob is finishJob for a Job that failed.
+func (f *fixture) failJob(res runner.Result) *batchv1.Job {
+	f.t.Helper()
+	return f.endJob(res, false)
+}
+
+func (f *fixture) endJob(res runner.Result, succeeded bool) *batchv1.Job {
+	f.t.Helper()
 	ctx := context.Background()
 	if len(f.jobs.created) == 0 {
 		f.t.Fatal("no Job to finish")
@@ -351,9 +362,14 @@ func (f *fixture) finishJob(res runner.Result) *batchv1.Job {
 	job := f.jobs.created[len(f.jobs.created)-1].DeepCopy()
 	now := metav1.Now()
 	job.CreationTimestamp = metav1.NewTime(now.Add(-1))
-	job.Status.CompletionTime = &now
-	job.Status.Succeeded = 1
-	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	if succeeded {
+		job.Status.CompletionTime = &now
+		job.Status.Succeeded = 1
+		job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"}}
+	}
 	obj := names.Object{Kind: f.k.short, Name: "prod"}
 	// The runner's state, as it writes it.
 	store := &runner.StateStore{Client: f.kube, Namespace: "ns", Object: obj}

@@ -44,9 +44,9 @@ func GateOf(obj Object, policy infrav1.ApprovalPolicy) *Gate {
 		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan)}
 }
 
-// blocked reports a plan that waits for an approval: the condition of its
+// reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
-func (e *Engine) blocked(r *Sync, job *batchv1.Job, plan *runner.Plan) {
+func (e *Engine) reportBlocked(r *Sync, job *batchv1.Job, plan *runner.Plan) {
 	obj, g := r.Obj, r.Gate
 	needed := plan.Approval(g.Policy, "", "")
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked

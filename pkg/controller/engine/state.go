@@ -255,7 +255,7 @@ func (e *Engine) migrateLegacy(ctx context.Context, obj Object) (bool, error) {
 	if err := e.protectState(ctx, obj); err != nil {
 		return false, err
 	}
-	e.Recorder.Eventf(obj, corev1.EventTypeNormal, "StateMoved", "Moved the state from %s, named by an earlier release, to %s", legacy.State(), n.State())
+	e.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonStateMoved, "Moved the state from %s, named by an earlier release, to %s", legacy.State(), n.State())
 	return true, nil
 }
 

@@ -1,0 +1,124 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// heldLease is the lock as another run holds it, renewed at renewed.
+func heldLease(renewed time.Time) *coordinationv1.Lease {
+	t := metav1.NewMicroTime(renewed)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "tfc-a-lock", Namespace: "ns", Annotations: map[string]string{annotationHolderUID: "other-uid"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo("other"), LeaseDurationSeconds: ptrTo(int32(30)),
+			AcquireTime: &t, RenewTime: &t},
+	}
+}
+
+func holderPod(uid string, phase corev1.PodPhase) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "ns", UID: "other-uid"}, Status: corev1.PodStatus{Phase: phase}}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestLockAcquire: who may take the lock, and when the wait gives up.
+func TestLockAcquire(t *testing.T) {
+	now := time.Now()
+	tests := map[string]struct {
+		objects         []runtime.Object
+		wantErr         string
+		wantWaits       bool
+		wantForceUnlock bool
+	}{
+		"free":                                {},
+		"held by a live run: gives up":        {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodRunning)}, wantErr: "is held by other: gave up after", wantWaits: true},
+		"held by a run that stopped renewing": {objects: []runtime.Object{heldLease(now.Add(-time.Minute)), holderPod("other-uid", corev1.PodRunning)}, wantForceUnlock: true},
+		"held by a pod that is gone":          {objects: []runtime.Object{heldLease(now)}, wantForceUnlock: true},
+		"held by a pod that finished":         {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodFailed)}, wantForceUnlock: true},
+		"held by a pod whose name was reused": {objects: []runtime.Object{heldLease(now), func() *corev1.Pod { p := holderPod("", corev1.PodRunning); p.UID = "new-uid"; return p }()}, wantForceUnlock: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset(tc.objects...)
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
+			err := l.Acquire(context.Background(), 50*time.Millisecond)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if (l.Waits > 0) != tc.wantWaits || l.ForceUnlocked != tc.wantForceUnlock {
+				t.Errorf("waits %d, force-unlocked %v; want waits %v, force-unlocked %v", l.Waits, l.ForceUnlocked, tc.wantWaits, tc.wantForceUnlock)
+			}
+			lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
+			holder := ptrValue(lease.Spec.HolderIdentity)
+			if tc.wantErr == "" && holder != "me" || tc.wantErr != "" && holder != "other" {
+				t.Errorf("holder %q", holder)
+			}
+			if tc.wantForceUnlock && lease.Annotations[annotationForceUnlock] != "1" {
+				t.Errorf("force unlocks recorded: %q, want 1", lease.Annotations[annotationForceUnlock])
+			}
+		})
+	}
+}
+
+// TestLockWaitsForRelease: a run waits while another holds the lock, and
+// takes it once released, with its waits counted.
+func TestLockWaitsForRelease(t *testing.T) {
+	client := fake.NewClientset(heldLease(time.Now()), holderPod("other-uid", corev1.PodRunning))
+	other := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "other", HolderUID: "other-uid", held: true}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_ = other.Release(context.Background())
+	}()
+	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
+	if err := l.Acquire(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l.Waits == 0 || l.ForceUnlocked {
+		t.Errorf("waits %d, force-unlocked %v: want waits and no force unlock", l.Waits, l.ForceUnlocked)
+	}
+}
+
+// TestLockLost: a run whose lock another run took is told, and stops
+// renewing.
+func TestLockLost(t *testing.T) {
+	client := fake.NewClientset()
+	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Duration: 150 * time.Millisecond}
+	if err := l.Acquire(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoordinationV1().Leases("ns").Update(context.Background(), heldLease(time.Now()), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go l.KeepRenewed(ctx, func(err error) { lost <- err })
+	select {
+	case err := <-lost:
+		if !errors.Is(err, errLockLost) || !strings.Contains(err.Error(), `"other"`) {
+			t.Errorf("lost with %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("never told the lock was lost")
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
+	if ptrValue(lease.Spec.HolderIdentity) != "other" {
+		t.Errorf("a lost lock's release freed another run's lock: holder %q", ptrValue(lease.Spec.HolderIdentity))
+	}
+}
