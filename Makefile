@@ -23,8 +23,9 @@ local-up: controlplane ## Run the local management plane with the CRDs installed
 	exec bin/local-up
 
 .PHONY: test
-test: controlplane ## Run every test, against a real local control plane
-	$(GO) test $(TEST_FLAGS) ./...
+test: controlplane ## Run every test, against a real local control plane (unit packages with the race detector)
+	$(GO) test -race $(TEST_FLAGS) ./pkg/... ./cmd/...
+	$(GO) test $(TEST_FLAGS) ./test/...
 	$(MAKE) fuzz
 
 .PHONY: fuzz

@@ -90,8 +90,14 @@ func TestServerCertificateReload(t *testing.T) {
 	if got := servedName(addr); got != "second" {
 		t.Errorf("after a broken key the server serves %q, want the last good pair", got)
 	}
-	if _, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}); err == nil {
-		t.Errorf("a TLS 1.1 handshake succeeded")
+	// The client offers TLS 1.0 and 1.1 only (Go's client refuses them
+	// unless told): the server must refuse both.
+	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
+		if _, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: v, MaxVersion: v}); err == nil {
+			t.Errorf("a %s handshake succeeded", tls.VersionName(v))
+		} else if !strings.Contains(err.Error(), "protocol version") {
+			t.Errorf("a %s handshake failed, but not for its version: %v", tls.VersionName(v), err)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +19,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 // TestMoveNeverDestroys does what clusterctl move does to the source: pause
@@ -84,7 +86,21 @@ func TestMoveNeverDestroys(t *testing.T) {
 		[]byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // the pause reaches every controller
+	// clusterctl waits for this: every provider object reports the pause.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tm, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, "src-m", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, "src", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(tm.Status.Conditions, infrav1.ConditionPaused) && meta.IsStatusConditionTrue(tc.Status.Conditions, infrav1.ConditionPaused), nil
+	})
+	if err != nil {
+		t.Fatal("the pause never reached the TerraformCluster and TerraformMachine (condition Paused)")
+	}
 	move := []byte(`{"metadata":{"annotations":{"clusterctl.cluster.x-k8s.io/delete-for-move":""}}}`)
 	strip := []byte(`{"metadata":{"finalizers":null}}`)
 	for _, o := range []struct {
@@ -117,16 +133,20 @@ func TestMoveNeverDestroys(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(5 * time.Second)
-	jobs, err := plane.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=destroy"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(jobs.Items) != 0 {
-		t.Errorf("%d destroy Jobs ran during a move", len(jobs.Items))
-	}
-	if n := len(instanceFiles(instances, "src")); n != 2 {
-		t.Errorf("%d instances after the move, want both kept", n)
+	if err := framework.Consistently(5*time.Second, func() error {
+		jobs, err := plane.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=destroy"})
+		if err != nil {
+			return err
+		}
+		if len(jobs.Items) != 0 {
+			return fmt.Errorf("%d destroy Jobs ran during a move", len(jobs.Items))
+		}
+		if n := len(instanceFiles(instances, "src")); n != 2 {
+			return fmt.Errorf("%d instances after the move, want both kept", n)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 
 	// clusterctl move, target side (here the same namespace): the Cluster

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 // TestAbandon: deleting with captf.io/abandon-infrastructure keeps the
@@ -130,13 +133,22 @@ func TestExternallyManaged(t *testing.T) {
 	tc := e.localCloud("external", e.newCluster("external", false), map[string]any{})
 	tc.Annotations = map[string]string{"cluster.x-k8s.io/managed-by": "someone-else"}
 	created := e.create(tc)
-	time.Sleep(3 * time.Second)
-	now := e.get("external")
-	if now.ResourceVersion != created.ResourceVersion {
-		t.Errorf("an externally managed object was written: finalizers %v, status %+v", now.Finalizers, now.Status)
-	}
-	if n := len(e.jobs("")); n != 0 {
-		t.Fatalf("%d Jobs ran for an externally managed object", n)
+	// A witness created after it: once the manager has taken it up, it has
+	// seen the externally managed object too.
+	e.create(e.localCloud("witness", e.newCluster("witness", false), map[string]any{}))
+	e.waitFor("witness", time.Minute, "taken up by the manager", func(tc *infrav1.TerraformCluster) bool { return len(tc.Finalizers) > 0 })
+	if err := framework.Consistently(3*time.Second, func() error {
+		if now := e.get("external"); now.ResourceVersion != created.ResourceVersion {
+			return fmt.Errorf("an externally managed object was written: finalizers %v, status %+v", now.Finalizers, now.Status)
+		}
+		for _, j := range e.jobs("") {
+			if strings.HasPrefix(j.Name, "tfc-external-") {
+				return fmt.Errorf("Job %s ran for an externally managed object", j.Name)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	e.update("external", func(tc *infrav1.TerraformCluster) { delete(tc.Annotations, "cluster.x-k8s.io/managed-by") })
 	e.waitFor("external", 2*time.Minute, "Ready once handed back", isReady)

@@ -130,3 +130,19 @@ func ProcessesUsing(dir string) []int {
 }
 
 var errNotReady = errors.New("not ready")
+
+// Consistently checks check every 100ms for d and returns its first error:
+// a "nothing happens" check that also catches what happens late, where a
+// sleep and one look would catch only what is there at the end.
+func Consistently(d time.Duration, check func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		if err := check(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,122 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+)
+
+// ApplyQuickstart creates namespace demo, the module ConfigMaps and the
+// objects of examples/quickstart, whose instances go to the directory
+// instances; Cluster API's controllers and CAPTF do the rest. make local-up
+// runs it, and so does the CAPI suite.
+func (cp *ControlPlane) ApplyQuickstart(ctx context.Context, root, instances string) error {
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	for _, m := range []string{"local-cloud", "local-machine"} {
+		module, err := os.ReadFile(filepath.Join(root, "examples", m, "main.tf"))
+		if err != nil {
+			return err
+		}
+		if _, err := cp.Kube.CoreV1().ConfigMaps("demo").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: m},
+			Data: map[string]string{"main.tf": string(module)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "examples", "quickstart", "cluster.yaml"))
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(cp.Dir, "quickstart.yaml")
+	if err := os.WriteFile(tmp, []byte(strings.ReplaceAll(string(raw), "${INSTANCE_DIR}", instances)), 0o600); err != nil {
+		return err
+	}
+	objs, err := ReadObjects(tmp)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		gv, err := schema.ParseGroupVersion(o.GetAPIVersion())
+		if err != nil {
+			return err
+		}
+		resource := strings.ToLower(o.GetKind()) + "s"
+		if o.GetKind() == "Secret" {
+			gv = schema.GroupVersion{Version: "v1"}
+		}
+		if _, err := cp.Dynamic.Resource(gv.WithResource(resource)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// WaitQuickstartReady waits until the quickstart's TerraformCluster is
+// Ready, printing its Ready condition as it changes.
+func (cp *ControlPlane) WaitQuickstartReady(ctx context.Context) (*infrav1.TerraformCluster, error) {
+	var tc *infrav1.TerraformCluster
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		tc, err = cp.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(tc.Status.Conditions, infrav1.ConditionReady)
+		if c == nil {
+			return false, nil
+		}
+		if line := c.Reason + ": " + c.Message; line != last {
+			fmt.Printf("    Ready=%s %s\n", c.Status, line)
+			last = line
+		}
+		return c.Status == metav1.ConditionTrue && c.Reason == "Applied", nil
+	})
+	if err != nil {
+		b, _ := json.MarshalIndent(tc, "", "  ")
+		return nil, fmt.Errorf("the TerraformCluster did not become Ready: %w\n%s", err, b)
+	}
+	return tc, nil
+}
+
+// WaitQuickstartMachines waits until n Machines of the quickstart have the
+// provider ID their TerraformMachine's module reported, and returns
+// "name=providerID".
+func (cp *ControlPlane) WaitQuickstartMachines(ctx context.Context, n int) ([]string, error) {
+	machines := capi.Machine.Resource
+	var out []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Dynamic.Resource(machines).Namespace("demo").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		out = nil
+		for _, m := range list.Items {
+			if id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID"); id != "" {
+				out = append(out, m.GetName()+"="+id)
+			}
+		}
+		return len(out) == n, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d of %d Machines got a provider ID: %w", len(out), n, err)
+	}
+	fmt.Printf("    %d Machines have their provider IDs\n", n)
+	return out, nil
+}
