@@ -3,12 +3,14 @@ package framework
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -83,25 +85,40 @@ func (p *process) tail(lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// FreePorts returns n distinct free TCP ports on loopback.
+// FreePorts returns n distinct free TCP ports on loopback for servers the
+// framework starts. They come from below the kernel's ephemeral range
+// (ip_local_port_range, 32768 and up here), where a port found free cannot
+// be taken by an outgoing connection before the server binds it, and never
+// twice in one test binary.
 func FreePorts(n int) ([]int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
+	for attempts := 0; len(ports) < n; attempts++ {
+		if attempts > 10000 {
+			return nil, fmt.Errorf("no free port in %d-%d", firstPort, lastPort)
 		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p := firstPort + rand.IntN(lastPort-firstPort)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			return nil, err
+			continue // in use
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+		portsGiven[p] = true
+		ports = append(ports, p)
 	}
 	return ports, nil
 }
+
+const firstPort, lastPort = 20000, 32000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // ProcessesUsing lists the PIDs of processes whose command line or working
 // directory mentions dir: what a test run leaves behind when it leaks.
