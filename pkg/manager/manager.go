@@ -229,19 +229,20 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 func (m *manager) controllers() []controllerDescriptor {
 	o := &m.options
 	return []controllerDescriptor{
-		{terraformcluster.ControllerName, o.ClusterConcurrency, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
-			return terraformcluster.NewController(ctx, cc, config)
-		}},
-		{terraformmachine.ControllerName, o.MachineConcurrency, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
-			return terraformmachine.NewController(ctx, cc, config)
-		}},
-		{terraformmachinepool.ControllerName, o.MachinePoolConcurrency, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
-			return terraformmachinepool.NewController(ctx, cc, config)
-		}},
+		engineController(terraformcluster.Kind, o.ClusterConcurrency),
+		engineController(terraformmachine.Kind, o.MachineConcurrency),
+		engineController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
 		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ engine.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
 		}},
 	}
+}
+
+// engineController describes the engine's controller of kind.
+func engineController[T engine.Object](kind engine.Kind[T], workers int) controllerDescriptor {
+	return controllerDescriptor{kind.Name(), workers, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
+		return engine.NewController(ctx, cc, config, kind)
+	}}
 }
 
 type controllerDescriptor struct {

@@ -35,8 +35,6 @@ const (
 // Kind is what one kind of object adds to the controller every kind shares:
 // its Cluster API owner, its finalizer, its inputs and its outputs.
 type Kind[T Object] struct {
-	// Name names the controller in logs, events, metrics and field managers.
-	Name      string
 	GVK       schema.GroupVersionKind
 	Finalizer string
 	// Owner is the Cluster API kind that owns the objects. Objects owned by
@@ -83,10 +81,19 @@ type Controller[T Object] struct {
 	now          func() time.Time
 }
 
+// Name names the controller of the kind in logs, events, metrics and field
+// managers: its kind in lower case.
+func (k Kind[T]) Name() string { return strings.ToLower(k.GVK.Kind) }
+
 // NewController wires a controller of kind to the informers it reads,
 // asking cc's factories for them.
-func NewController[T Object](ctx context.Context, cc controller.Context, config Config, kind Kind[T], informer cache.SharedIndexInformer) (*Controller[T], error) {
+func NewController[T Object](ctx context.Context, cc controller.Context, config Config, kind Kind[T]) (*Controller[T], error) {
 	logger := klog.FromContext(ctx)
+	objects, err := cc.CAPTFInformers.ForResource(kind.GVK.GroupVersion().WithResource(kind.Name() + "s"))
+	if err != nil {
+		return nil, err
+	}
+	informer := objects.Informer()
 	jobs := cc.KubeInformers.Batch().V1().Jobs().Informer()
 	if _, ok := jobs.GetIndexer().GetIndexers()[JobsByObjectUID]; !ok {
 		if err := jobs.AddIndexers(JobIndexers); err != nil {
@@ -96,7 +103,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	owners := cc.CAPIInformers.ForResource(kind.Owner.Resource)
 	clusters := cc.CAPIInformers.ForResource(capi.Cluster.Resource)
 	tcs := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters()
-	loop := controller.NewLoop(ctx, kind.Name, cc.Kube)
+	loop := controller.NewLoop(ctx, kind.Name(), cc.Kube)
 	c := &Controller[T]{
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),
@@ -305,7 +312,7 @@ func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
 // update writes obj's metadata and spec. obj keeps the status this sync
 // computed and takes the new resourceVersion and generation.
 func (c *Controller[T]) update(ctx context.Context, obj T) error {
-	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name})
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name()})
 	if apierrors.IsNotFound(err) && obj.GetDeletionTimestamp() != nil {
 		return nil // the last finalizer went
 	}
@@ -327,7 +334,7 @@ func (c *Controller[T]) writeStatus(ctx context.Context, obj, cached T) error {
 	if equality.Semantic.DeepEqual(c.kind.Status(obj), c.kind.Status(cached)) {
 		return nil
 	}
-	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name})
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name()})
 	if err != nil {
 		return err
 	}

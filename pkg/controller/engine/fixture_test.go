@@ -119,7 +119,7 @@ var kinds = []kindCase{
 		capi: []*unstructured.Unstructured{capiObject("Cluster", "owner", map[string]any{
 			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "prod"}}, nil)},
 		newController: func(ctx context.Context, cc controller.Context, config engine.Config) (testable, error) {
-			return terraformcluster.NewController(ctx, cc, config)
+			return engine.NewController(ctx, cc, config, terraformcluster.Kind)
 		},
 		outputs: outputsOf("control_plane_endpoint", `"10.0.0.1:6443"`, "failure_domains", `{"a":{"controlPlane":true}}`),
 		applied: func(t *testing.T, obj engine.Object) {
@@ -144,7 +144,7 @@ var kinds = []kindCase{
 			readyCluster("work")},
 		kube: []runtime.Object{bootstrapData},
 		newController: func(ctx context.Context, cc controller.Context, config engine.Config) (testable, error) {
-			return terraformmachine.NewController(ctx, cc, config)
+			return engine.NewController(ctx, cc, config, terraformmachine.Kind)
 		},
 		outputs: outputsOf("provider_id", `"aws:///a/i-1"`, "addresses", `["10.0.0.7"]`),
 		applied: func(t *testing.T, obj engine.Object) {
@@ -170,7 +170,7 @@ var kinds = []kindCase{
 			readyCluster("work")},
 		kube: []runtime.Object{bootstrapData},
 		newController: func(ctx context.Context, cc controller.Context, config engine.Config) (testable, error) {
-			return terraformmachinepool.NewController(ctx, cc, config)
+			return engine.NewController(ctx, cc, config, terraformmachinepool.Kind)
 		},
 		outputs: outputsOf("provider_ids", `["p://1","p://2"]`),
 		applied: func(t *testing.T, obj engine.Object) {

@@ -5,7 +5,6 @@
 package terraformcluster
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,14 +14,10 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/runner"
 )
-
-// ControllerName names the controller in logs, events and metrics.
-const ControllerName = "terraformcluster"
 
 // ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
 const ReasonWaitingForOwner = "WaitingForClusterOwner"
@@ -35,7 +30,6 @@ const (
 
 // Kind is what TerraformClusters add to the engine's controller.
 var Kind = engine.Kind[*infrav1.TerraformCluster]{
-	Name:      ControllerName,
 	GVK:       infrav1.SchemeGroupVersion.WithKind("TerraformCluster"),
 	Finalizer: infrav1.TerraformClusterFinalizer,
 	Owner:     capi.Cluster,
@@ -47,11 +41,6 @@ var Kind = engine.Kind[*infrav1.TerraformCluster]{
 	Status:  func(tc *infrav1.TerraformCluster) any { return &tc.Status },
 	Gate:    func(tc *infrav1.TerraformCluster) *engine.Gate { return engine.GateOf(tc, tc.Spec.ApprovalPolicy) },
 	Outputs: readOutputs,
-}
-
-// NewController makes the TerraformCluster controller.
-func NewController(ctx context.Context, cc controller.Context, config engine.Config) (*engine.Controller[*infrav1.TerraformCluster], error) {
-	return engine.NewController(ctx, cc, config, Kind, cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters().Informer())
 }
 
 // readOutputs takes the control plane endpoint into the spec, once, and the

@@ -5,7 +5,6 @@
 package terraformmachine
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
@@ -13,14 +12,10 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/runner"
 )
-
-// ControllerName names the controller in logs, events and metrics.
-const ControllerName = "terraformmachine"
 
 // ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
 const ReasonWaitingForOwner = "WaitingForMachineOwner"
@@ -34,7 +29,6 @@ const (
 
 // Kind is what TerraformMachines add to the engine's controller.
 var Kind = engine.Kind[*infrav1.TerraformMachine]{
-	Name:         ControllerName,
 	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
 	Finalizer:    infrav1.TerraformMachineFinalizer,
 	Owner:        capi.Machine,
@@ -45,11 +39,6 @@ var Kind = engine.Kind[*infrav1.TerraformMachine]{
 	Status:  func(tm *infrav1.TerraformMachine) any { return &tm.Status },
 	Inputs:  inputs,
 	Outputs: readOutputs,
-}
-
-// NewController makes the TerraformMachine controller.
-func NewController(ctx context.Context, cc controller.Context, config engine.Config) (*engine.Controller[*infrav1.TerraformMachine], error) {
-	return engine.NewController(ctx, cc, config, Kind, cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformMachines().Informer())
 }
 
 // inputs are the machine's inputs (docs/inputs.md) from its Machine.

@@ -5,7 +5,6 @@
 package terraformmachinepool
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -14,14 +13,10 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/runner"
 )
-
-// ControllerName names the controller in logs, events and metrics.
-const ControllerName = "terraformmachinepool"
 
 // ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
 const ReasonWaitingForOwner = "WaitingForMachinePoolOwner"
@@ -31,7 +26,6 @@ const OutputProviderIDs = "provider_ids"
 
 // Kind is what TerraformMachinePools add to the engine's controller.
 var Kind = engine.Kind[*infrav1.TerraformMachinePool]{
-	Name:         ControllerName,
 	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachinePool"),
 	Finalizer:    infrav1.TerraformMachinePoolFinalizer,
 	Owner:        capi.MachinePool,
@@ -42,11 +36,6 @@ var Kind = engine.Kind[*infrav1.TerraformMachinePool]{
 	Status:  func(p *infrav1.TerraformMachinePool) any { return &p.Status },
 	Inputs:  inputs,
 	Outputs: readOutputs,
-}
-
-// NewController makes the TerraformMachinePool controller.
-func NewController(ctx context.Context, cc controller.Context, config engine.Config) (*engine.Controller[*infrav1.TerraformMachinePool], error) {
-	return engine.NewController(ctx, cc, config, Kind, cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformMachinePools().Informer())
 }
 
 // inputs are the pool's inputs (docs/inputs.md) from its MachinePool.
