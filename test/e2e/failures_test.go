@@ -167,6 +167,11 @@ func TestRunnerTerminated(t *testing.T) {
 	if err != nil {
 		t.Fatal("the terminated Job never failed")
 	}
+	// terraform stopped: the in-flight instance finishes, the last is never
+	// started (one at a time, 3 s each).
+	if n := len(e.instanceFiles()); n >= 3 {
+		t.Errorf("%d instances when the terminated Job ended: terraform ran to the end after SIGTERM", n)
+	}
 	r := e.result(job)
 	if !r.Interrupted || r.Outcome != runner.OutcomeFailed {
 		t.Errorf("result = %+v, want an interrupted failure", r)
