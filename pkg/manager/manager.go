@@ -275,7 +275,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	stop := start(ctx)
 	defer stop()
 	go func() {
-		synced := []cache.InformerSynced{config.StateSecrets.Informer().HasSynced}
+		var synced []cache.InformerSynced
 		for _, c := range controllers {
 			synced = append(synced, c.HasSynced)
 		}

@@ -209,6 +209,7 @@ func (c *Controller[T]) newSync(obj T) *Sync {
 	}
 	s := c.engine.NewSync(obj, defaults)
 	s.Owner, s.Cluster, s.TerraformCluster = owner, cluster, tc
+	s.Update = func(ctx context.Context) error { return c.update(ctx, obj) }
 	if c.kind.Gate != nil {
 		s.Gate = c.kind.Gate(obj)
 	}
@@ -216,12 +217,7 @@ func (c *Controller[T]) newSync(obj T) *Sync {
 }
 
 func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
-	l := Lifecycle{
-		Finalizer: c.kind.Finalizer,
-		Cluster:   s.Cluster,
-		Update:    func(ctx context.Context) error { return c.update(ctx, obj) },
-		Render:    func() (*Inputs, error) { return c.render(ctx, s) },
-	}
+	l := Lifecycle{Finalizer: c.kind.Finalizer, Render: func() (*Inputs, error) { return c.render(ctx, s) }}
 	if s.Owner == nil {
 		l.OwnerMissing = &c.kind.OwnerMissing
 	}
@@ -252,7 +248,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		return nil
 	}
 	if specChanged {
-		if err := c.update(ctx, obj); err != nil {
+		if err := s.Update(ctx); err != nil {
 			return err
 		}
 	}

@@ -115,7 +115,8 @@ type Sync struct {
 	ReapplyAfter time.Time
 	// Requeue asks for a sync after this long.
 	Requeue time.Duration
-	// Update writes the object's metadata and spec (Lifecycle.Update).
+	// Update writes the object's metadata and spec, and keeps the status
+	// being built.
 	Update func(context.Context) error
 	// Owner is the object's Cluster API owner (a Cluster, Machine or
 	// MachinePool), nil until Cluster API sets it.
@@ -249,23 +250,35 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *batchv1.Job, 
 // applyFailed reports a failed apply Job and retries it after a backoff,
 // unless its runner rescued a state that must be looked at first.
 func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *batchv1.Job, in *Inputs) error {
+	attempt, retry := e.failed(ctx, r, job, ReasonApplyFailed, "terraform failed")
+	if !retry {
+		return nil
+	}
+	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
+}
+
+// failed reports a failed Job: Ready False with the runner's reason (else
+// reason) and a warning when that is news. It returns the attempt that
+// retries the Job, and whether that is due now; never while the runner's
+// rescued state waits for a person.
+func (e *Engine) failed(ctx context.Context, r *Sync, job *batchv1.Job, reason, what string) (int, bool) {
 	e.RecordJob(r, job, runner.OutcomeFailed)
 	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
 	if e.holdForRescue(r, job, res) {
-		return nil
+		return 0, false
 	}
-	msg, reason := JobFailureMessage(job), ReasonApplyFailed
+	msg := JobFailureMessage(job)
 	if res != nil && res.Error != "" {
-		msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, job.Name, res.Error)
+		msg = fmt.Sprintf("%s in %s (Job %s): %s", what, res.Stage, job.Name, res.Error)
 		reason = cmp.Or(res.Reason, reason)
 	}
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 	attempt := Attempt(job) + 1
 	if wait := Backoff(attempt) - e.Now().Sub(finishTime(job)); wait > 0 {
 		r.Requeue = wait
-		return nil
+		return attempt, false
 	}
-	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
+	return attempt, true
 }
 
 // Applied records a successful apply (or refresh) in the status.
@@ -279,12 +292,11 @@ func (e *Engine) Applied(r *Sync, hash string, job *batchv1.Job, res *runner.Res
 		return
 	}
 	st.AppliedInputsHash = hash
-	msg := "The module is applied"
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
 		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(finishTime(job))}
-		msg = fmt.Sprintf("The module is applied (plan %s: %s)", res.Plan.Hash, planCounts(res.Plan.Summary))
 	}
+	msg := appliedMessage(st)
 	applied := metav1.NewTime(finishTime(job))
 	st.LastAppliedTime = &applied
 	provisioned := true
@@ -303,11 +315,15 @@ func (e *Engine) upToDate(r *Sync) {
 	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
 		return
 	}
-	msg := "The module is applied"
-	if st := r.Obj.WorkspaceStatus(); st.LastPlan != nil {
-		msg = fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, planCounts(st.LastPlan.Summary))
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, appliedMessage(r.Obj.WorkspaceStatus()))
+}
+
+// appliedMessage is Ready's message of an applied object.
+func appliedMessage(st *infrav1.WorkspaceStatus) string {
+	if st.LastPlan == nil {
+		return "The module is applied"
 	}
-	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
+	return fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, planCounts(st.LastPlan.Summary))
 }
 
 // InvalidOutput reports an output the kind cannot read.
@@ -382,21 +398,8 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 	}
 	attempt := 0
 	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
-		e.RecordJob(r, latest, runner.OutcomeFailed)
-		msg := JobFailureMessage(latest)
-		res, _ := e.readResult(ctx, r, latest)
-		if e.holdForRescue(r, latest, res) {
-			return false, nil
-		}
-		reason := ReasonDestroyFailed
-		if res != nil && res.Error != "" {
-			msg = fmt.Sprintf("terraform destroy failed in %s (Job %s): %s", res.Stage, latest.Name, res.Error)
-			reason = cmp.Or(res.Reason, reason)
-		}
-		e.SetReady(r, metav1.ConditionFalse, reason, msg)
-		attempt = Attempt(latest) + 1
-		if wait := Backoff(attempt) - e.Now().Sub(finishTime(latest)); wait > 0 {
-			r.Requeue = wait
+		var retry bool
+		if attempt, retry = e.failed(ctx, r, latest, ReasonDestroyFailed, "terraform destroy failed"); !retry {
 			return false, nil
 		}
 	}

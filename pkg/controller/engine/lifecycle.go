@@ -6,23 +6,18 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 )
 
-// Lifecycle is the part of a sync every kind shares, in Cluster API's order:
-// the owner, the finalizer, pause, deletion.
+// Lifecycle is what a kind adds to the part of a sync every kind shares, in
+// Cluster API's order: the owner, the finalizer, pause, deletion.
 type Lifecycle struct {
 	Finalizer string
 	// OwnerMissing is set, with CAPI's reason and a message, while Cluster
 	// API has not made the object's owner yet.
 	OwnerMissing *Wait
-	Cluster      *unstructured.Unstructured
-	// Update writes the object's metadata and spec and refreshes r.Obj but
-	// not its status.
-	Update func(context.Context) error
 	// Render renders the inputs a destroy falls back on when no durable
 	// inputs were saved.
 	Render func() (*Inputs, error)
@@ -51,12 +46,11 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 			finalizers = append(finalizers, l.Finalizer)
 		}
 		obj.SetFinalizers(finalizers)
-		if err := l.Update(ctx); err != nil {
+		if err := r.Update(ctx); err != nil {
 			return false, err
 		}
 	}
-	r.Update = l.Update
-	why, paused := capi.Paused(l.Cluster, obj, e.GVK.Kind)
+	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
 	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
 		if !paused {
@@ -64,7 +58,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 			// write.
 			setBlockMove(obj, true)
 		}
-		if err := l.Update(ctx); err != nil {
+		if err := r.Update(ctx); err != nil {
 			return false, err
 		}
 	} else if unfinishedJob(r.Jobs) == nil {
@@ -81,14 +75,14 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	}
 	SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
 	if !deleting {
-		return e.restore(ctx, r, l.Update)
+		return e.restore(ctx, r)
 	}
 	if !HoldsFinalizer(obj, l.Finalizer) {
 		return false, nil
 	}
 	// A state restored while deleting is what the destroy needs when the
 	// state went missing.
-	if ok, err := e.restore(ctx, r, l.Update); err != nil || !ok {
+	if ok, err := e.restore(ctx, r); err != nil || !ok {
 		return false, err
 	}
 	done, err := e.Destroy(ctx, r, l.Render)
@@ -97,14 +91,14 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	}
 	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer || f == legacy }))
 	e.forgetMetrics(obj)
-	return false, l.Update(ctx)
+	return false, r.Update(ctx)
 }
 
 // blockMove sets (before a Job is created) or removes (once no Job of the
 // object may still run) clusterctl's block-move annotation: a move copies the
 // state Secrets, and must not copy a state a Job is still changing.
 func (e *Engine) blockMove(ctx context.Context, r *Sync, block bool) error {
-	if r.Update == nil || !setBlockMove(r.Obj, block) {
+	if !setBlockMove(r.Obj, block) {
 		return nil
 	}
 	return r.Update(ctx)

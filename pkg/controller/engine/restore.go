@@ -32,7 +32,7 @@ const restoreLockHolder = "captf-manager"
 // goes, and the next apply plans against the restored state. It runs in
 // the manager, holding the state lock, when no Job runs. It returns false
 // when the sync stops here.
-func (e *Engine) restore(ctx context.Context, r *Sync, update func(context.Context) error) (bool, error) {
+func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	obj := r.Obj
 	backup, ok := obj.GetAnnotations()[infrav1.AnnotationRestoreState]
 	if !ok {
@@ -87,7 +87,7 @@ func (e *Engine) restore(ctx context.Context, r *Sync, update func(context.Conte
 	annotations := obj.GetAnnotations()
 	delete(annotations, infrav1.AnnotationRestoreState)
 	obj.SetAnnotations(annotations)
-	if err := update(ctx); err != nil {
+	if err := r.Update(ctx); err != nil {
 		// The state is restored; the annotation stays and a later sync
 		// restores the same backup again, which only adds a backup.
 		return false, err
