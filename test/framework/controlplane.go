@@ -415,6 +415,19 @@ func (cp *ControlPlane) Stop() {
 	})
 }
 
+// reportFailure keeps the plane's directory (data and every process's log)
+// and says which of its processes died: a failed test that waited for a
+// controller cannot tell an idle controller from a dead one.
+func (cp *ControlPlane) reportFailure() {
+	cp.removeDir = false
+	fmt.Fprintf(os.Stderr, "tests failed: the control plane's logs are kept in %s\n", cp.Dir)
+	for _, p := range cp.procs {
+		if p.exited() {
+			fmt.Fprintf(os.Stderr, "%s exited during the run: %v\n%s\n", p.name, p.err, p.tail(20))
+		}
+	}
+}
+
 // Logs returns the tail of a control-plane process's log.
 func (cp *ControlPlane) Logs(name string, lines int) string {
 	for _, p := range cp.procs {

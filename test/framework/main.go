@@ -40,6 +40,9 @@ func run(m *testing.M, opts Options, plane **ControlPlane) int {
 
 	code := m.Run()
 	dir := cp.Dir
+	if code != 0 {
+		cp.reportFailure()
+	}
 	cp.Stop()
 	signal.Stop(signals)
 	if left := waitNoProcesses(dir, 10*time.Second); len(left) > 0 {
