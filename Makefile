@@ -13,7 +13,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver, kube-controller-manager and CAPI's core manager into bin/ (skipped when up to date)
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl and CAPI's core manager into bin/ (skipped when up to date)
 	./hack/build-controlplane.sh
 	./hack/build-capi.sh
 

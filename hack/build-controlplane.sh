@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test control plane (etcd, kube-apiserver, kube-controller-manager)
+# Builds the test control plane (etcd, kube-apiserver, kube-controller-manager,
+# and kubectl for the kustomize bases)
 # from the Go module proxy into bin/, and tofu when no terraform is on PATH.
 # A binary is rebuilt only when its recorded version differs from the wanted one.
 set -euo pipefail
@@ -32,6 +33,7 @@ kube_ldflags="-X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s
 build etcd go.etcd.io/etcd/server/v3 "$(tools_version go.etcd.io/etcd/server/v3)"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_VERSION}" "${kube_ldflags}"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_VERSION}" "${kube_ldflags}"
+build kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}" "${kube_ldflags}"
 
 if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
   "${ROOT}/hack/build-tofu.sh"

@@ -127,7 +127,46 @@ func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	defer f.Close()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	return decodeObjects(path, f)
+}
+
+// Kustomize builds a kustomization with the kubectl that
+// hack/build-controlplane.sh builds, as users run `kubectl apply -k`.
+func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
+	kubectl, err := BinPath("kubectl")
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, stderr.String())
+	}
+	return decodeObjects(dir, bytes.NewReader(out))
+}
+
+// BinPath is a binary hack/build-controlplane.sh built: in $CAPTF_BIN_DIR,
+// else <repo>/bin.
+func BinPath(name string) (string, error) {
+	dir := os.Getenv("CAPTF_BIN_DIR")
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, "bin")
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s is missing in %s: run hack/build-controlplane.sh (make test does)", name, dir)
+	}
+	return path, nil
+}
+
+func decodeObjects(source string, r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var objs []*unstructured.Unstructured
 	for {
 		var m map[string]any
@@ -135,7 +174,7 @@ func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
 			if errors.Is(err, io.EOF) {
 				return objs, nil
 			}
-			return nil, fmt.Errorf("decoding %s: %w", path, err)
+			return nil, fmt.Errorf("decoding %s: %w", source, err)
 		}
 		if len(m) == 0 {
 			continue

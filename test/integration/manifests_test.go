@@ -21,8 +21,9 @@ import (
 	"github.com/captf/captf/test/framework"
 )
 
-// TestShippedManifests: the API server takes every shipped object (dry run;
-// cert-manager's kinds are not served here), and the Deployment wires what
+// TestShippedManifests: the API server takes every object of the default
+// kustomize base, built as users build it (dry run; cert-manager's kinds are
+// not served here), and the Deployment wires what
 // the webhook needs: the certificate volume (not optional), the downward-API
 // identity and the webhook port the Service targets.
 func TestShippedManifests(t *testing.T) {
@@ -31,19 +32,9 @@ func TestShippedManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []*unstructured.Unstructured
-	for _, dir := range []string{"manager", "webhook", "rbac", "certmanager"} {
-		files, _ := filepath.Glob(filepath.Join(root, "manifests", dir, "*.yaml"))
-		for _, f := range files {
-			if filepath.Base(f) == "kustomization.yaml" {
-				continue
-			}
-			o, err := framework.ReadObjects(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs = append(objs, o...)
-		}
+	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(plane.Kube.Discovery()))
 	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "captf-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -131,11 +122,11 @@ func TestShippedManifests(t *testing.T) {
 		}
 	}
 	// Every kind has its path in the shipped configuration.
-	vwc, err := framework.ReadObjects(filepath.Join(root, "manifests", "webhook", "validating_webhook.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	i = slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ValidatingWebhookConfiguration" })
+	if i < 0 {
+		t.Fatal("the default base has no ValidatingWebhookConfiguration")
 	}
-	webhooks, _, _ := unstructured.NestedSlice(vwc[0].Object, "webhooks")
+	webhooks, _, _ := unstructured.NestedSlice(objs[i].Object, "webhooks")
 	for _, kind := range webhook.Kinds {
 		if !slices.ContainsFunc(webhooks, func(w any) bool {
 			p, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "service", "path")
