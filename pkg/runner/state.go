@@ -227,11 +227,15 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 		return err
 	}
 	sum := sha256.Sum256(state)
-	return s.write(ctx, gz, int64(len(state)), hex.EncodeToString(sum[:]))
+	return s.write(ctx, gz, int64(len(state)), hex.EncodeToString(sum[:]), false)
 }
 
 // write stores gz (of size bytes, sum its sha256) as the current state.
-func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum string) error {
+// replacing is set when the new state is not terraform's next state but
+// another one put in its place (a restore, a copy): the current state must
+// then become a backup, kept whatever the rotation says, or nothing is
+// written.
+func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum string, replacing bool) error {
 	if s.readOnly {
 		return errors.New("this run only plans: it writes no state")
 	}
@@ -250,8 +254,11 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 	}
 	var dropped []string
 	logger := klog.FromContext(ctx)
-	if HasState(head) && !s.backedUp && s.Backups > 0 {
+	if HasState(head) && !s.backedUp && (s.Backups > 0 || replacing) {
 		name, err := s.backup(ctx, head)
+		if err != nil && replacing {
+			return fmt.Errorf("backing up the current state before replacing it: %w", err)
+		}
 		if err != nil {
 			// The new state matters more than a copy of the old one: a
 			// quota on Secrets or a terminating namespace (which refuses
@@ -269,6 +276,9 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 		// run ended well with: a run failing again and again changes the
 		// state each time, and must not rotate the good one away.
 		keep := []string{s.Keep, head.Annotations[annotationLastGood]}
+		if replacing {
+			keep = append(keep, s.LastBackup)
+		}
 		for i := len(backups) - 1; len(backups) > s.Backups && i >= 0; i-- {
 			if !slices.Contains(keep, backups[i]) {
 				dropped = append(dropped, backups[i])
@@ -351,7 +361,7 @@ func (s *StateStore) Restore(ctx context.Context, backup string) error {
 		return err
 	}
 	s.Keep = backup
-	return s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)))
+	return s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)), true)
 }
 
 // CopyFrom makes the state src holds this store's current state, copied
@@ -374,7 +384,7 @@ func (s *StateStore) CopyFrom(ctx context.Context, src *StateStore) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return true, s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)))
+	return true, s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)), true)
 }
 
 // SaveRescue stores a state terraform could not save as a backup of its own

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +152,39 @@ func TestStateSafety(t *testing.T) {
 			}
 			if got, _ := r.Read(ctx); string(got) != `{"serial":0}` {
 				t.Fatalf("state after restore = %s", got)
+			}
+		},
+		"a restore whose backup of the current state fails changes nothing": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			for i := range 2 {
+				if err := newStore(client, 3, 0).Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			backups, _ := s.ListBackups(ctx)
+			client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, errors.New("exceeded quota: count/secrets")
+			})
+			r := newStore(client, 3, 0)
+			if err := r.Restore(ctx, backups[0]); err == nil || !strings.Contains(err.Error(), "exceeded quota") {
+				t.Fatalf("Restore = %v, want the refused backup", err)
+			}
+			if got, _ := r.Read(ctx); string(got) != `{"serial":1}` {
+				t.Fatalf("state after a failed restore = %s, want the current one kept", got)
+			}
+		},
+		"a restore keeps the replaced state even when backups are off": func(t *testing.T, client *fake.Clientset, s *StateStore) {
+			for i := range 2 {
+				if err := newStore(client, 1, 0).Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			backups, _ := s.ListBackups(ctx)
+			r := newStore(client, 0, 0)
+			if err := r.Restore(ctx, backups[0]); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := r.ReadBackup(ctx, r.LastBackup); err != nil || string(got) != `{"serial":1}` {
+				t.Fatalf("backup %q of the replaced state = %s, %v", r.LastBackup, got, err)
 			}
 		},
 		"another object's state is neither read nor written": func(t *testing.T, client *fake.Clientset, s *StateStore) {

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +91,38 @@ func TestRestoreState(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	if now := e.get("restore"); now.Status.LastRestore.Time != tc.Status.LastRestore.Time || len(e.jobs("apply")) != applies {
 		t.Errorf("the restore or its apply ran again")
+	}
+}
+
+// TestDefaultBackupsKept: with the manager's defaults, every apply that
+// changes the state keeps the state before it, and the newest 5 stay.
+func TestDefaultBackupsKept(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.create(e.localCloud("kept", e.newCluster("kept", false), map[string]any{"zones": []string{"zone-0"}}))
+	e.waitFor("kept", 2*time.Minute, "Ready", isReady)
+	var made []string
+	for i := 1; i <= 6; i++ {
+		zone := fmt.Sprintf("zone-%d", i)
+		e.update("kept", func(tc *infrav1.TerraformCluster) {
+			setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"zones": []string{zone}, "instance_dir": e.instances})
+		})
+		e.waitFor("kept", 2*time.Minute, "applied with "+zone, func(tc *infrav1.TerraformCluster) bool {
+			return isReady(tc) && len(tc.Status.FailureDomains) == 1 && tc.Status.FailureDomains[0].Name == zone
+		})
+		for _, b := range backupNames(t, e.ns) {
+			if !slices.Contains(made, b) {
+				made = append(made, b)
+			}
+		}
+	}
+	if len(made) != 6 {
+		t.Fatalf("backups made %v, want one per apply after the first", made)
+	}
+	kept := backupNames(t, e.ns) // newest first
+	slices.Sort(made)
+	slices.Reverse(made)
+	if want := made[:5]; !slices.Equal(kept, want) {
+		t.Errorf("backups kept %v, want the newest 5 %v", kept, want)
 	}
 }

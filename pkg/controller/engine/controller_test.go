@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -593,6 +595,23 @@ func TestDocumentedReasons(t *testing.T) {
 				f.sync()
 			},
 			condition: infrav1.ConditionStateRestored, want: engine.ReasonBackupNotFound, wantEvent: engine.ReasonBackupNotFound,
+		},
+		"a restore the API server refuses: reported, the annotation kept for a retry": {
+			run: func(f *fixture) {
+				applied(f)
+				backup := f.backupState()
+				f.kube.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, errors.New("admission webhook denied the request")
+				})
+				f.annotate(infrav1.AnnotationRestoreState, backup)
+				if err := f.trySync(); err == nil || !strings.Contains(err.Error(), "denied") {
+					f.t.Fatalf("sync error = %v, want the refusal", err)
+				}
+				if _, ok := f.object().GetAnnotations()[infrav1.AnnotationRestoreState]; !ok {
+					f.t.Error("the restore annotation is gone after a failed restore")
+				}
+			},
+			condition: infrav1.ConditionStateRestored, want: engine.ReasonRestoreFailed, wantEvent: engine.ReasonRestoreFailed,
 		},
 	}
 	forKinds(t, func(t *testing.T, k kindCase) {

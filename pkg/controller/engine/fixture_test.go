@@ -277,10 +277,31 @@ var key = cache.ObjectName{Namespace: "ns", Name: "prod"}
 
 func (f *fixture) sync() {
 	f.t.Helper()
-	_, ctx := ktesting.NewTestContext(f.t)
-	if err := f.c.SyncForTest(ctx, key); err != nil {
+	if err := f.trySync(); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// trySync syncs and returns the error the queue would retry on.
+func (f *fixture) trySync() error {
+	_, ctx := ktesting.NewTestContext(f.t)
+	return f.c.SyncForTest(ctx, key)
+}
+
+// backupState makes the object's current state a backup, as the next run
+// would, and returns the backup's name.
+func (f *fixture) backupState() string {
+	f.t.Helper()
+	ctx := context.Background()
+	store := &runner.StateStore{Client: f.kube, Namespace: "ns", Object: names.Object{Kind: f.k.short, Name: "prod"}, Backups: 5}
+	if err := store.Write(ctx, []byte(`{"serial":2}`)); err != nil {
+		f.t.Fatal(err)
+	}
+	backups, err := store.ListBackups(ctx)
+	if err != nil || len(backups) != 1 {
+		f.t.Fatalf("backups %v, %v; want 1", backups, err)
+	}
+	return backups[0]
 }
 
 // object is the object as the API holds it.
