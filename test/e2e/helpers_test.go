@@ -176,13 +176,16 @@ func (e *env) waitFor(name string, timeout time.Duration, what string, ok func(*
 	e.t.Helper()
 	var tc *infrav1.TerraformCluster
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		tc, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, name, metav1.GetOptions{})
+		got, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			tc = nil
 			return ok(nil), nil
 		}
-		return err == nil && ok(tc), nil
+		if err != nil { // keep the last object read for the failure message
+			return false, nil
+		}
+		tc = got
+		return ok(tc), nil
 	})
 	if err != nil {
 		var conds any

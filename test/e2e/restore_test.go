@@ -95,17 +95,18 @@ func TestRestoreState(t *testing.T) {
 }
 
 // TestDefaultBackupsKept: with the manager's defaults, every apply that
-// changes the state keeps the state before it, and the newest 5 stay.
+// changes the state keeps the state before it, and the newest 5 stay. (No
+// instances: only the outputs change, so no plan waits for approval.)
 func TestDefaultBackupsKept(t *testing.T) {
 	e := newEnv(t)
 	e.startManager()
-	e.create(e.localCloud("kept", e.newCluster("kept", false), map[string]any{"zones": []string{"zone-0"}}))
+	e.create(e.localCloud("kept", e.newCluster("kept", false), map[string]any{"instances": 0, "zones": []string{"zone-0"}}))
 	e.waitFor("kept", 2*time.Minute, "Ready", isReady)
 	var made []string
 	for i := 1; i <= 6; i++ {
 		zone := fmt.Sprintf("zone-%d", i)
 		e.update("kept", func(tc *infrav1.TerraformCluster) {
-			setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"zones": []string{zone}, "instance_dir": e.instances})
+			setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 0, "zones": []string{zone}, "instance_dir": e.instances})
 		})
 		e.waitFor("kept", 2*time.Minute, "applied with "+zone, func(tc *infrav1.TerraformCluster) bool {
 			return isReady(tc) && len(tc.Status.FailureDomains) == 1 && tc.Status.FailureDomains[0].Name == zone
