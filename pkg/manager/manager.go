@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,6 +39,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/runnerapi"
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
@@ -69,6 +71,8 @@ type Options struct {
 	MaxStateBytes              int64
 	RunnerImage                string
 	WebhookPort                int
+	RunnerAPIPort              int
+	RunnerAPIURL               string
 	WebhookCertDir             string
 	WebhookCertName            string
 	WebhookKeyName             string
@@ -95,6 +99,8 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", runner.DefaultMaxStateBytes, "largest state or backup CAPTF reads (uncompressed, and compressed); past it: a condition, never an out-of-memory kill")
 	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
+	fs.IntVar(&o.RunnerAPIPort, "runner-api-port", 9445, "port of the runner API, where runner pods reach their state, lock and result (TLS, the webhook's certificate)")
+	fs.StringVar(&o.RunnerAPIURL, "runner-api-url", "", "URL runner pods reach the runner API at (default: https://"+names.RunnerAPIService+".$POD_NAMESPACE.svc:<runner-api-port>)")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's certificate and key")
 	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "file name of the webhook certificate")
 	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "file name of the webhook key")
@@ -134,7 +140,24 @@ func Main(args []string) error {
 	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
 	cfg.UserAgent = "captf-manager/" + version.Version
 
+	if o.RunnerAPIURL == "" {
+		if podNamespace == "" {
+			return errors.New("--runner-api-url (or $POD_NAMESPACE, to derive it) is required: runner pods reach their state there")
+		}
+		o.RunnerAPIURL = fmt.Sprintf("https://%s.%s.svc:%d", names.RunnerAPIService, podNamespace, o.RunnerAPIPort)
+	}
 	m := &manager{options: o}
+	// On every replica, like the webhook: a runner reaches whichever the
+	// Service picks.
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	m.runnerAPI = webhook.NewServer(o.RunnerAPIPort, o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg})
+	m.runnerAPI.Name = "runner-api"
+	if err := m.runnerAPI.Start(ctx); err != nil {
+		return err
+	}
 	if o.WebhookPort != 0 {
 		if m.webhook, err = startWebhook(ctx, o, cfg, podNamespace, serviceAccount); err != nil {
 			return err
@@ -195,6 +218,8 @@ type manager struct {
 	options Options
 	ready   atomic.Bool
 	webhook *webhook.Server // nil with --webhook-port=0
+	// runnerAPI serves runner pods (package runnerapi).
+	runnerAPI *webhook.Server
 }
 
 // startWebhook serves the validating webhook; it runs on every replica.
@@ -330,10 +355,11 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 		return cc, engine.Config{}, nil, err
 	}
 	access := &engine.RunnerAccess{Client: cc.Kube}
-	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer(), cc.KubeInformers.Rbac().V1().RoleBindings().Informer()); err != nil {
+	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer()); err != nil {
 		return cc, engine.Config{}, nil, err
 	}
-	config := engine.Config{Access: access, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
+	api := engine.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
+	config := engine.Config{Access: access, RunnerAPI: api, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
@@ -389,6 +415,10 @@ func (m *manager) serveProbes(ctx context.Context, health *leaderelection.Health
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
+		}
+		if err := m.runnerAPI.Ready(); err != nil {
+			http.Error(w, "runner API: "+err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ok")
 	})

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/captf/captf/pkg/capi"
@@ -66,12 +67,21 @@ const (
 	SecretTypeResult       = "result"
 )
 
-// RunnerServiceAccount is the ServiceAccount (and RoleBinding) the manager
-// keeps in each namespace it runs Jobs in.
+// RunnerServiceAccount is the ServiceAccount the manager keeps in each
+// namespace it runs Jobs in: an identity with no rights of its own.
 const RunnerServiceAccount = "captf-runner"
 
-// RunnerClusterRole is the ClusterRole that RoleBinding binds.
-const RunnerClusterRole = "captf-runner"
+// RunnerRoleBinding is the RoleBinding that gave RunnerServiceAccount
+// Secret rights before runners reached their state through the manager:
+// the manager deletes it where it finds it.
+const RunnerRoleBinding = "captf-runner"
+
+// RunnerTokenAudience is the audience of the token runner pods present to
+// the manager's runner API: no API server accepts it.
+const RunnerTokenAudience = "captf.io/runner"
+
+// RunnerAPIService is the Service of the manager's runner API.
+const RunnerAPIService = "captf-runner-api"
 
 // Object identifies one Terraform* object for naming.
 type Object struct {
@@ -161,6 +171,20 @@ func (o Object) DurableInputs() string { return o.base() + "-inputs" }
 
 // Lock is the Lease that locks the object's state.
 func (o Object) Lock() string { return o.base() + "-lock" }
+
+// stateFamily is what follows an object's base in the names of its state,
+// state chunks, backups (and rescued states), their chunks and durable
+// inputs. Only digits follow the words, so no name of one object's family
+// is a name of another object's (whose base would have to end in one of
+// these words followed by digits, which every suffix here starts after).
+var stateFamily = regexp.MustCompile(`^-(state(-[0-9]+-[0-9]+)?|(backup|errored)-[0-9]{8}-[0-9]{6}(-[0-9]+){0,2}|inputs)$`)
+
+// HoldsState reports whether name is one of the object's state, state
+// chunk, backup, backup chunk or durable-inputs Secrets.
+func (o Object) HoldsState(name string) bool {
+	rest, ok := strings.CutPrefix(name, o.base())
+	return ok && stateFamily.MatchString(rest)
+}
 
 // LabelValue fits a value into a label: in full when shorter than 63
 // characters, else cut and ending in a 64-bit hash (exactly 63 characters).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -63,10 +65,7 @@ func Main(args []string) error {
 		}
 		c.WorkDir = wd
 	}
-	cfg, err := rest.InClusterConfig()
-	if errors.Is(err, rest.ErrNotInCluster) {
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
-	}
+	cfg, err := clientConfig()
 	if err != nil {
 		return fmt.Errorf("API client config: %w", err)
 	}
@@ -98,4 +97,70 @@ func excerptTerm(s string) string {
 		return s[:4000]
 	}
 	return s
+}
+
+// Where a runner pod finds the manager's runner API and its token.
+const (
+	EnvRunnerAPI   = "CAPTF_RUNNER_API"
+	EnvRunnerAPICA = "CAPTF_RUNNER_API_CA"
+	// TokenFile is the pod's token for the runner API (a projected
+	// ServiceAccount token with the CAPTF audience, renewed by the kubelet).
+	TokenFile = "/var/run/secrets/captf.io/runner/token"
+)
+
+// clientConfig talks to the runner API in a Job's pod. Run by hand (to
+// recover a state, say), the runner uses the usual in-cluster config or
+// kubeconfig, with the rights of whoever runs it.
+func clientConfig() (*rest.Config, error) {
+	if host := os.Getenv(EnvRunnerAPI); host != "" {
+		// JSON: the runner API reads the bodies it forwards.
+		cfg := &rest.Config{Host: host, BearerTokenFile: TokenFile, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
+		cfg.CAData = []byte(os.Getenv(EnvRunnerAPICA))
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &redial{next: rt, wait: redialWait} }
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	}
+	return cfg, err
+}
+
+// redialWait is how long a request waits for the runner API to come back:
+// a manager restarting, or the only replica rolling over.
+const redialWait = 2 * time.Minute
+
+// redial retries a request whose connection could not even be made: the
+// request never reached the manager, so sending it again is safe (a state
+// write is fenced by its resourceVersion in any case).
+type redial struct {
+	next http.RoundTripper
+	wait time.Duration
+}
+
+func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
+	deadline := time.Now().Add(r.wait)
+	delay := 250 * time.Millisecond
+	for {
+		resp, err := r.next.RoundTrip(req)
+		var op *net.OpError
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" || time.Now().After(deadline) || req.Context().Err() != nil {
+			return resp, err
+		}
+		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", delay)
+		select {
+		case <-time.After(delay):
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+		delay = min(2*delay, 5*time.Second)
+		if req.GetBody != nil {
+			body, berr := req.GetBody()
+			if berr != nil {
+				return nil, berr
+			}
+			req = req.Clone(req.Context())
+			req.Body = body
+		}
+	}
 }

@@ -28,6 +28,12 @@ import (
 // version, each at most what etcd stores (1.5 MiB), with room to spare.
 const MaxRequestBytes = 7 << 20
 
+// MaxInFlight bounds the admission requests served at once: their bodies
+// (with the decoded objects, a few times MaxRequestBytes each) must fit the
+// manager's memory. The API server waits for a slot up to its webhook
+// timeout.
+const MaxInFlight = 8
+
 // Path is the webhook path of a kind.
 func Path(kind string) string {
 	return "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-" + strings.ToLower(kind)
@@ -46,13 +52,26 @@ type Handler struct {
 	// paused: clusterctl move creates a machine with its provider ID
 	// while the moved Cluster is paused.
 	ClusterPaused func(ctx context.Context, namespace, name string) (bool, error)
+
+	slots chan struct{} // requests being served
 }
 
-// Mux serves every kind's path.
+// Mux serves every kind's path, MaxInFlight requests at a time.
 func (h *Handler) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
+	h.slots = make(chan struct{}, MaxInFlight)
+	slots := h.slots
 	for _, kind := range Kinds {
-		mux.HandleFunc("POST "+Path(kind), func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, kind) })
+		mux.HandleFunc("POST "+Path(kind), func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-r.Context().Done():
+				http.Error(w, "too many admission requests at once", http.StatusServiceUnavailable)
+				return
+			}
+			h.serve(w, r, kind)
+		})
 	}
 	return mux
 }
@@ -194,6 +213,14 @@ func validate[T any](req *admissionv1.AdmissionRequest, check func(obj, old *T) 
 	obj := new(T)
 	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
 		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	// Cluster API's topology controller marks its dry runs with an
+	// annotation, which lets a template's spec differ; on a write that is
+	// not a dry run the annotation means nothing.
+	if m, ok := any(obj).(metav1.Object); ok && (req.DryRun == nil || !*req.DryRun) {
+		if a := m.GetAnnotations(); a != nil {
+			delete(a, capi.DryRunAnnotation)
+		}
 	}
 	var old *T
 	if req.Operation == admissionv1.Update {

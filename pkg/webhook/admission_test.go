@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 )
 
 const managerUser = "system:serviceaccount:captf-system:captf-manager"
@@ -40,6 +43,8 @@ func request(op admissionv1.Operation, user string, obj, old runtime.Object) *ad
 		kind = "TerraformMachine"
 	case *infrav1.TerraformMachinePool:
 		kind = "TerraformMachinePool"
+	case *infrav1.TerraformMachineTemplate:
+		kind = "TerraformMachineTemplate"
 	}
 	return &admissionv1.AdmissionRequest{
 		UID:       "uid-1",
@@ -149,5 +154,69 @@ func TestServeRefusesOversizeAndNonJSON(t *testing.T) {
 		if w.Code != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, w.Code, tc.want)
 		}
+	}
+}
+
+// TestTemplateDryRunException: a template's spec may differ only in a dry
+// run Cluster API's topology controller marks; the annotation alone on a
+// real write changes nothing.
+func TestTemplateDryRunException(t *testing.T) {
+	old := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+	old.Spec.Template.Spec.Module.Inline = "a"
+	changed := old.DeepCopy()
+	changed.Spec.Template.Spec.Module.Inline = "b"
+	changed.Annotations = map[string]string{capi.DryRunAnnotation: ""}
+	for _, dryRun := range []bool{false, true} {
+		req := request(admissionv1.Update, "someone", changed, old)
+		req.DryRun = &dryRun
+		if resp := (&Handler{}).Admit(context.Background(), "TerraformMachineTemplate", req); resp.Allowed != dryRun {
+			t.Errorf("dry run %v: allowed = %v (%v)", dryRun, resp.Allowed, resp.Result)
+		}
+	}
+}
+
+// TestAdmissionRequestsBounded: past MaxInFlight requests at once (slow
+// senders of large bodies, say) the next waits and is not read.
+func TestAdmissionRequestsBounded(t *testing.T) {
+	h := &Handler{}
+	srv := httptest.NewServer(h.Mux())
+	defer srv.Close()
+	url := srv.URL + Path("TerraformCluster")
+	var writers []*io.PipeWriter
+	for range MaxInFlight {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		go func() {
+			if resp, err := http.Post(url, "application/json", pr); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	defer func() { // before the server closes: it waits for them
+		for _, w := range writers {
+			w.Close()
+		}
+	}()
+	for len(h.slots) < MaxInFlight {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("request %d was served (%s) while %d were", MaxInFlight+1, resp.Status, MaxInFlight)
+	}
+	for _, w := range writers {
+		w.Close()
+	}
+	resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("after the others finished: %s, want 400 for an empty review", resp.Status)
 	}
 }

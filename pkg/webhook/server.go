@@ -24,8 +24,10 @@ import (
 // renews in place, and a handshake is the moment to notice.
 const certRecheck = time.Second
 
-// Server serves the webhook paths over TLS on every manager replica.
+// Server serves the webhook paths (or, named otherwise, another handler)
+// over TLS on every manager replica.
 type Server struct {
+	Name     string
 	Port     int
 	CertFile string
 	KeyFile  string
@@ -37,7 +39,7 @@ type Server struct {
 
 // NewServer serves handler on port with the certificate and key in certDir.
 func NewServer(port int, certDir, certName, keyName string, handler http.Handler) *Server {
-	s := &Server{Port: port, CertFile: filepath.Join(certDir, certName), KeyFile: filepath.Join(certDir, keyName), Handler: handler}
+	s := &Server{Name: "webhook", Port: port, CertFile: filepath.Join(certDir, certName), KeyFile: filepath.Join(certDir, keyName), Handler: handler}
 	s.certs.certFile, s.certs.keyFile = s.CertFile, s.KeyFile
 	return s
 }
@@ -45,10 +47,10 @@ func NewServer(port int, certDir, certName, keyName string, handler http.Handler
 // Ready says whether the server serves with a certificate.
 func (s *Server) Ready() error {
 	if !s.serving.Load() {
-		return errors.New("webhook server not listening")
+		return fmt.Errorf("%s server not listening", s.Name)
 	}
 	if _, err := s.certs.get(); err != nil {
-		return fmt.Errorf("webhook certificate: %w", err)
+		return fmt.Errorf("%s certificate: %w", s.Name, err)
 	}
 	return nil
 }
@@ -57,13 +59,13 @@ func (s *Server) Ready() error {
 // yet (cert-manager has not issued it) is not an error: handshakes fail and
 // Ready says why until it appears.
 func (s *Server) Start(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithName("webhook")
+	logger := klog.FromContext(ctx).WithName(s.Name)
 	if _, err := s.certs.get(); err != nil {
-		logger.Info("Warning: no webhook certificate yet; serving once it appears", "err", err)
+		logger.Info("Warning: no certificate yet; serving once it appears", "err", err)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(s.Port)))
 	if err != nil {
-		return fmt.Errorf("webhook server: %w", err)
+		return fmt.Errorf("%s server: %w", s.Name, err)
 	}
 	srv := &http.Server{
 		Handler:           s.Handler,
@@ -80,7 +82,7 @@ func (s *Server) Start(ctx context.Context) error {
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				c, err := s.certs.get()
 				if err != nil {
-					logger.Error(err, "No webhook certificate to serve")
+					logger.Error(err, "No certificate to serve")
 				}
 				return c, err
 			},
@@ -98,7 +100,7 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serving.Store(false)
-			logger.Error(err, "Webhook server stopped")
+			logger.Error(err, "Server stopped")
 		}
 	}()
 	return nil

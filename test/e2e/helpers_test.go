@@ -33,6 +33,10 @@ type env struct {
 	t         *testing.T
 	ns        string
 	instances string
+	// front and cert are the runner API's Service and certificate, shared
+	// by the test's managers as a Deployment's replicas share them.
+	front *framework.Front
+	cert  *framework.WebhookCert
 }
 
 func newEnv(t *testing.T) *env {
@@ -64,8 +68,18 @@ func newEnv(t *testing.T) *env {
 func (e *env) startManager(extra ...string) *framework.Manager {
 	t := e.t
 	t.Helper()
+	if e.front == nil {
+		var err error
+		if e.front, err = framework.NewFront(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.front.Close)
+		if e.cert, err = framework.NewWebhookCert(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	m, err := plane.StartManager(context.Background(), framework.ManagerOptions{Binary: captfBinary, Namespace: e.ns, Dir: t.TempDir(),
-		Args: append([]string{"--namespace=" + e.ns}, extra...)})
+		Args: append([]string{"--namespace=" + e.ns}, extra...), Front: e.front, Cert: e.cert})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -503,27 +504,33 @@ func TestRestoreKeepsItsBackup(t *testing.T) {
 	}
 }
 
-// TestRunnerAccessComesBack (defect 10): a deleted runner ServiceAccount or
-// RoleBinding used to stay deleted until the manager restarted.
+// TestRunnerAccessComesBack (defect 10): a deleted runner ServiceAccount
+// used to stay deleted until the manager restarted. The RoleBinding that
+// gave it Secret rights before the runner API is deleted.
 func TestRunnerAccessComesBack(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
+	old := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.RunnerRoleBinding, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-runner"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: names.RunnerServiceAccount, Namespace: e.ns}}}
+	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.startManager()
 	e.create(e.localCloud("access", e.newCluster("access", false), map[string]any{"api_port": 6443}))
 	e.waitFor("access", 2*time.Minute, "Ready", isReady)
-	if err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Delete(ctx, names.RunnerServiceAccount, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Get(ctx, names.RunnerRoleBinding, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the old release's RoleBinding is still there: %v", err)
 	}
-	if err := plane.Kube.RbacV1().RoleBindings(e.ns).Delete(ctx, names.RunnerServiceAccount, metav1.DeleteOptions{}); err != nil {
+	if err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Delete(ctx, names.RunnerServiceAccount, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, saErr := plane.Kube.CoreV1().ServiceAccounts(e.ns).Get(ctx, names.RunnerServiceAccount, metav1.GetOptions{})
-		_, rbErr := plane.Kube.RbacV1().RoleBindings(e.ns).Get(ctx, names.RunnerServiceAccount, metav1.GetOptions{})
-		return saErr == nil && rbErr == nil, nil
+		return saErr == nil, nil
 	})
 	if err != nil {
-		t.Fatal("the runner's ServiceAccount and RoleBinding did not come back")
+		t.Fatal("the runner's ServiceAccount did not come back")
 	}
 	e.setVars("access", map[string]any{"api_port": 6444})
 	e.waitFor("access", 2*time.Minute, "port 6444", func(tc *infrav1.TerraformCluster) bool {

@@ -44,7 +44,7 @@ func (cp *ControlPlane) InstallRBAC(ctx context.Context, namespace string) error
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"runner_role.yaml", "manager_role.yaml"} {
+	for _, f := range []string{"manager_role.yaml"} {
 		objs, err := ReadObjects(filepath.Join(root, "manifests", "rbac", f))
 		if err != nil {
 			return err
@@ -83,8 +83,10 @@ type Manager struct {
 	ProbeAddr string
 	// MetricsAddr serves /metrics.
 	MetricsAddr string
-	// WebhookAddr serves the webhook over TLS with WebhookCert.
-	WebhookAddr string
+	// WebhookAddr serves the webhook over TLS with WebhookCert, and
+	// RunnerAPIAddr the runner API with the same certificate.
+	WebhookAddr   string
+	RunnerAPIAddr string
 	WebhookCert *WebhookCert
 }
 
@@ -95,6 +97,11 @@ type ManagerOptions struct {
 	Namespace string
 	Dir       string
 	Args      []string
+	// Front, when set, is the runner API's address runners are told (a
+	// Service of several managers), and Cert the serving certificate the
+	// managers behind it share. Without them a manager has its own.
+	Front *Front
+	Cert  *WebhookCert
 }
 
 // StartManager starts a manager; it dies with the test binary.
@@ -107,19 +114,28 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 	if err := WriteKubeconfig(kubeconfig, cfg, "captf"); err != nil {
 		return nil, err
 	}
-	ports, err := FreePorts(3)
+	ports, err := FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{done: make(chan struct{}), LogFile: filepath.Join(o.Dir, "manager.log"),
 		ProbeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		WebhookAddr: fmt.Sprintf("127.0.0.1:%d", ports[2])}
-	if m.WebhookCert, err = NewWebhookCert(filepath.Join(o.Dir, "webhook-certs")); err != nil {
-		return nil, err
+		WebhookAddr: fmt.Sprintf("127.0.0.1:%d", ports[2]), RunnerAPIAddr: fmt.Sprintf("127.0.0.1:%d", ports[3])}
+	m.WebhookCert = o.Cert
+	if m.WebhookCert == nil {
+		if m.WebhookCert, err = NewWebhookCert(filepath.Join(o.Dir, "webhook-certs")); err != nil {
+			return nil, err
+		}
+	}
+	runnerAPI := m.RunnerAPIAddr
+	if o.Front != nil {
+		runnerAPI = o.Front.Addr
+		o.Front.Add(m.RunnerAPIAddr)
 	}
 	args := append([]string{"manager", "--kubeconfig=" + kubeconfig, "--runner-image=captf:local",
 		"--health-probe-bind-address=" + m.ProbeAddr, "--metrics-bind-address=" + m.MetricsAddr,
-		fmt.Sprintf("--webhook-port=%d", ports[2]), "--webhook-cert-dir=" + m.WebhookCert.Dir, "-v=2"}, o.Args...)
+		fmt.Sprintf("--webhook-port=%d", ports[2]), "--webhook-cert-dir=" + m.WebhookCert.Dir,
+		fmt.Sprintf("--runner-api-port=%d", ports[3]), "--runner-api-url=https://" + runnerAPI, "-v=2"}, o.Args...)
 	out, err := os.Create(m.LogFile)
 	if err != nil {
 		return nil, err
@@ -134,6 +150,9 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 	}
 	go func() {
 		_ = m.cmd.Wait()
+		if o.Front != nil {
+			o.Front.Remove(m.RunnerAPIAddr)
+		}
 		out.Close()
 		close(m.done)
 	}()

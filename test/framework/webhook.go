@@ -38,7 +38,7 @@ func (w *WebhookCert) Rotate() error {
 	if err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{"tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM} {
+	for name, data := range map[string][]byte{"tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM, "ca.crt": ca.CertPEM} {
 		tmp := filepath.Join(w.Dir, "."+name+".new")
 		if err := os.WriteFile(tmp, data, 0o600); err != nil {
 			return err

@@ -41,7 +41,8 @@ func TestShippedManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deployment appsv1.Deployment
-	var service corev1.Service
+	services := map[string]corev1.Service{}
+	var dnsNames []string
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		switch gvk.Kind {
@@ -50,9 +51,14 @@ func TestShippedManifests(t *testing.T) {
 				t.Fatal(err)
 			}
 		case "Service":
+			var service corev1.Service
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &service); err != nil {
 				t.Fatal(err)
 			}
+			services[service.Name] = service
+		case "Certificate":
+			names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
+			dnsNames = append(dnsNames, names...)
 		}
 		if gvk.Group == "cert-manager.io" {
 			continue
@@ -111,14 +117,26 @@ func TestShippedManifests(t *testing.T) {
 		(pod.Volumes[i].Secret.Optional != nil && *pod.Volumes[i].Secret.Optional) {
 		t.Errorf("the webhook certificate Secret is not mounted (non-optional) at --webhook-cert-dir %q", certDir)
 	}
-	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
-		return p.Name == service.Spec.Ports[0].TargetPort.StrVal && p.ContainerPort == 9443
-	}) {
-		t.Errorf("the Service targets port %q, which the container does not name as 9443", service.Spec.Ports[0].TargetPort.StrVal)
-	}
-	for k, v := range service.Spec.Selector {
-		if deployment.Spec.Template.Labels[k] != v {
-			t.Errorf("the Service selects %s=%s, which the manager pods do not carry", k, v)
+	// The webhook and the runner API: each Service reaches the container
+	// port the manager serves on, with a certificate valid for its name.
+	for name, port := range map[string]int32{"captf-webhook-service": 9443, "captf-runner-api": 9445} {
+		service, ok := services[name]
+		if !ok {
+			t.Errorf("no Service %s", name)
+			continue
+		}
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+			return p.Name == service.Spec.Ports[0].TargetPort.StrVal && p.ContainerPort == port
+		}) {
+			t.Errorf("Service %s targets port %q, which the container does not name as %d", name, service.Spec.Ports[0].TargetPort.StrVal, port)
+		}
+		for k, v := range service.Spec.Selector {
+			if deployment.Spec.Template.Labels[k] != v {
+				t.Errorf("Service %s selects %s=%s, which the manager pods do not carry", name, k, v)
+			}
+		}
+		if dns := name + "." + service.Namespace + ".svc"; !slices.Contains(dnsNames, dns) {
+			t.Errorf("the serving certificate is not valid for %s", dns)
 		}
 	}
 	// Every kind has its path in the shipped configuration.

@@ -3,10 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,8 +18,12 @@ import (
 	"github.com/captf/captf/pkg/names"
 )
 
-// RunnerAccess keeps the captf-runner ServiceAccount and RoleBinding (to the
-// captf-runner ClusterRole) in each namespace the manager runs Jobs in.
+// RunnerAccess keeps the captf-runner ServiceAccount in each namespace the
+// manager runs Jobs in. The account has no rights: runner pods reach their
+// object's state, lock and result through the manager's runner API, which
+// knows them by a token of this account (or of spec.jobs.serviceAccountName)
+// bound to the pod. A RoleBinding that older releases made for the account
+// is deleted.
 type RunnerAccess struct {
 	Client kubernetes.Interface
 
@@ -28,26 +32,20 @@ type RunnerAccess struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 }
 
-// Watch re-creates the ServiceAccount or RoleBinding of a namespace as soon
-// as one is deleted: without them, Job pods cannot even be created. The
-// informers list what CAPTF labelled.
-func (a *RunnerAccess) Watch(serviceAccounts, roleBindings cache.SharedIndexInformer) error {
+// Watch re-creates the ServiceAccount of a namespace as soon as it is
+// deleted: without it, Job pods cannot even be created.
+func (a *RunnerAccess) Watch(serviceAccounts cache.SharedIndexInformer) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "runner-access"})
-	handler := cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+	_, err := serviceAccounts.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		if o, ok := obj.(metav1.Object); ok && o.GetName() == names.RunnerServiceAccount {
 			a.queue.Add(o.GetNamespace())
 		}
-	}}
-	for _, inf := range []cache.SharedIndexInformer{serviceAccounts, roleBindings} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return err
-		}
-	}
-	return nil
+	}})
+	return err
 }
 
 // Run re-creates what Watch saw deleted until ctx ends.
@@ -68,20 +66,21 @@ func (a *RunnerAccess) Run(ctx context.Context) {
 		err := a.Ensure(ctx, ns)
 		switch {
 		case err == nil:
-			logger.Info("Re-created the runner's ServiceAccount and RoleBinding", "namespace", ns)
+			logger.Info("Re-created the runner's ServiceAccount", "namespace", ns)
 			a.queue.Forget(ns)
 		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 			a.queue.Forget(ns) // the namespace goes, and with it the need
 		default:
-			logger.Error(err, "Re-creating the runner's ServiceAccount and RoleBinding", "namespace", ns)
+			logger.Error(err, "Re-creating the runner's ServiceAccount", "namespace", ns)
 			a.queue.AddRateLimited(ns)
 		}
 		a.queue.Done(ns)
 	}
 }
 
-// Ensure makes sure namespace has them; it checks once per namespace per
-// manager process, with reads, and writes only what is missing.
+// Ensure makes sure namespace has the ServiceAccount and no RoleBinding of
+// an older release; it checks once per namespace per manager process, with
+// reads, and writes only what is missing or left over.
 func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 	a.mu.Lock()
 	done := a.done[namespace]
@@ -90,7 +89,8 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 		return nil
 	}
 	labels := map[string]string{names.LabelManagedBy: names.ManagedByValue}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: names.RunnerServiceAccount, Namespace: namespace, Labels: labels}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: names.RunnerServiceAccount, Namespace: namespace, Labels: labels},
+		AutomountServiceAccountToken: ptr(false)}
 	if _, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, sa.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		if _, err := a.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, sa.Name, err)
@@ -98,17 +98,16 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 	} else if err != nil {
 		return err
 	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: names.RunnerServiceAccount, Namespace: namespace, Labels: labels},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: names.RunnerClusterRole},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: names.RunnerServiceAccount, Namespace: namespace}},
-	}
-	if _, err := a.Client.RbacV1().RoleBindings(namespace).Get(ctx, rb.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		if _, err := a.Client.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating RoleBinding %s/%s: %w", namespace, rb.Name, err)
-		}
-	} else if err != nil {
+	rb, err := a.Client.RbacV1().RoleBindings(namespace).Get(ctx, names.RunnerRoleBinding, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return err
+	case rb.Labels[names.LabelManagedBy] == names.ManagedByValue:
+		err := a.Client.RbacV1().RoleBindings(namespace).Delete(ctx, rb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rb.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting the runner's old RoleBinding %s/%s: %w", namespace, rb.Name, err)
+		}
 	}
 	a.mu.Lock()
 	if a.done == nil {
@@ -143,4 +142,25 @@ func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace, name 
 			"spec.jobs.serviceAccountName: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", name, infrav1.LabelRunnerServiceAccount)}
 	}
 	return nil
+}
+
+// RunnerAPI is where runner pods reach their object's state, lock and
+// result: the manager's runner API (package runnerapi).
+type RunnerAPI struct {
+	URL string
+	// CAFile holds the CA bundle runners trust the API's certificate by
+	// (cert-manager's ca.crt); empty: the system's roots.
+	CAFile string
+}
+
+// ca reads the CA bundle now: a renewed one reaches the next Job.
+func (a RunnerAPI) ca() (string, error) {
+	if a.CAFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(a.CAFile)
+	if err != nil {
+		return "", fmt.Errorf("the runner API's CA bundle, which runner pods need: %w", err)
+	}
+	return string(b), nil
 }

@@ -88,7 +88,7 @@ func TestSync(t *testing.T) {
 				obj:  newObject(k),
 				capi: k.capi,
 				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
-					"create rolebindings captf-runner", "create jobs {k}-prod-apply-", "update {res}/status prod"},
+					"create jobs {k}-prod-apply-", "update {res}/status prod"},
 				wantReady: engine.ReasonApplying,
 			},
 			"a runner ServiceAccount without the captf.io/runner label: refused": {
@@ -106,7 +106,7 @@ func TestSync(t *testing.T) {
 				objects: []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns",
 					Labels: map[string]string{infrav1.LabelRunnerServiceAccount: "true"}}}},
 				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
-					"create rolebindings captf-runner", "create jobs {k}-prod-apply-", "update {res}/status prod"},
+					"create jobs {k}-prod-apply-", "update {res}/status prod"},
 				wantReady:      engine.ReasonApplying,
 				wantServiceAcc: "cloud",
 			},
@@ -169,7 +169,7 @@ func TestSync(t *testing.T) {
 				capi:    k.capi,
 				objects: []runtime.Object{stateSecret, durable},
 				// The update is clusterctl's block-move annotation, set before the Job.
-				wantWrites: []string{"update {res} prod", "create serviceaccounts captf-runner", "create rolebindings captf-runner",
+				wantWrites: []string{"update {res} prod", "create serviceaccounts captf-runner",
 					"create jobs {k}-prod-destroy-", "update {res}/status prod"},
 				wantReady: engine.ReasonDestroying,
 				wantArgs:  "--durable-inputs",

@@ -69,6 +69,7 @@ type Object interface {
 // Config is what the manager tells every controller that runs Terraform.
 type Config struct {
 	Access               *RunnerAccess
+	RunnerAPI            RunnerAPI
 	RunnerImage          string
 	StateBackups         int
 	DriftDefaultInterval time.Duration
@@ -88,6 +89,7 @@ type Engine struct {
 	Recorder      record.EventRecorder
 	Expectations  *controller.Expectations
 	Access        *RunnerAccess
+	RunnerAPI     RunnerAPI
 	GVK           schema.GroupVersionKind
 	RunnerImage   string
 	StateBackups  int
@@ -467,9 +469,13 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	if err != nil || !ok {
 		return err
 	}
+	ca, err := e.RunnerAPI.ca()
+	if err != nil {
+		return err
+	}
 	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
 		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
-		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes}
+		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -95,11 +96,18 @@ type JobSpec struct {
 	// state.
 	ExpectState   bool
 	MaxStateBytes int64
+	// RunnerAPI is the URL of the manager's runner API, RunnerAPICA the
+	// PEM bundle that signs its certificate.
+	RunnerAPI, RunnerAPICA string
 	// Gate is the approval policy of an apply and the plan hashes the
 	// object's approvals name (TerraformCluster only).
 	Gate                                  infrav1.ApprovalPolicy
 	ApprovedPlan, ApprovedDestructivePlan string
 }
+
+// runnerTokenSeconds is the life of a runner pod's token: the shortest the
+// API server issues; the kubelet renews it while the pod runs.
+const runnerTokenSeconds = 600
 
 // RunnerCommand is the runner's entrypoint in the image.
 const RunnerCommand = "/captf"
@@ -166,6 +174,12 @@ func BuildJob(s JobSpec) *batchv1.Job {
 		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 	}
+	if s.RunnerAPI != "" {
+		env = append(env, corev1.EnvVar{Name: runner.EnvRunnerAPI, Value: s.RunnerAPI})
+	}
+	if s.RunnerAPICA != "" {
+		env = append(env, corev1.EnvVar{Name: runner.EnvRunnerAPICA, Value: s.RunnerAPICA})
+	}
 	env = append(env, s.Policy.Env...)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -179,7 +193,11 @@ func BuildJob(s JobSpec) *batchv1.Job {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: sa,
-					RestartPolicy:      corev1.RestartPolicyNever,
+					// No token the API server accepts: the pod runs the
+					// user's module code. It reaches its state through the
+					// runner API with a token only that API takes.
+					AutomountServiceAccountToken: ptr(false),
+					RestartPolicy:                corev1.RestartPolicyNever,
 					// Time for terraform to stop gracefully and write its state.
 					TerminationGracePeriodSeconds: ptr(int64(120)),
 					SecurityContext:               podSC,
@@ -196,9 +214,14 @@ func BuildJob(s JobSpec) *batchv1.Job {
 						Resources:                *s.Policy.Resources,
 						SecurityContext:          sc,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-						VolumeMounts:             []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
+							{Name: "runner-token", MountPath: filepath.Dir(runner.TokenFile), ReadOnly: true}},
 					}},
-					Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+							Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+								Audience: names.RunnerTokenAudience, ExpirationSeconds: ptr(int64(runnerTokenSeconds)), Path: filepath.Base(runner.TokenFile)}}},
+						}}}},
 				},
 			},
 		},

@@ -1,0 +1,62 @@
+package runner
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+type flakyTransport struct {
+	failures []error
+	bodies   []string
+}
+
+func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	b, _ := io.ReadAll(req.Body)
+	f.bodies = append(f.bodies, string(b))
+	if len(f.failures) > 0 {
+		err := f.failures[0]
+		f.failures = f.failures[1:]
+		return nil, err
+	}
+	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("ok"))}, nil
+}
+
+// TestRedial: a request that could not connect (the manager restarting) is
+// sent again, whole; one that reached the manager is never repeated.
+func TestRedial(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	tests := map[string]struct {
+		failures []error
+		wait     time.Duration
+		wantErr  error
+		sends    int
+	}{
+		"refused twice, then up":        {failures: []error{refused, refused}, wait: time.Minute, sends: 3},
+		"reset after sending: no retry": {failures: []error{reset}, wait: time.Minute, wantErr: reset, sends: 1},
+		"refused past the wait":         {failures: []error{refused, refused}, wait: 0, wantErr: refused, sends: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ft := &flakyTransport{failures: tc.failures}
+			req, _ := http.NewRequest(http.MethodPut, "https://runner-api.test/x", strings.NewReader("state"))
+			_, err := (&redial{next: ft, wait: tc.wait}).RoundTrip(req)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if len(ft.bodies) != tc.sends {
+				t.Fatalf("sent %d times, want %d", len(ft.bodies), tc.sends)
+			}
+			for _, b := range ft.bodies {
+				if b != "state" {
+					t.Errorf("a send carried %q, want the whole body", b)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,449 @@
+// Package runnerapi is the manager's runner API: the only way a runner pod
+// reaches the API server. A runner pod holds no token the API server
+// accepts; it presents a token of its ServiceAccount with the CAPTF audience,
+// bound to the pod. The manager checks it with a TokenReview, finds the pod,
+// the pod's Job and the Job's Terraform* object, and then forwards, with its
+// own rights, only what that object's run needs: its state, state chunks,
+// backups, durable inputs and lock, this Job's inputs and result, and the
+// phase of a pod that holds its lock. Everything else is refused.
+//
+// The API speaks the Kubernetes REST paths of those objects, so the runner
+// uses client-go against it unchanged, and the state store keeps its fenced,
+// chunked writes: a request carries at most one Secret (a chunk), so the
+// manager never holds a whole state, and any replica can serve any request.
+package runnerapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+const (
+	// identityTTL is how long a checked token is trusted without a new
+	// TokenReview: a deleted pod's token stops working within it.
+	identityTTL = 10 * time.Second
+	// maxBody bounds a request body: one Secret (a state chunk is 768 KiB,
+	// base64 in JSON about 1 MiB).
+	maxBody = 2 << 20
+	// maxInFlight bounds the requests served at once, and so the memory
+	// their bodies take.
+	maxInFlight = 16
+)
+
+// Server serves the runner API. Kube is the manager's client (TokenReviews,
+// pods, Jobs); Config is the manager's client config, used to forward.
+type Server struct {
+	Kube   kubernetes.Interface
+	Config *rest.Config
+
+	once     sync.Once
+	client   *http.Client
+	host     string
+	initErr  error
+	inFlight chan struct{}
+
+	mu         sync.Mutex
+	identities map[[32]byte]cachedIdentity
+}
+
+type cachedIdentity struct {
+	id      *Identity
+	expires time.Time
+}
+
+// Identity is who a request comes from: a runner pod of a Job of an object.
+type Identity struct {
+	Namespace string
+	Pod       string
+	Job       string
+	Object    names.Object
+	// ObjectRef is the object as its owner reference names it.
+	ObjectRef metav1.OwnerReference
+}
+
+func (s *Server) init() error {
+	s.once.Do(func() {
+		s.inFlight = make(chan struct{}, maxInFlight)
+		s.identities = map[[32]byte]cachedIdentity{}
+		cfg := rest.CopyConfig(s.Config)
+		s.client, s.initErr = rest.HTTPClientFor(cfg)
+		s.host = strings.TrimRight(cfg.Host, "/")
+		if !strings.Contains(s.host, "://") {
+			s.host = "https://" + s.host
+		}
+	})
+	return s.initErr
+}
+
+// ServeHTTP authenticates, authorizes and forwards one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := s.init(); err != nil {
+		writeStatus(w, apierrors.NewInternalError(err))
+		return
+	}
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	case <-r.Context().Done():
+		return
+	}
+	ctx := r.Context()
+	logger := klog.FromContext(ctx).WithName("runner-api")
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		writeStatus(w, apierrors.NewUnauthorized("a runner token (audience "+names.RunnerTokenAudience+") is required"))
+		return
+	}
+	id, err := s.authenticate(ctx, token)
+	if err != nil {
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) {
+			logger.Error(err, "Checking a runner token")
+			err = apierrors.NewInternalError(errors.New("checking the token failed"))
+		}
+		writeStatus(w, err)
+		return
+	}
+	req, err := id.authorize(r)
+	if err != nil {
+		logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
+		writeStatus(w, err)
+		return
+	}
+	if req.pod != "" {
+		s.servePod(ctx, w, id, req.pod)
+		return
+	}
+	s.forward(ctx, w, r.Method, r.URL.Path, r.URL.RawQuery, req.body) // the path checked, not its encoding
+}
+
+// authenticate turns a token into the identity of its pod.
+func (s *Server) authenticate(ctx context.Context, token string) (*Identity, error) {
+	key := sha256.Sum256([]byte(token))
+	now := time.Now()
+	s.mu.Lock()
+	if c, ok := s.identities[key]; ok && now.Before(c.expires) {
+		s.mu.Unlock()
+		return c.id, nil
+	}
+	s.mu.Unlock()
+
+	review, err := s.Kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{names.RunnerTokenAudience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	st := review.Status
+	if !st.Authenticated || !slices.Contains(st.Audiences, names.RunnerTokenAudience) {
+		return nil, apierrors.NewUnauthorized("the token is not a valid runner token")
+	}
+	namespace, _, ok := strings.Cut(strings.TrimPrefix(st.User.Username, "system:serviceaccount:"), ":")
+	podName, podUID := first(st.User.Extra["authentication.kubernetes.io/pod-name"]), first(st.User.Extra["authentication.kubernetes.io/pod-uid"])
+	if !ok || !strings.HasPrefix(st.User.Username, "system:serviceaccount:") || podName == "" || podUID == "" {
+		return nil, apierrors.NewUnauthorized("the token is not bound to a pod")
+	}
+	id, err := s.identify(ctx, namespace, podName, types.UID(podUID))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	for k, c := range s.identities {
+		if now.After(c.expires) {
+			delete(s.identities, k)
+		}
+	}
+	s.identities[key] = cachedIdentity{id: id, expires: now.Add(identityTTL)}
+	s.mu.Unlock()
+	return id, nil
+}
+
+// identify follows the pod to its Job and the Job to its object: both must
+// be controlled by what CAPTF made.
+func (s *Server) identify(ctx context.Context, namespace, podName string, podUID types.UID) (*Identity, error) {
+	refuse := func(why string) error {
+		return apierrors.NewForbidden(corev1.Resource("pods"), podName, errors.New(why))
+	}
+	pod, err := s.Kube.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, apierrors.NewUnauthorized("the token's pod is gone")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pod.UID != podUID {
+		return nil, apierrors.NewUnauthorized("the token's pod is gone")
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
+		return nil, refuse("the pod is not a runner Job's")
+	}
+	job, err := s.Kube.BatchV1().Jobs(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, refuse("the pod's Job is gone")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if job.UID != ref.UID || job.Labels[names.LabelManagedBy] != names.ManagedByValue {
+		return nil, refuse("the pod's Job is not CAPTF's")
+	}
+	owner := metav1.GetControllerOf(job)
+	if owner == nil || !strings.HasPrefix(owner.APIVersion, infrav1.SchemeGroupVersion.Group+"/") || !isKind(owner.Kind) ||
+		job.Labels[names.LabelObjectUID] != string(owner.UID) {
+		return nil, refuse("the pod's Job belongs to no Terraform object")
+	}
+	return &Identity{Namespace: namespace, Pod: podName, Job: job.Name,
+		Object:    names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name},
+		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
+}
+
+func isKind(kind string) bool {
+	switch kind {
+	case "TerraformCluster", "TerraformMachine", "TerraformMachinePool":
+		return true
+	}
+	return false
+}
+
+// request is an authorized request: its checked body, or the pod whose
+// phase it asks for.
+type request struct {
+	body []byte
+	pod  string
+}
+
+// authorize allows what a run of the identity's object needs, and nothing
+// else.
+func (id *Identity) authorize(r *http.Request) (*request, error) {
+	resource, name, err := id.parsePath(r.URL.Path)
+	if err != nil {
+		return nil, err
+	}
+	forbid := func(why string) error {
+		return apierrors.NewForbidden(schemaResource(resource), name, fmt.Errorf("a runner of %s %s may not %s it: %s", id.Object.Kind, id.Object.Name, strings.ToLower(r.Method), why))
+	}
+	switch {
+	case resource == "pods" && r.Method == http.MethodGet && name != "":
+		return &request{pod: name}, nil
+	case resource == "leases":
+		if r.Method == http.MethodDelete || (name != "" && name != id.Object.Lock()) {
+			return nil, forbid("only the object's state lock")
+		}
+	case resource == "secrets":
+		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
+		switch r.Method {
+		case http.MethodGet:
+			if !readable {
+				return nil, forbid("not a Secret of this run")
+			}
+		case http.MethodDelete:
+			// Old chunks and rotated backups; never the state or the
+			// durable inputs themselves.
+			if !id.Object.HoldsState(name) || name == id.Object.State() || name == id.Object.DurableInputs() {
+				return nil, forbid("only state chunks and backups are deleted")
+			}
+		case http.MethodPost, http.MethodPut:
+		default:
+			return nil, forbid("not a verb of a run")
+		}
+	default:
+		return nil, forbid("not part of a run")
+	}
+	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+		if name == "" {
+			return nil, forbid("lists and watches are not part of a run")
+		}
+		return &request{}, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if len(body) > maxBody {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a runner request carries at most %d bytes", maxBody))
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType,
+			Reason: metav1.StatusReasonUnsupportedMediaType, Message: "runner requests are JSON, not " + ct}}
+	}
+	var checked any
+	switch resource {
+	case "secrets":
+		var sec corev1.Secret
+		if err := json.Unmarshal(body, &sec); err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		if (name != "" && sec.Name != name) || !(id.Object.HoldsState(sec.Name) || sec.Name == id.Object.Result(id.Job)) {
+			return nil, forbid("only the object's state Secrets and this Job's result are written")
+		}
+		// Never a ServiceAccount token Secret or another type the API
+		// server gives meaning to.
+		if sec.Type != "" && sec.Type != corev1.SecretTypeOpaque {
+			return nil, forbid("type " + string(sec.Type) + ": runner Secrets are Opaque")
+		}
+		if sec.Labels[names.LabelManagedBy] != names.ManagedByValue {
+			return nil, forbid("runner Secrets carry " + names.LabelManagedBy + "=" + names.ManagedByValue)
+		}
+		// A result belongs to the object (and goes with it); nothing
+		// else may be named an owner.
+		for _, ref := range sec.OwnerReferences {
+			if ref.UID != id.ObjectRef.UID {
+				return nil, forbid("owner " + ref.Kind + " " + ref.Name + ": only the object itself owns a runner Secret")
+			}
+		}
+		if len(sec.OwnerReferences) > 0 {
+			sec.OwnerReferences = []metav1.OwnerReference{id.ObjectRef}
+		}
+		sec.Namespace = id.Namespace
+		checked = &sec
+	case "leases":
+		var lease coordinationv1.Lease
+		if err := json.Unmarshal(body, &lease); err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		if lease.Name != id.Object.Lock() {
+			return nil, forbid("only the object's state lock")
+		}
+		lease.Namespace, lease.OwnerReferences = id.Namespace, nil
+		checked = &lease
+	}
+	// What is forwarded is what was checked, not the bytes that came.
+	out, err := json.Marshal(checked)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	return &request{body: out}, nil
+}
+
+// parsePath takes the core Secret and Pod paths and the Lease path in the
+// identity's namespace.
+func (id *Identity) parsePath(path string) (resource, name string, err error) {
+	var rest string
+	var ok bool
+	if rest, ok = strings.CutPrefix(path, "/api/v1/namespaces/"); !ok {
+		rest, ok = strings.CutPrefix(path, "/apis/coordination.k8s.io/v1/namespaces/")
+	}
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) < 2 || len(parts) > 3 {
+		return "", "", apierrors.NewForbidden(corev1.Resource(""), "", fmt.Errorf("%s is not part of a run", path))
+	}
+	if parts[0] != id.Namespace {
+		return "", "", apierrors.NewForbidden(corev1.Resource(parts[1]), "", fmt.Errorf("a runner may not reach namespace %s", parts[0]))
+	}
+	resource = parts[1]
+	if len(parts) == 3 {
+		name = parts[2]
+	}
+	core := strings.HasPrefix(path, "/api/v1/")
+	if (core && resource != "secrets" && resource != "pods") || (!core && resource != "leases") {
+		return "", "", apierrors.NewForbidden(corev1.Resource(resource), name, errors.New("not part of a run"))
+	}
+	return resource, name, nil
+}
+
+// servePod answers with only the identity and phase of a pod of the same
+// object: what telling a stale lock holder needs.
+func (s *Server) servePod(ctx context.Context, w http.ResponseWriter, id *Identity, name string) {
+	pod, err := s.Kube.CoreV1().Pods(id.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err == nil && pod.Labels[names.LabelManagedBy] != names.ManagedByValue {
+		err = apierrors.NewNotFound(corev1.Resource("pods"), name)
+	}
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	out := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, DeletionTimestamp: pod.DeletionTimestamp},
+		Status:     corev1.PodStatus{Phase: pod.Status.Phase}}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// forward sends the request to the API server with the manager's
+// credentials and streams the answer back.
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, path, query string, body []byte) {
+	url := s.host + path
+	if query != "" {
+		url += "?" + query
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		writeStatus(w, apierrors.NewInternalError(err))
+		return
+	}
+	// Only these headers: never the runner's Authorization, never an
+	// Impersonate-* header.
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", "captf-manager/runner-api")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func writeStatus(w http.ResponseWriter, err error) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		status = apierrors.NewInternalError(err)
+	}
+	st := status.Status()
+	st.APIVersion, st.Kind = "v1", "Status"
+	writeJSON(w, int(st.Code), &st)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func schemaResource(resource string) schema.GroupResource {
+	if resource == "leases" {
+		return coordinationv1.Resource(resource)
+	}
+	return corev1.Resource(resource)
+}
+
+func first(v authenticationv1.ExtraValue) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}

@@ -1,0 +1,176 @@
+package runnerapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/captf/captf/pkg/names"
+)
+
+var me = &Identity{Namespace: "ns", Pod: "p", Job: "tfc-prod-apply-0123456789abcdef-0",
+	Object:    names.Object{Kind: "tfc", Name: "prod"},
+	ObjectRef: metav1.OwnerReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "TerraformCluster", Name: "prod", UID: "uid-prod"}}
+
+func secretBody(t *testing.T, name string, mutate ...func(*corev1.Secret)) []byte {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}, Type: corev1.SecretTypeOpaque}
+	for _, m := range mutate {
+		m(s)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestAuthorize(t *testing.T) {
+	const secrets = "/api/v1/namespaces/ns/secrets"
+	const leases = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
+	other := names.Object{Kind: "tfc", Name: "victim"}
+	tests := map[string]struct {
+		method, path string
+		body         []byte
+		allowed      bool
+	}{
+		"read its state":          {method: "GET", path: secrets + "/tfc-prod-state", allowed: true},
+		"read a state chunk":      {method: "GET", path: secrets + "/tfc-prod-state-1764540000000000000-0", allowed: true},
+		"read a backup":           {method: "GET", path: secrets + "/tfc-prod-backup-20261130-174914", allowed: true},
+		"read its run inputs":     {method: "GET", path: secrets + "/" + me.Job, allowed: true},
+		"read its durable inputs": {method: "GET", path: secrets + "/tfc-prod-inputs", allowed: true},
+		"write its state":         {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state"), allowed: true},
+		"create a backup":         {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914"), allowed: true},
+		"create its result":       {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result", func(s *corev1.Secret) { s.OwnerReferences = []metav1.OwnerReference{me.ObjectRef} }), allowed: true},
+		"an owner of someone else's": {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result", func(s *corev1.Secret) {
+			s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "x", UID: "uid-x", BlockOwnerDeletion: ptrTo(true)}}
+		})},
+		"delete a rotated backup":              {method: "DELETE", path: secrets + "/tfc-prod-backup-20261130-174914-1", allowed: true},
+		"hold its lock":                        {method: "PUT", path: leases + "/tfc-prod-lock", body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
+		"create its lock":                      {method: "POST", path: leases, body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
+		"ask a lock holder's phase":            {method: "GET", path: "/api/v1/namespaces/ns/pods/holder", allowed: true},
+		"read the cluster's kubeconfig":        {method: "GET", path: secrets + "/prod-kubeconfig"},
+		"read another object's state":          {method: "GET", path: secrets + "/" + other.State()},
+		"read a look-alike's state":            {method: "GET", path: secrets + "/tfc-prod-x-state"},
+		"read another Job's result":            {method: "GET", path: secrets + "/tfc-prod-apply-ffffffffffffffff-0-result"},
+		"list secrets":                         {method: "GET", path: secrets},
+		"write another object's state":         {method: "PUT", path: secrets + "/" + other.State(), body: secretBody(t, other.State())},
+		"rename in the body":                   {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, other.State())},
+		"create a token Secret":                {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Type = corev1.SecretTypeServiceAccountToken })},
+		"create an unlabelled Secret":          {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Labels = nil })},
+		"create any Secret":                    {method: "POST", path: secrets, body: secretBody(t, "mine")},
+		"overwrite its run inputs":             {method: "PUT", path: secrets + "/" + me.Job, body: secretBody(t, me.Job)},
+		"delete its state":                     {method: "DELETE", path: secrets + "/tfc-prod-state"},
+		"delete its durable inputs":            {method: "DELETE", path: secrets + "/tfc-prod-inputs"},
+		"take another object's lock":           {method: "PUT", path: leases + "/" + other.Lock(), body: []byte(`{"metadata":{"name":"` + other.Lock() + `"}}`)},
+		"delete its lock":                      {method: "DELETE", path: leases + "/tfc-prod-lock"},
+		"another namespace":                    {method: "GET", path: "/api/v1/namespaces/kube-system/secrets/tfc-prod-state"},
+		"configmaps":                           {method: "GET", path: "/api/v1/namespaces/ns/configmaps/x"},
+		"serviceaccount tokens":                {method: "POST", path: "/api/v1/namespaces/ns/serviceaccounts/default/token", body: []byte(`{}`)},
+		"a pod's spec is not a write":          {method: "PUT", path: "/api/v1/namespaces/ns/pods/holder", body: []byte(`{}`)},
+		"any other API":                        {method: "GET", path: "/apis/apps/v1/namespaces/ns/deployments"},
+		"a path that walks out":                {method: "GET", path: secrets + "/../configmaps/x"},
+		"watch its state":                      {method: "GET", path: secrets + "?watch=true"},
+		"protobuf bodies are not checked":      {method: "PUT", path: secrets + "/tfc-prod-state", body: []byte("k8s\x00...")},
+		"a body over the limit":                {method: "PUT", path: secrets + "/tfc-prod-state", body: bytes.Repeat([]byte(" "), maxBody+1)},
+		"a Secret in another namespace (body)": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Namespace = "kube-system" }), allowed: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.path, bytes.NewReader(tc.body))
+			if tc.body != nil {
+				r.Header.Set("Content-Type", "application/json")
+			}
+			req, err := me.authorize(r)
+			if tc.allowed != (err == nil) {
+				t.Fatalf("authorize = %v, want allowed %v", err, tc.allowed)
+			}
+			if err != nil && !apierrors.IsForbidden(err) && !apierrors.IsBadRequest(err) && !apierrors.IsRequestEntityTooLargeError(err) {
+				t.Errorf("refused with %v, want a Kubernetes status", err)
+			}
+			if req != nil && req.body != nil {
+				var m metav1.PartialObjectMetadata
+				if err := json.Unmarshal(req.body, &m); err != nil || m.Namespace != "ns" {
+					t.Errorf("forwarded body %s: namespace not pinned", req.body)
+				}
+				for _, ref := range m.OwnerReferences {
+					if ref != me.ObjectRef {
+						t.Errorf("forwarded owner %+v, want only the object", ref)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestIdentify: only a pod whose Job CAPTF made for a Terraform object gets
+// an identity, and only that object's.
+func TestIdentify(t *testing.T) {
+	ctrl := true
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: me.Job, Namespace: "ns", UID: "uid-job",
+		Labels:          map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: "uid-prod"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "TerraformCluster", Name: "prod", UID: "uid-prod", Controller: &ctrl}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-pod",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: me.Job, UID: "uid-job", Controller: &ctrl}}}}
+	tests := map[string]struct {
+		mutate   func(pod *corev1.Pod, job *batchv1.Job)
+		audience string
+		wantCode int
+	}{
+		"a runner pod":               {wantCode: http.StatusOK},
+		"a token for the API server": {audience: "https://kubernetes.default.svc", wantCode: http.StatusUnauthorized},
+		"a pod of no Job":            {mutate: func(p *corev1.Pod, _ *batchv1.Job) { p.OwnerReferences = nil }, wantCode: http.StatusForbidden},
+		"a Job CAPTF did not make":   {mutate: func(_ *corev1.Pod, j *batchv1.Job) { delete(j.Labels, names.LabelManagedBy) }, wantCode: http.StatusForbidden},
+		"a Job of another kind of owner": {mutate: func(_ *corev1.Pod, j *batchv1.Job) {
+			j.OwnerReferences[0].APIVersion, j.OwnerReferences[0].Kind = "apps/v1", "Deployment"
+		}, wantCode: http.StatusForbidden},
+		"a new pod with the token's pod name": {mutate: func(p *corev1.Pod, _ *batchv1.Job) { p.UID = "uid-other" }, wantCode: http.StatusUnauthorized},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, j := pod.DeepCopy(), job.DeepCopy()
+			if tc.mutate != nil {
+				tc.mutate(p, j)
+			}
+			kube := fake.NewClientset(p, j,
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfc-prod-state", Namespace: "ns"}})
+			audience := tc.audience
+			if audience == "" {
+				audience = names.RunnerTokenAudience
+			}
+			kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+				review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience},
+					User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
+						"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
+				return true, review, nil
+			})
+			s := &Server{Kube: kube}
+			s.inFlight, s.identities = make(chan struct{}, 1), map[[32]byte]cachedIdentity{}
+			id, err := s.authenticate(t.Context(), "token")
+			code := http.StatusOK
+			if err != nil {
+				code = int(err.(apierrors.APIStatus).Status().Code)
+			}
+			if code != tc.wantCode {
+				t.Fatalf("authenticate = %v (%d), want %d", err, code, tc.wantCode)
+			}
+			if err == nil && (id.Object != me.Object || id.ObjectRef.UID != "uid-prod" || id.Job != me.Job) {
+				t.Errorf("identity %+v, want %+v", id, me)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
