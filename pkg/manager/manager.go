@@ -39,7 +39,6 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
-	"github.com/captf/captf/pkg/runnerapi"
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
@@ -49,6 +48,7 @@ import (
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/runnerapi"
 	"github.com/captf/captf/pkg/version"
 	"github.com/captf/captf/pkg/webhook"
 )

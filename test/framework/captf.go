@@ -87,7 +87,7 @@ type Manager struct {
 	// RunnerAPIAddr the runner API with the same certificate.
 	WebhookAddr   string
 	RunnerAPIAddr string
-	WebhookCert *WebhookCert
+	WebhookCert   *WebhookCert
 }
 
 // ManagerOptions configure StartManager.
