@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,7 @@ import (
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/pkg/runnerapi"
+	"github.com/captf/captf/pkg/runnerpod"
 	"github.com/captf/captf/pkg/version"
 	"github.com/captf/captf/pkg/webhook"
 )
@@ -73,6 +75,8 @@ type Options struct {
 	WebhookPort                int
 	RunnerAPIPort              int
 	RunnerAPIURL               string
+	RunnerPodSecurity          string
+	AllowRunnerNodePlacement   bool
 	WebhookCertDir             string
 	WebhookCertName            string
 	WebhookKeyName             string
@@ -80,6 +84,8 @@ type Options struct {
 	HealthProbeBindAddress     string
 	QPS                        float64
 	Burst                      int
+
+	runnerPods runnerpod.Rules // from the two flags above
 }
 
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -101,6 +107,8 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
 	fs.IntVar(&o.RunnerAPIPort, "runner-api-port", 9445, "port of the runner API, where runner pods reach their state, lock and result (TLS, the webhook's certificate)")
 	fs.StringVar(&o.RunnerAPIURL, "runner-api-url", "", "URL runner pods reach the runner API at (default: https://"+names.RunnerAPIService+".$POD_NAMESPACE.svc:<runner-api-port>)")
+	fs.StringVar(&o.RunnerPodSecurity, "runner-pod-security", string(runnerpod.Restricted), "Pod Security level every runner pod meets, whatever its namespace's labels: restricted or baseline")
+	fs.BoolVar(&o.AllowRunnerNodePlacement, "allow-runner-node-placement", false, "let objects choose their runner pods' nodes (spec.jobs.nodeSelector and tolerations)")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's certificate and key")
 	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "file name of the webhook certificate")
 	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "file name of the webhook key")
@@ -140,6 +148,11 @@ func Main(args []string) error {
 	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
 	cfg.UserAgent = "captf-manager/" + version.Version
 
+	level, err := runnerpod.ParseLevel(o.RunnerPodSecurity)
+	if err != nil {
+		return fmt.Errorf("--runner-pod-security: %w", err)
+	}
+	o.runnerPods = runnerpod.Rules{Level: level, AllowNodePlacement: o.AllowRunnerNodePlacement}
 	if o.RunnerAPIURL == "" {
 		if podNamespace == "" {
 			return errors.New("--runner-api-url (or $POD_NAMESPACE, to derive it) is required: runner pods reach their state there")
@@ -228,7 +241,15 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	if err != nil {
 		return nil, err
 	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	h := &webhook.Handler{
+		RunnerPods: o.runnerPods,
+		CanGet: webhook.SubjectAccessReviews(func(ctx context.Context, sar *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+			return kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		}),
 		ClusterPaused: func(ctx context.Context, namespace, name string) (bool, error) {
 			cluster, err := dyn.Resource(capi.Cluster.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
@@ -359,7 +380,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 		return cc, engine.Config{}, nil, err
 	}
 	api := engine.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
-	config := engine.Config{Access: access, RunnerAPI: api, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
+	config := engine.Config{Access: access, RunnerAPI: api, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())

@@ -22,6 +22,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/metrics"
+	"github.com/captf/captf/pkg/runnerpod"
 )
 
 // MaxRequestBytes bounds an AdmissionReview body: an object and its old
@@ -52,6 +53,12 @@ type Handler struct {
 	// paused: clusterctl move creates a machine with its provider ID
 	// while the moved Cluster is paused.
 	ClusterPaused func(ctx context.Context, namespace, name string) (bool, error)
+	// RunnerPods are the operator's rules for runner pods: a Job policy
+	// that breaks them is refused.
+	RunnerPods runnerpod.Rules
+	// CanGet checks that the requesting user may read every Secret and
+	// ConfigMap the object makes CAPTF read; nil checks nothing.
+	CanGet CanGet
 
 	slots chan struct{} // requests being served
 }
@@ -169,6 +176,19 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	if err != nil {
 		return deny(resp, apierrors.NewBadRequest(err.Error()))
 	}
+	policies, err := jobPolicies(req.Object.Raw)
+	if err != nil {
+		return deny(resp, apierrors.NewBadRequest(err.Error()))
+	}
+	for path, jp := range policies {
+		errs = append(errs, h.RunnerPods.Check(jp, path)...)
+	}
+	refErrs, err := h.checkReferences(ctx, req)
+	if err != nil {
+		// Fail closed: the API server reports it and the user retries.
+		return deny(resp, apierrors.NewInternalError(err))
+	}
+	errs = append(errs, refErrs...)
 	if len(errs) > 0 {
 		return deny(resp, apierrors.NewInvalid(gk, req.Name, errs))
 	}
@@ -257,4 +277,40 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 		return field.ErrorList{field.Forbidden(path, "only the CAPTF manager may set it, and the manager's username is unknown: set POD_NAMESPACE and SERVICE_ACCOUNT_NAME on the manager")}
 	}
 	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it; %s may not", h.ManagerUser, user))}
+}
+
+// jobPolicies finds the Job policies of any kind's object: spec.jobs,
+// spec.defaults.jobs, and the same under a template's spec.template.spec.
+func jobPolicies(raw []byte) (map[*field.Path]*infrav1.JobPolicy, error) {
+	type spec struct {
+		Jobs     *infrav1.JobPolicy `json:"jobs"`
+		Defaults *struct {
+			Jobs *infrav1.JobPolicy `json:"jobs"`
+		} `json:"defaults"`
+	}
+	var obj struct {
+		Spec struct {
+			spec
+			Template *struct {
+				Spec spec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	out := map[*field.Path]*infrav1.JobPolicy{}
+	add := func(s spec, path *field.Path) {
+		if s.Jobs != nil {
+			out[path.Child("jobs")] = s.Jobs
+		}
+		if s.Defaults != nil && s.Defaults.Jobs != nil {
+			out[path.Child("defaults", "jobs")] = s.Defaults.Jobs
+		}
+	}
+	add(obj.Spec.spec, field.NewPath("spec"))
+	if obj.Spec.Template != nil {
+		add(obj.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+	}
+	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -218,5 +219,83 @@ func TestAdmissionRequestsBounded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("after the others finished: %s, want 400 for an empty review", resp.Status)
+	}
+}
+
+// TestRunnerPodRules: a Job policy the operator's rules refuse is refused at
+// admission, with its field path, wherever it sits.
+func TestRunnerPodRules(t *testing.T) {
+	privileged := &infrav1.JobPolicy{SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)}}
+	cluster := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+	cluster.Spec.Module.Inline = "a"
+	cluster.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: privileged}
+	tmpl := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+	tmpl.Spec.Template.Spec.Module.Inline = "a"
+	tmpl.Spec.Template.Spec.Jobs = &infrav1.JobPolicy{NodeSelector: map[string]string{"node-role.kubernetes.io/control-plane": ""}}
+	for obj, want := range map[runtime.Object]string{
+		cluster: "spec.defaults.jobs.securityContext.privileged: Invalid value: true: runner pods meet Pod Security \"restricted\"",
+		tmpl:    "spec.template.spec.jobs.nodeSelector: Forbidden",
+	} {
+		req := request(admissionv1.Create, "someone", obj, nil)
+		resp := (&Handler{}).Admit(context.Background(), req.Kind.Kind, req)
+		if resp.Allowed || !strings.Contains(resp.Result.Message, want) {
+			t.Errorf("%s: allowed %v, %v; want refused with %q", req.Kind.Kind, resp.Allowed, resp.Result, want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestReferencesNeedReadRights: a user may make CAPTF read only the Secrets
+// and ConfigMaps they may read themselves; references already there are
+// not checked again (Cluster API's controllers and the manager update
+// objects they did not write).
+func TestReferencesNeedReadRights(t *testing.T) {
+	readable := map[string]bool{"secrets/mine": true, "configmaps/module": true}
+	h := &Handler{CanGet: func(_ context.Context, user authenticationv1.UserInfo, ns, resource, name string) (bool, string, error) {
+		if user.Username == "capi-controller" {
+			return true, "", nil
+		}
+		return readable[resource+"/"+name], "", nil
+	}}
+	withRefs := func(secret, envFromSecret, moduleCM string) *infrav1.TerraformCluster {
+		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+		tc.Spec.Module.ConfigMap = &infrav1.ConfigMapModule{Name: moduleCM}
+		tc.Spec.Variables = []infrav1.Variable{{Name: "v", ValueFrom: &infrav1.VariableSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "k"}}}}
+		tc.Spec.Jobs = &infrav1.JobPolicy{EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: envFromSecret}}}}}
+		return tc
+	}
+	tests := map[string]struct {
+		user     string
+		obj, old *infrav1.TerraformCluster
+		want     []string
+	}{
+		"what the user may read":         {user: "alice", obj: withRefs("mine", "mine", "module")},
+		"a Secret the user may not read": {user: "alice", obj: withRefs("db", "mine", "module"), want: []string{`spec.variables[0].valueFrom.secretKeyRef: Forbidden: alice may not get Secret "db" in namespace ns`}},
+		"envFrom and the module too": {user: "alice", obj: withRefs("mine", "cloud-creds", "other"),
+			want: []string{`spec.module.configMap.name: Forbidden: alice may not get ConfigMap "other"`, `spec.jobs.envFrom[0].secretRef: Forbidden: alice may not get Secret "cloud-creds"`}},
+		"an update that keeps a reference": {user: "alice", obj: withRefs("db", "mine", "module"), old: withRefs("db", "mine", "module")},
+		"an update that adds one":          {user: "alice", obj: withRefs("db", "mine", "module"), old: withRefs("mine", "mine", "module"), want: []string{`alice may not get Secret "db"`}},
+		"Cluster API's controller":         {user: "capi-controller", obj: withRefs("db", "db", "other")},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			op := admissionv1.Create
+			var old runtime.Object
+			if tc.old != nil {
+				op, old = admissionv1.Update, tc.old
+			}
+			req := request(op, tc.user, tc.obj, old)
+			resp := h.Admit(context.Background(), "TerraformCluster", req)
+			if resp.Allowed != (len(tc.want) == 0) {
+				t.Fatalf("allowed = %v (%v), want refusals %v", resp.Allowed, resp.Result, tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(resp.Result.Message, w) {
+					t.Errorf("message %q lacks %q", resp.Result.Message, w)
+				}
+			}
+		})
 	}
 }

@@ -43,9 +43,10 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	setup(t)
 	ctx := context.Background()
-	// Runner pods must pass Pod Security "baseline".
+	// Runner pods must pass Pod Security "restricted", the manager's
+	// default --runner-pod-security.
 	ns, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}}}, metav1.CreateOptions{})
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,13 +128,28 @@ resource "terraform_data" "attack" {
 func TestHostileTenant(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.startManager()
+	m := e.startManager()
+	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	waitReady(t, m)
 	tn := e.newTenant()
 	// What the tenant must not reach: a workload cluster's kubeconfig, and
 	// the state of an object of someone else's.
 	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "evil-kubeconfig"},
 		Data: map[string][]byte{"value": []byte("canary-kubeconfig")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// Item 2: the tenant may not make CAPTF read a Secret it cannot read.
+	steal := e.localCloud("steal", nil, map[string]any{"instances": 0})
+	steal.Spec.Variables = append(steal.Spec.Variables, infrav1.Variable{Name: "kubeconfig", ValueFrom: &infrav1.VariableSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "evil-kubeconfig"}, Key: "value"}}})
+	_, err := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(ctx, steal, metav1.CreateOptions{})
+	if want := `may not get Secret "evil-kubeconfig"`; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "spec.variables[") {
+		t.Errorf("a variable from an unreadable Secret: %v, want refused with %q", err, want)
 	}
 	e.create(e.localCloud("victim", e.newCluster("victim", false), map[string]any{"instances": 0}))
 	e.waitFor("victim", 2*time.Minute, "Ready", isReady)
@@ -189,3 +205,81 @@ func TestHostileTenant(t *testing.T) {
 		t.Errorf("the victim's state changed: %v", err)
 	}
 }
+
+// TestTenantRunnerPodPolicy: a tenant who may not create pods gets no
+// privileged runner pod, and none on a control-plane node, whatever its
+// namespace's Pod Security labels say.
+func TestTenantRunnerPodPolicy(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	// A namespace without Pod Security labels: only CAPTF stands between
+	// the tenant and a privileged pod.
+	ns, err := plane.Kube.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{}
+	if _, err := plane.Kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := e.startManager()
+	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	waitReady(t, m)
+	tn := e.newTenant()
+	root := int64(0)
+	tc := e.localCloud("priv", e.newCluster("priv", false), map[string]any{"instances": 0})
+	tc.Spec.Jobs.PodSecurityContext = &corev1.PodSecurityContext{RunAsUser: &root}
+	tc.Spec.Jobs.SecurityContext = &corev1.SecurityContext{Privileged: ptrTo(true), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+	tc.Spec.Jobs.NodeSelector = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+	tc.Spec.Jobs.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	_, err = tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(ctx, tc, metav1.CreateOptions{})
+	for _, want := range []string{"spec.jobs.podSecurityContext.runAsUser", "spec.jobs.securityContext.privileged",
+		"spec.jobs.securityContext.capabilities.add[0]", "spec.jobs.nodeSelector", "spec.jobs.tolerations"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("create = %v, want refused naming %s", err, want)
+		}
+	}
+	// Without the policy the same object runs, in a pod that meets
+	// "restricted".
+	tc.Spec.Jobs = &infrav1.JobPolicy{}
+	if _, err := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("priv", 2*time.Minute, "Ready", isReady)
+	job := e.jobs("apply")[0]
+	if ok, why := meetsRestricted(&job.Spec.Template.Spec); !ok {
+		t.Errorf("the runner pod does not meet restricted: %s", why)
+	}
+}
+
+// meetsRestricted checks what Pod Security "restricted" checks of a pod
+// spec CAPTF builds.
+func meetsRestricted(p *corev1.PodSpec) (bool, string) {
+	c := p.Containers[0]
+	switch {
+	case p.HostNetwork || p.HostPID || p.HostIPC:
+		return false, "host namespaces"
+	case p.SecurityContext == nil || p.SecurityContext.RunAsNonRoot == nil || !*p.SecurityContext.RunAsNonRoot:
+		return false, "runAsNonRoot"
+	case p.SecurityContext.SeccompProfile == nil || p.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		return false, "seccompProfile"
+	case c.SecurityContext == nil || c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation:
+		return false, "allowPrivilegeEscalation"
+	case c.SecurityContext.Capabilities == nil || !slices.Contains(c.SecurityContext.Capabilities.Drop, "ALL"):
+		return false, "capabilities.drop ALL"
+	case c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged:
+		return false, "privileged"
+	}
+	for _, v := range p.Volumes {
+		if v.HostPath != nil {
+			return false, "hostPath volume " + v.Name
+		}
+	}
+	return true, ""
+}
+func ptrTo[T any](v T) *T { return &v }

@@ -545,6 +545,13 @@ func TestDocumentedReasons(t *testing.T) {
 			run:  func(f *fixture) { f.sync() },
 			want: engine.ReasonInputsTooLarge, wantEvent: engine.ReasonInputsTooLarge, wantNoJob: true,
 		},
+		"a privileged runner pod, admitted before the rule": {
+			mutate: func(o engine.Object) {
+				o.Workspace().Jobs = &infrav1.JobPolicy{SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true)}}
+			},
+			run:  func(f *fixture) { f.sync() },
+			want: engine.ReasonRunnerPodNotAllowed, wantEvent: engine.ReasonRunnerPodNotAllowed, wantNoJob: true,
+		},
 		"drift checks disabled: none, however late": {
 			mutate: func(o engine.Object) {
 				o.Workspace().Drift = &infrav1.DriftPolicy{Enabled: ptrTo(false), Interval: &metav1.Duration{Duration: time.Minute}}

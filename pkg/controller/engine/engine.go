@@ -1,4 +1,4 @@
-// Package workspace is what every controller that runs Terraform shares:
+// Package engine is what every controller that runs Terraform shares:
 // rendering inputs into runner Jobs, one at a time, with deterministic names
 // and expectations; reading results; retries with backoff; destroy with the
 // durable inputs; abandon; and the conditions that report all of it.
@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -32,6 +33,7 @@ import (
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/runnerpod"
 )
 
 // Ready reasons every kind uses, besides Cluster API's.
@@ -70,6 +72,7 @@ type Object interface {
 type Config struct {
 	Access               *RunnerAccess
 	RunnerAPI            RunnerAPI
+	RunnerPods           runnerpod.Rules
 	RunnerImage          string
 	StateBackups         int
 	DriftDefaultInterval time.Duration
@@ -90,6 +93,7 @@ type Engine struct {
 	Expectations  *controller.Expectations
 	Access        *RunnerAccess
 	RunnerAPI     RunnerAPI
+	RunnerPods    runnerpod.Rules
 	GVK           schema.GroupVersionKind
 	RunnerImage   string
 	StateBackups  int
@@ -457,6 +461,10 @@ func (e *Engine) holdForRescue(r *Sync, job *batchv1.Job, res *runner.Result) bo
 // durable inputs) and the Job of one attempt.
 func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
 	obj := r.Obj
+	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
+		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
+		return nil
+	}
 	if err := e.Access.CheckServiceAccount(ctx, obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
@@ -475,7 +483,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	}
 	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
 		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
-		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca}
+		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}

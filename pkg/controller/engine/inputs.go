@@ -35,6 +35,9 @@ const (
 	ReasonInvalidVariable     = "InvalidVariable"
 	ReasonVariableUnavailable = "VariableUnavailable"
 	ReasonInputsTooLarge      = "InputsTooLarge"
+	// ReasonRunnerPodNotAllowed: the Job policy asks for a runner pod the
+	// operator's rules refuse (Pod Security level, node placement).
+	ReasonRunnerPodNotAllowed = "RunnerPodNotAllowed"
 )
 
 // InputError is a problem the user must fix (a missing Secret key, a bad

@@ -18,6 +18,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/runnerpod"
 )
 
 // Policy is a job policy with every default filled in.
@@ -99,6 +100,8 @@ type JobSpec struct {
 	// RunnerAPI is the URL of the manager's runner API, RunnerAPICA the
 	// PEM bundle that signs its certificate.
 	RunnerAPI, RunnerAPICA string
+	// RunnerPods fills in what the Pod Security level needs.
+	RunnerPods runnerpod.Rules
 	// Gate is the approval policy of an apply and the plan hashes the
 	// object's approvals name (TerraformCluster only).
 	Gate                                  infrav1.ApprovalPolicy
@@ -112,8 +115,8 @@ const runnerTokenSeconds = 600
 // RunnerCommand is the runner's entrypoint in the image.
 const RunnerCommand = "/captf"
 
-// BuildJob makes the runner Job. Pods meet Pod Security "baseline" and, when
-// the image runs as non-root, "restricted".
+// BuildJob makes the runner Job. Its pod meets the Pod Security level of
+// s.RunnerPods once the policy passed its Check.
 func BuildJob(s JobSpec) *batchv1.Job {
 	obj := names.Object{Kind: runner.ShortKind(s.OwnerGVK.Kind), Name: s.Owner.GetName()}
 	name := obj.Job(string(s.Owner.GetUID()), string(s.Operation), s.InputsHash, s.Attempt)
@@ -125,17 +128,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	if s.Policy.ServiceAccountName != "" {
 		sa = s.Policy.ServiceAccountName
 	}
-	podSC := s.Policy.PodSecurityContext
-	if podSC == nil {
-		podSC = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
-	}
-	sc := s.Policy.SecurityContext
-	if sc == nil {
-		sc = &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		}
-	}
+	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
 	args := []string{"runner",
 		"--namespace=" + s.Owner.GetNamespace(),
 		"--object-kind=" + s.OwnerGVK.Kind,

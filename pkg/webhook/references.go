@@ -1,0 +1,188 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// CanGet says whether user may get a Secret or ConfigMap (resource) name in
+// namespace; why explains a no.
+type CanGet func(ctx context.Context, user authenticationv1.UserInfo, namespace, resource, name string) (ok bool, why string, err error)
+
+// reference is a Secret or ConfigMap an object makes the manager or the
+// kubelet read: its value ends up in a runner pod, where module code (and
+// its outputs) can show it.
+type reference struct {
+	path     *field.Path
+	resource string // secrets or configmaps
+	name     string
+}
+
+// checkReferences refuses a create or update that adds a reference to a
+// Secret or ConfigMap the requesting user may not read: CAPTF would read it
+// on their behalf. References the object already had are not checked
+// again, so others (Cluster API's controllers, the manager) can keep
+// writing it.
+func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.AdmissionRequest) (field.ErrorList, error) {
+	if h.CanGet == nil {
+		return nil, nil
+	}
+	refs, err := references(req.Object.Raw)
+	if err != nil {
+		return nil, err
+	}
+	had := map[[2]string]bool{}
+	if req.Operation == admissionv1.Update {
+		old, err := references(req.OldObject.Raw)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range old {
+			had[[2]string{r.resource, r.name}] = true
+		}
+	}
+	var errs field.ErrorList
+	checked := map[[2]string]string{} // "" allowed, else why not
+	for _, r := range refs {
+		key := [2]string{r.resource, r.name}
+		if had[key] {
+			continue
+		}
+		why, done := checked[key]
+		if !done {
+			ok, reason, err := h.CanGet(ctx, req.UserInfo, req.Namespace, r.resource, r.name)
+			if err != nil {
+				return nil, fmt.Errorf("checking whether %s may read %s %s: %w", req.UserInfo.Username, r.resource, r.name, err)
+			}
+			why = ""
+			if !ok {
+				why = fmt.Sprintf("%s may not get %s %q in namespace %s, which CAPTF would read for them", req.UserInfo.Username, singular(r.resource), r.name, req.Namespace)
+				if reason != "" {
+					why += " (" + reason + ")"
+				}
+			}
+			checked[key] = why
+		}
+		if why != "" {
+			errs = append(errs, field.Forbidden(r.path, why))
+		}
+	}
+	return errs, nil
+}
+
+func singular(resource string) string {
+	if resource == "configmaps" {
+		return "ConfigMap"
+	}
+	return "Secret"
+}
+
+// references finds every Secret and ConfigMap any kind's object names:
+// the module ConfigMap, variables' valueFrom, and the Job policy's env and
+// envFrom, in spec, spec.defaults and a template's spec.template.spec.
+func references(raw []byte) ([]reference, error) {
+	type keyRef struct {
+		SecretKeyRef    *corev1.SecretKeySelector    `json:"secretKeyRef"`
+		ConfigMapKeyRef *corev1.ConfigMapKeySelector `json:"configMapKeyRef"`
+	}
+	type jobs struct {
+		Env []struct {
+			ValueFrom *keyRef `json:"valueFrom"`
+		} `json:"env"`
+		EnvFrom []corev1.EnvFromSource `json:"envFrom"`
+	}
+	type spec struct {
+		Module struct {
+			ConfigMap *struct {
+				Name string `json:"name"`
+			} `json:"configMap"`
+		} `json:"module"`
+		Variables []struct {
+			ValueFrom *keyRef `json:"valueFrom"`
+		} `json:"variables"`
+		Jobs     *jobs `json:"jobs"`
+		Defaults *struct {
+			Jobs *jobs `json:"jobs"`
+		} `json:"defaults"`
+	}
+	var obj struct {
+		Spec struct {
+			spec
+			Template *struct {
+				Spec spec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	var refs []reference
+	keyRefs := func(path *field.Path, k *keyRef) {
+		switch {
+		case k == nil:
+		case k.SecretKeyRef != nil:
+			refs = append(refs, reference{path.Child("secretKeyRef"), "secrets", k.SecretKeyRef.Name})
+		case k.ConfigMapKeyRef != nil:
+			refs = append(refs, reference{path.Child("configMapKeyRef"), "configmaps", k.ConfigMapKeyRef.Name})
+		}
+	}
+	jobRefs := func(path *field.Path, j *jobs) {
+		if j == nil {
+			return
+		}
+		for i, e := range j.Env {
+			keyRefs(path.Child("env").Index(i).Child("valueFrom"), e.ValueFrom)
+		}
+		for i, e := range j.EnvFrom {
+			p := path.Child("envFrom").Index(i)
+			if e.SecretRef != nil {
+				refs = append(refs, reference{p.Child("secretRef"), "secrets", e.SecretRef.Name})
+			}
+			if e.ConfigMapRef != nil {
+				refs = append(refs, reference{p.Child("configMapRef"), "configmaps", e.ConfigMapRef.Name})
+			}
+		}
+	}
+	add := func(s spec, path *field.Path) {
+		if s.Module.ConfigMap != nil {
+			refs = append(refs, reference{path.Child("module", "configMap", "name"), "configmaps", s.Module.ConfigMap.Name})
+		}
+		for i, v := range s.Variables {
+			keyRefs(path.Child("variables").Index(i).Child("valueFrom"), v.ValueFrom)
+		}
+		jobRefs(path.Child("jobs"), s.Jobs)
+		if s.Defaults != nil {
+			jobRefs(path.Child("defaults", "jobs"), s.Defaults.Jobs)
+		}
+	}
+	add(obj.Spec.spec, field.NewPath("spec"))
+	if obj.Spec.Template != nil {
+		add(obj.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+	}
+	return refs, nil
+}
+
+// SubjectAccessReviews is CanGet answered by the API server's authorizer.
+func SubjectAccessReviews(create func(context.Context, *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error)) CanGet {
+	return func(ctx context.Context, user authenticationv1.UserInfo, namespace, resource, name string) (bool, string, error) {
+		extra := map[string]authorizationv1.ExtraValue{}
+		for k, v := range user.Extra {
+			extra[k] = authorizationv1.ExtraValue(v)
+		}
+		review, err := create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user.Username, Groups: user.Groups, UID: user.UID, Extra: extra,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: resource, Name: name},
+		}})
+		if err != nil {
+			return false, "", err
+		}
+		return review.Status.Allowed, review.Status.Reason, nil
+	}
+}
