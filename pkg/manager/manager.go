@@ -247,7 +247,7 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	}
 	h := &webhook.Handler{
 		RunnerPods: o.runnerPods,
-		CanGet: webhook.SubjectAccessReviews(func(ctx context.Context, sar *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+		Authorize: webhook.SubjectAccessReviews(func(ctx context.Context, sar *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
 			return kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		}),
 		ClusterPaused: func(ctx context.Context, namespace, name string) (bool, error) {

@@ -75,6 +75,7 @@ type Runner struct {
 	Log io.Writer
 
 	obj      names.Object
+	redact   *Redactor // nil until the inputs are read
 	mu       sync.Mutex
 	child    *exec.Cmd
 	signal   bool
@@ -111,6 +112,11 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	}
 	r.mu.Unlock()
 	res.Reason = failureReason(err)
+	if err != nil {
+		// terraform's messages may quote a sensitive value: the error goes
+		// to the pod's log and, excerpted, to conditions and events.
+		err = errors.New(r.redact.String(err.Error()))
+	}
 	switch {
 	case err != nil:
 		res.Error = excerpt(err.Error())
@@ -196,6 +202,9 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	inputs, err := r.Client.CoreV1().Secrets(r.Config.Namespace).Get(ctx, inputsName, metav1.GetOptions{})
 	if err != nil {
 		return nil, "", fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
+	}
+	if r.redact, err = NewRedactor(inputs.Data[KeyVariables], inputs.Data[KeySensitive]); err != nil {
+		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, KeySensitive, err)
 	}
 	var module Module
 	if err := json.Unmarshal(inputs.Data[KeyModule], &module); err != nil {
@@ -313,7 +322,9 @@ func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[stri
 		if err != nil {
 			return nil, err
 		}
-		result[k] = Output{Sensitive: o.Sensitive, Value: v}
+		// An output that shows a sensitive input is sensitive, whatever
+		// the module says.
+		result[k] = Output{Sensitive: o.Sensitive || r.redact.Contains(string(v)), Value: v}
 	}
 	return result, nil
 }
@@ -362,9 +373,11 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(tf, args...)
 	cmd.Dir, cmd.Env = dir, env
-	logOut := io.Discard
+	var logOut io.Writer = io.Discard
 	if r.Log != nil {
-		logOut = r.Log
+		lw := r.redact.Writer(r.Log)
+		defer lw.Close()
+		logOut = lw
 	}
 	if args[0] == "show" || args[0] == "output" {
 		cmd.Stdout = &stdout // machine-readable, and outputs may be sensitive: not logged
@@ -438,6 +451,9 @@ func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, 
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
 	sec := NewStateSecret(r.Config.Namespace, r.obj.DurableInputs(), r.obj, names.SecretTypeDurableInput, labels)
 	sec.Data = map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]}
+	if s, ok := data[KeySensitive]; ok {
+		sec.Data[KeySensitive] = s
+	}
 	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err

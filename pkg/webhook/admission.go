@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -56,9 +57,11 @@ type Handler struct {
 	// RunnerPods are the operator's rules for runner pods: a Job policy
 	// that breaks them is refused.
 	RunnerPods runnerpod.Rules
-	// CanGet checks that the requesting user may read every Secret and
-	// ConfigMap the object makes CAPTF read; nil checks nothing.
-	CanGet CanGet
+	// Authorize asks the API server's authorizer about the requesting
+	// user: may they read every Secret and ConfigMap the object makes CAPTF
+	// read, and may they move provider IDs? Nil: neither is allowed to
+	// anyone but the manager, references are not checked.
+	Authorize Authorizer
 
 	slots chan struct{} // requests being served
 }
@@ -160,6 +163,9 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 			if old == nil && obj.Spec.ProviderID != "" || old != nil && obj.Spec.ProviderID != old.Spec.ProviderID {
 				errs = append(errs, h.checkIdentity(ctx, req, obj, field.NewPath("spec", "providerID"))...)
 			}
+			if old != nil {
+				errs = append(errs, h.checkRelabel(req, obj, old, old.Spec.ProviderID != "")...)
+			}
 			return errs
 		})
 	case "TerraformMachinePool":
@@ -167,6 +173,9 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 			errs := ValidateTerraformMachinePool(obj, old)
 			if old == nil && len(obj.Spec.ProviderIDList) > 0 || old != nil && !slices.Equal(obj.Spec.ProviderIDList, old.Spec.ProviderIDList) {
 				errs = append(errs, h.checkIdentity(ctx, req, obj, field.NewPath("spec", "providerIDList"))...)
+			}
+			if old != nil {
+				errs = append(errs, h.checkRelabel(req, obj, old, len(old.Spec.ProviderIDList) > 0)...)
 			}
 			return errs
 		})
@@ -259,10 +268,16 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	if h.ManagerUser != "" && user == h.ManagerUser {
 		return nil
 	}
-	if req.Operation == admissionv1.Create && h.ClusterPaused != nil {
+	if req.Operation == admissionv1.Create && h.ClusterPaused != nil && h.Authorize != nil {
 		// clusterctl move recreates objects as they were, provider IDs
-		// included, while their Cluster is paused.
-		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; cluster != "" {
+		// included, while their Cluster is paused; only a user with the
+		// move right, which tenants are not given, may.
+		ok, _, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: obj.GetNamespace(), Verb: MoveVerb,
+			Group: infrav1.GroupName, Resource: resourceOf(req)})
+		if err != nil {
+			return field.ErrorList{field.InternalError(path, fmt.Errorf("checking whether %s may move provider IDs: %w", user, err))}
+		}
+		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {
 			paused, err := h.ClusterPaused(ctx, obj.GetNamespace(), cluster)
 			if err != nil {
 				return field.ErrorList{field.InternalError(path, fmt.Errorf("reading Cluster %s to check for a move: %w", cluster, err))}
@@ -276,7 +291,33 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	if h.ManagerUser == "" {
 		return field.ErrorList{field.Forbidden(path, "only the CAPTF manager may set it, and the manager's username is unknown: set POD_NAMESPACE and SERVICE_ACCOUNT_NAME on the manager")}
 	}
-	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it; %s may not", h.ManagerUser, user))}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it (or, into a paused Cluster, a user with the %q verb on %s, as clusterctl move does); %s may not",
+		h.ManagerUser, MoveVerb, resourceOf(req), user))}
+}
+
+// resourceOf is the request's resource: terraformmachines or
+// terraformmachinepools.
+func resourceOf(req *admissionv1.AdmissionRequest) string {
+	return strings.ToLower(req.Kind.Kind) + "s"
+}
+
+// MoveVerb is the RBAC verb on terraformmachines and terraformmachinepools
+// that lets a user create them with their provider IDs into a paused
+// Cluster: what clusterctl move does.
+const MoveVerb = "move"
+
+// checkRelabel refuses, to anyone but the manager, a change of the
+// cluster-name label of an object that holds provider IDs: it would hand
+// the instances to another Cluster.
+func (h *Handler) checkRelabel(req *admissionv1.AdmissionRequest, obj, old metav1.Object, heldIDs bool) field.ErrorList {
+	if old == nil || !heldIDs || obj.GetLabels()[capi.ClusterNameLabel] == old.GetLabels()[capi.ClusterNameLabel] {
+		return nil
+	}
+	if h.ManagerUser != "" && req.UserInfo.Username == h.ManagerUser {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(field.NewPath("metadata", "labels").Key(capi.ClusterNameLabel),
+		"the object holds provider IDs: it stays with its Cluster")}
 }
 
 // jobPolicies finds the Job policies of any kind's object: spec.jobs,

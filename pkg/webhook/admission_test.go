@@ -13,6 +13,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -63,7 +64,10 @@ func request(op admissionv1.Operation, user string, obj, old runtime.Object) *ad
 // into a paused Cluster may create them; other fields stay open to others.
 func TestIdentityRule(t *testing.T) {
 	paused := map[string]bool{"moved": true}
-	h := &Handler{ManagerUser: managerUser, ClusterPaused: func(_ context.Context, _, name string) (bool, error) { return paused[name], nil }}
+	h := &Handler{ManagerUser: managerUser, ClusterPaused: func(_ context.Context, _, name string) (bool, error) { return paused[name], nil },
+		Authorize: func(_ context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
+			return attrs.Verb != MoveVerb || (user.Username == "admin" && attrs.Resource == "terraformmachines" && attrs.Group == infrav1.GroupName), "", nil
+		}}
 	withLabels := func(m *infrav1.TerraformMachine, cluster string) *infrav1.TerraformMachine {
 		m.Labels["cluster.x-k8s.io/cluster-name"] = cluster
 		return m
@@ -83,10 +87,21 @@ func TestIdentityRule(t *testing.T) {
 	}{
 		{"manager sets providerID", request(admissionv1.Update, managerUser, machine("local:///a"), machine("")), ""},
 		{"user sets providerID", request(admissionv1.Update, "admin", machine("local:///a"), machine("")),
-			"spec.providerID: Forbidden: only the CAPTF manager (system:serviceaccount:captf-system:captf-manager) may set it; admin may not"},
+			"spec.providerID: Forbidden: only the CAPTF manager (system:serviceaccount:captf-system:captf-manager) may set it"},
 		{"user creates with providerID", request(admissionv1.Create, "admin", machine("local:///a"), nil), "spec.providerID: Forbidden"},
 		{"move creates with providerID under a paused Cluster", request(admissionv1.Create, "admin", withLabels(machine("local:///a"), "moved"), nil), ""},
+		{"a tenant creates with a providerID under its own paused Cluster", request(admissionv1.Create, "tenant", withLabels(machine("local:///a"), "moved"), nil),
+			`(or, into a paused Cluster, a user with the "move" verb on terraformmachines, as clusterctl move does); tenant may not`},
 		{"CAPI changes other fields", request(admissionv1.Update, "system:serviceaccount:capi-system:capi-manager", relabelled, machine("local:///a")), ""},
+		{"a tenant moves a machine with a providerID to another cluster", request(admissionv1.Update, "tenant", withLabels(machine("local:///a"), "victim"), machine("local:///a")),
+			"metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden: the object holds provider IDs"},
+		{"the manager may", request(admissionv1.Update, managerUser, withLabels(machine("local:///a"), "victim"), machine("local:///a")), ""},
+		{"a machine without one may", request(admissionv1.Update, "tenant", withLabels(machine(""), "victim"), machine("")), ""},
+		{"a pool with provider IDs may not", request(admissionv1.Update, "tenant", func() *infrav1.TerraformMachinePool {
+			p := pool("local:///a")
+			p.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "victim"}
+			return p
+		}(), pool("local:///a")), "metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden"},
 		{"user removes providerID", request(admissionv1.Update, "admin", machine(""), machine("local:///a")), "spec.providerID: Forbidden"},
 		{"manager sets providerIDList", request(admissionv1.Update, managerUser, pool("local:///a"), pool()), ""},
 		{"user sets providerIDList", request(admissionv1.Update, "admin", pool("local:///a"), pool()), "spec.providerIDList: Forbidden"},
@@ -252,11 +267,11 @@ func ptr[T any](v T) *T { return &v }
 // objects they did not write).
 func TestReferencesNeedReadRights(t *testing.T) {
 	readable := map[string]bool{"secrets/mine": true, "configmaps/module": true}
-	h := &Handler{CanGet: func(_ context.Context, user authenticationv1.UserInfo, ns, resource, name string) (bool, string, error) {
+	h := &Handler{Authorize: func(_ context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
 		if user.Username == "capi-controller" {
 			return true, "", nil
 		}
-		return readable[resource+"/"+name], "", nil
+		return attrs.Verb == "get" && readable[attrs.Resource+"/"+attrs.Name], "", nil
 	}}
 	withRefs := func(secret, envFromSecret, moduleCM string) *infrav1.TerraformCluster {
 		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// CanGet says whether user may get a Secret or ConfigMap (resource) name in
-// namespace; why explains a no.
-type CanGet func(ctx context.Context, user authenticationv1.UserInfo, namespace, resource, name string) (ok bool, why string, err error)
+// Authorizer says whether user may do what attrs describe; why explains a
+// no.
+type Authorizer func(ctx context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (ok bool, why string, err error)
 
 // reference is a Secret or ConfigMap an object makes the manager or the
 // kubelet read: its value ends up in a runner pod, where module code (and
@@ -31,7 +31,7 @@ type reference struct {
 // again, so others (Cluster API's controllers, the manager) can keep
 // writing it.
 func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.AdmissionRequest) (field.ErrorList, error) {
-	if h.CanGet == nil {
+	if h.Authorize == nil {
 		return nil, nil
 	}
 	refs, err := references(req.Object.Raw)
@@ -57,7 +57,7 @@ func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.Admissio
 		}
 		why, done := checked[key]
 		if !done {
-			ok, reason, err := h.CanGet(ctx, req.UserInfo, req.Namespace, r.resource, r.name)
+			ok, reason, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: req.Namespace, Verb: "get", Resource: r.resource, Name: r.name})
 			if err != nil {
 				return nil, fmt.Errorf("checking whether %s may read %s %s: %w", req.UserInfo.Username, r.resource, r.name, err)
 			}
@@ -169,16 +169,16 @@ func references(raw []byte) ([]reference, error) {
 	return refs, nil
 }
 
-// SubjectAccessReviews is CanGet answered by the API server's authorizer.
-func SubjectAccessReviews(create func(context.Context, *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error)) CanGet {
-	return func(ctx context.Context, user authenticationv1.UserInfo, namespace, resource, name string) (bool, string, error) {
+// SubjectAccessReviews is an Authorizer that asks the API server.
+func SubjectAccessReviews(create func(context.Context, *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error)) Authorizer {
+	return func(ctx context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
 		extra := map[string]authorizationv1.ExtraValue{}
 		for k, v := range user.Extra {
 			extra[k] = authorizationv1.ExtraValue(v)
 		}
 		review, err := create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: user.Username, Groups: user.Groups, UID: user.UID, Extra: extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: resource, Name: name},
+			ResourceAttributes: &attrs,
 		}})
 		if err != nil {
 			return false, "", err

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -37,7 +39,9 @@ func (e *env) newTenant() *tenant {
 		t.Fatal(err)
 	}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{"cluster.x-k8s.io", infrav1.SchemeGroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}},
+		// Every ordinary verb ("*" would include the move verb too).
+		{APIGroups: []string{"cluster.x-k8s.io", infrav1.SchemeGroupVersion.Group}, Resources: []string{"*"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "events"}, Verbs: []string{"get", "list", "watch"}},
 	}}
 	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
@@ -283,3 +287,204 @@ func meetsRestricted(p *corev1.PodSpec) (bool, string) {
 	return true, ""
 }
 func ptrTo[T any](v T) *T { return &v }
+
+// TestTenantProviderIDs: a tenant cannot take another team's instance: not
+// by creating a machine with its provider ID under a paused Cluster of its
+// own (the clusterctl move exception needs the move verb), not by moving a
+// machine that holds one to another cluster.
+func TestTenantProviderIDs(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManager()
+	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	waitReady(t, m)
+	tn := e.newTenant()
+	e.newCluster("intruder", true) // paused: the move exception's condition
+	machine := func(name, cluster, providerID string) *infrav1.TerraformMachine {
+		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": cluster}}}
+		tm.Spec.Module.Inline = "# none"
+		tm.Spec.ProviderID = providerID
+		return tm
+	}
+	_, err := tn.captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, machine("forged", "intruder", "local:///victim-0"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `with the "move" verb on terraformmachines`) {
+		t.Errorf("a tenant's machine with another's provider ID: %v, want refused", err)
+	}
+	// What clusterctl move does, as a cluster admin: allowed.
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, machine("moved", "intruder", "local:///moved-0"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a move as cluster admin: %v", err)
+	}
+	err = waitAPI(func() error {
+		tm, err := tn.captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Get(ctx, "moved", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		tm.Labels["cluster.x-k8s.io/cluster-name"] = "victim"
+		_, err = tn.captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Update(ctx, tm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		if err == nil || !strings.Contains(err.Error(), "the object holds provider IDs") {
+			t.Errorf("relabelling a machine with a provider ID: %v, want refused", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sensitiveModule shows its inputs every way terraform can: in a plan (an
+// attribute), in a provisioner's output, in an output not marked sensitive,
+// and in the error of a failing command.
+const sensitiveModule = `
+variable "captf_cluster_name" { type = string }
+variable "captf_name" { type = string }
+variable "db" { type = string }
+variable "marked" { type = string }
+variable "fail" {
+  type    = bool
+  default = false
+}
+
+resource "terraform_data" "shown" {
+  input = { db = var.db, marked = var.marked }
+  provisioner "local-exec" {
+    command = "echo db=${var.db} marked=${var.marked}"
+  }
+}
+
+resource "terraform_data" "failing" {
+  count = var.fail ? 1 : 0
+  provisioner "local-exec" {
+    command = "echo cannot connect with ${var.db} >&2; exit 1"
+  }
+}
+
+output "leak" { value = var.db }
+output "fine" { value = "nothing to hide" }
+`
+
+// TestSensitiveValuesStayHidden: a value from a Secret, and one marked
+// sensitive, appear in no pod log, event, condition or status field, even
+// when the module prints them, outputs them and fails quoting them.
+func TestSensitiveValuesStayHidden(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManager()
+	const fromSecret, marked = "canary-from-secret-7d1e", "canary-marked-39b2"
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Data: map[string][]byte{"password": []byte(fromSecret)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := &infrav1.TerraformCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "hush", Namespace: e.ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "hush"},
+			OwnerReferences: []metav1.OwnerReference{clusterOwnerRef(e.newCluster("hush", false))}},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: sensitiveModule}}},
+	}
+	markedValue, _ := json.Marshal(marked)
+	tc.Spec.Variables = []infrav1.Variable{
+		{Name: "db", ValueFrom: &infrav1.VariableSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"}}},
+		{Name: "marked", Value: &runtime.RawExtension{Raw: markedValue}, Sensitive: true},
+	}
+	e.create(tc)
+	got := e.waitFor("hush", 2*time.Minute, "Ready", isReady)
+	if string(got.Status.Outputs["fine"].Raw) != `"nothing to hide"` {
+		t.Errorf("outputs %v: the ordinary one is missing", got.Status.Outputs)
+	}
+	e.update("hush", func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "fail", Value: &runtime.RawExtension{Raw: []byte("true")}})
+	})
+	e.waitFor("hush", 2*time.Minute, "ApplyFailed", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == "ApplyFailed"
+	})
+
+	// Everything a user or an operator sees.
+	seen := map[string]string{}
+	obj, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "hush", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _ := json.Marshal(obj.Status)
+	seen["status"] = string(status)
+	events, err := plane.Kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		seen["event "+ev.Reason] += ev.Message + "\n"
+	}
+	pods, err := plane.Kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		logs, err := executor.Logs(e.ns, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen["log of "+p.Name] = logs
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				seen["termination message of "+p.Name] = cs.State.Terminated.Message
+			}
+		}
+	}
+	mlog, _ := os.ReadFile(m.LogFile)
+	seen["manager log"] = string(mlog)
+	printed := false
+	for where, text := range seen {
+		for _, canary := range []string{fromSecret, marked} {
+			if strings.Contains(text, canary) {
+				t.Errorf("%s shows %s", where, canary)
+			}
+		}
+		printed = printed || strings.Contains(text, "echo db=")
+	}
+	if !printed || !strings.Contains(seen["status"], "cannot connect with") {
+		t.Errorf("the module's output is not where the test looks: the test proves nothing:\n%v", seen)
+	}
+}
+
+// TestCustomRunnerServiceAccount: spec.jobs.serviceAccountName (cloud
+// workload identity) runs the Job as that account, which needs no RBAC of
+// its own: the runner API knows its pods. An account its namespace's owner
+// did not label for CAPTF is refused.
+func TestCustomRunnerServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	for name, labels := range map[string]map[string]string{"cloud-runner": {infrav1.LabelRunnerServiceAccount: "true"}, "unlabelled": nil} {
+		if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc := e.localCloud("wi", e.newCluster("wi", false), map[string]any{"instances": 1})
+	tc.Spec.Jobs.ServiceAccountName = "cloud-runner"
+	e.create(tc)
+	e.waitFor("wi", 2*time.Minute, "Ready", isReady)
+	job := e.jobs("apply")[0]
+	if sa := job.Spec.Template.Spec.ServiceAccountName; sa != "cloud-runner" {
+		t.Errorf("the Job runs as %q", sa)
+	}
+	if n := len(e.instanceFiles()); n != 1 {
+		t.Errorf("%d instances, want 1", n)
+	}
+
+	tc = e.localCloud("nope", e.newCluster("nope", false), map[string]any{"instances": 1})
+	tc.Spec.Jobs.ServiceAccountName = "unlabelled"
+	e.create(tc)
+	got := e.waitFor("nope", time.Minute, "RunnerServiceAccountNotAllowed", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == "RunnerServiceAccountNotAllowed"
+	})
+	if msg := condition(got, infrav1.ConditionReady).Message; !strings.Contains(msg, infrav1.LabelRunnerServiceAccount+"=true") {
+		t.Errorf("message %q does not say how to allow it", msg)
+	}
+}

@@ -54,8 +54,13 @@ type Kind[T Object] struct {
 	// Inputs adds the kind's captf_* inputs read from the owner.
 	Inputs func(owner *unstructured.Unstructured, inputs map[string]any)
 	// Outputs reads the kind's module outputs into the object's spec and
-	// status, and tells whether the spec changed.
-	Outputs func(obj T, outputs map[string]runner.Output) (specChanged bool, err error)
+	// status, and tells whether the spec changed. Before it sets provider
+	// IDs (machines and pools) it claims them: claim fails when another
+	// object holds one, and then nothing is set.
+	Outputs func(obj T, outputs map[string]runner.Output, claim func(ids ...string) error) (specChanged bool, err error)
+	// HoldsProviderIDs: the kind's objects hold instances by provider ID
+	// (machines and pools), and no two objects may hold one.
+	HoldsProviderIDs bool
 }
 
 // Client writes objects of one kind: the generated typed clients are ones.
@@ -71,6 +76,7 @@ type Controller[T Object] struct {
 	kind         Kind[T]
 	captf        versioned.Interface
 	objects      cache.Indexer
+	providerIDs  []cache.Indexer // machines and pools by provider ID; nil for clusters
 	owners       cache.GenericLister
 	clusters     cache.GenericLister
 	tcs          infralisters.TerraformClusterLister
@@ -100,6 +106,12 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 			return nil, err
 		}
 	}
+	var providerIDs []cache.Indexer
+	if kind.HoldsProviderIDs {
+		if providerIDs, err = providerIDIndexes(cc); err != nil {
+			return nil, err
+		}
+	}
 	owners := cc.CAPIInformers.ForResource(kind.Owner.Resource)
 	clusters := cc.CAPIInformers.ForResource(capi.Cluster.Resource)
 	tcs := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters()
@@ -108,6 +120,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),
 		loop: loop, expectations: controller.NewExpectations(), written: controller.NewWrittenVersions(), now: time.Now,
+		providerIDs: providerIDs,
 	}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
@@ -242,7 +255,8 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 	if err != nil || res == nil {
 		return err
 	}
-	specChanged, err := c.kind.Outputs(obj, res.Outputs)
+	claim := func(ids ...string) error { return claimedElsewhere(c.providerIDs, obj, ids) }
+	specChanged, err := c.kind.Outputs(obj, res.Outputs, claim)
 	if err != nil {
 		c.engine.InvalidOutput(s, err)
 		return nil

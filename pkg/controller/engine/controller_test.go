@@ -233,6 +233,40 @@ func TestApplyOutputs(t *testing.T) {
 	})
 }
 
+// TestProviderIDHeldElsewhere: a module output claiming an instance another
+// machine or pool already holds is InvalidOutput naming the holder, and
+// the spec keeps no provider ID.
+func TestProviderIDHeldElsewhere(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		if k.kind == "TerraformCluster" {
+			return
+		}
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		holder := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns", UID: "uid-holder"}}
+		holder.Spec.ProviderIDList = []string{"aws:///a/i-1", "p://2"}
+		if err := f.informers().Infrastructure().V1alpha1().TerraformMachinePools().Informer().GetIndexer().Add(holder); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		c := f.condition(infrav1.ConditionReady)
+		if c == nil || c.Reason != engine.ReasonInvalidOutput || !strings.Contains(c.Message, "already held by TerraformMachinePool ns/holder") {
+			t.Fatalf("Ready = %+v, want InvalidOutput naming the holder", c)
+		}
+		switch o := f.object().(type) {
+		case *infrav1.TerraformMachine:
+			if o.Spec.ProviderID != "" {
+				t.Errorf("spec.providerID = %q", o.Spec.ProviderID)
+			}
+		case *infrav1.TerraformMachinePool:
+			if len(o.Spec.ProviderIDList) != 0 {
+				t.Errorf("spec.providerIDList = %v", o.Spec.ProviderIDList)
+			}
+		}
+	})
+}
+
 // TestInputErrorOnce: a variable from a missing Secret is a condition and
 // one event; the checks that follow every minute write nothing new.
 func TestInputErrorOnce(t *testing.T) {

@@ -27,6 +27,9 @@ type Inputs struct {
 	Variables []byte
 	// Hash covers the module and the variables: a change of either applies.
 	Hash string
+	// Sensitive names the variables whose values the runner keeps out of
+	// its log and reports: marked sensitive, or read from a Secret.
+	Sensitive []string
 }
 
 // Ready reasons and event reasons of inputs that cannot be rendered.
@@ -59,6 +62,9 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		in.Module.Files = maps.Clone(cm.Data)
 	}
 	vars := map[string]json.RawMessage{}
+	if _, ok := captf["captf_bootstrap_data"]; ok {
+		in.Sensitive = append(in.Sensitive, "captf_bootstrap_data") // from the bootstrap Secret
+	}
 	for k, v := range captf {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -77,6 +83,9 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 			}
 			vars[v.Name] = v.Value.Raw
 		case v.ValueFrom != nil:
+			if v.ValueFrom.SecretKeyRef != nil {
+				in.Sensitive = append(in.Sensitive, v.Name)
+			}
 			raw, err := resolve(ctx, client, namespace, v.ValueFrom)
 			if err != nil {
 				return nil, &InputError{Reason: ReasonVariableUnavailable, Message: path + ": " + err.Error()}
@@ -92,7 +101,12 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		default:
 			return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom"}
 		}
+		if v.Sensitive {
+			in.Sensitive = append(in.Sensitive, v.Name)
+		}
 	}
+	slices.Sort(in.Sensitive)
+	in.Sensitive = slices.Compact(in.Sensitive)
 	var err error
 	// encoding/json writes map keys sorted: the same inputs hash the same.
 	if in.Variables, err = json.MarshalIndent(vars, "", "  "); err != nil {
@@ -116,13 +130,20 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 // SecretData is the content of the run-inputs Secret.
 func (in *Inputs) SecretData() map[string][]byte {
 	module, _ := json.Marshal(in.Module)
-	return map[string][]byte{runner.KeyModule: module, runner.KeyVariables: in.Variables}
+	data := map[string][]byte{runner.KeyModule: module, runner.KeyVariables: in.Variables}
+	if len(in.Sensitive) > 0 {
+		data[runner.KeySensitive], _ = json.Marshal(in.Sensitive)
+	}
+	return data
 }
 
 // HashSecretData hashes stored inputs (a durable-inputs Secret) as Render does.
 func HashSecretData(data map[string][]byte) string {
 	h := sha256.New()
-	for _, k := range slices.Sorted(maps.Keys(data)) {
+	for _, k := range []string{runner.KeyModule, runner.KeyVariables} { // what Render hashes
+		if _, ok := data[k]; !ok {
+			continue
+		}
 		h.Write([]byte(k))
 		h.Write([]byte{0})
 		h.Write(data[k])

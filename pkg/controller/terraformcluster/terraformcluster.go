@@ -45,7 +45,7 @@ var Kind = engine.Kind[*infrav1.TerraformCluster]{
 
 // readOutputs takes the control plane endpoint into the spec, once, and the
 // failure domains into the status.
-func readOutputs(tc *infrav1.TerraformCluster, outputs map[string]runner.Output) (bool, error) {
+func readOutputs(tc *infrav1.TerraformCluster, outputs map[string]runner.Output, _ func(...string) error) (bool, error) {
 	endpoint, domains, err := readClusterOutputs(outputs)
 	if err != nil {
 		return false, err

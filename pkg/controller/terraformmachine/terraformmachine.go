@@ -36,9 +36,10 @@ var Kind = engine.Kind[*infrav1.TerraformMachine]{
 	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformMachine] {
 		return c.InfrastructureV1alpha1().TerraformMachines(ns)
 	},
-	Status:  func(tm *infrav1.TerraformMachine) any { return &tm.Status },
-	Inputs:  inputs,
-	Outputs: readOutputs,
+	Status:           func(tm *infrav1.TerraformMachine) any { return &tm.Status },
+	Inputs:           inputs,
+	Outputs:          readOutputs,
+	HoldsProviderIDs: true,
 }
 
 // inputs are the machine's inputs (docs/inputs.md) from its Machine.
@@ -53,13 +54,18 @@ func inputs(m *unstructured.Unstructured, inputs map[string]any) {
 
 // readOutputs takes the provider ID into the spec, once: it never changes;
 // addresses and failure domain into the status.
-func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]runner.Output) (bool, error) {
+func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]runner.Output, claim func(...string) error) (bool, error) {
 	providerID, addresses, failureDomain, err := readMachineOutputs(outputs)
 	if err != nil {
 		return false, err
 	}
 	if tm.Spec.ProviderID != "" && tm.Spec.ProviderID != providerID {
 		return false, fmt.Errorf("output %s is %q, but spec.providerID is already %q and cannot change: the module replaced the instance; delete the Machine to get a new one", OutputProviderID, providerID, tm.Spec.ProviderID)
+	}
+	if tm.Spec.ProviderID == "" {
+		if err := claim(providerID); err != nil {
+			return false, err
+		}
 	}
 	tm.Status.Addresses = addresses
 	tm.Status.FailureDomain = failureDomain

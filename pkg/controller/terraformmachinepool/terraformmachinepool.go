@@ -33,9 +33,10 @@ var Kind = engine.Kind[*infrav1.TerraformMachinePool]{
 	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformMachinePool] {
 		return c.InfrastructureV1alpha1().TerraformMachinePools(ns)
 	},
-	Status:  func(p *infrav1.TerraformMachinePool) any { return &p.Status },
-	Inputs:  inputs,
-	Outputs: readOutputs,
+	Status:           func(p *infrav1.TerraformMachinePool) any { return &p.Status },
+	Inputs:           inputs,
+	Outputs:          readOutputs,
+	HoldsProviderIDs: true,
 }
 
 // inputs are the pool's inputs (docs/inputs.md) from its MachinePool.
@@ -54,15 +55,19 @@ func inputs(mp *unstructured.Unstructured, inputs map[string]any) {
 
 // readOutputs takes the provider IDs into the spec and their count into the
 // status.
-func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]runner.Output) (bool, error) {
+func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]runner.Output, claim func(...string) error) (bool, error) {
 	ids, err := readProviderIDs(outputs)
 	if err != nil {
 		return false, err
 	}
-	pool.Status.Replicas = int32(len(ids))
 	if slices.Equal(pool.Spec.ProviderIDList, ids) {
+		pool.Status.Replicas = int32(len(ids))
 		return false, nil
 	}
+	if err := claim(ids...); err != nil {
+		return false, err
+	}
+	pool.Status.Replicas = int32(len(ids))
 	pool.Spec.ProviderIDList = ids
 	return true, nil
 }
