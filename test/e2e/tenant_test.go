@@ -16,11 +16,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 // tenant is a user with what a team gets in a shared management cluster:
@@ -486,5 +488,64 @@ func TestCustomRunnerServiceAccount(t *testing.T) {
 	})
 	if msg := condition(got, infrav1.ConditionReady).Message; !strings.Contains(msg, infrav1.LabelRunnerServiceAccount+"=true") {
 		t.Errorf("message %q does not say how to allow it", msg)
+	}
+}
+
+// TestApproverWriterSplit: with the shipped approval policy installed, a
+// writer cannot approve a plan; a user granted the verb approve can.
+func TestApproverWriterSplit(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "approval-policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		resource := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[o.GetKind()]
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+		if _, err := plane.Dynamic.Resource(gvr).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = plane.Dynamic.Resource(gvr).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+		})
+	}
+	tn := e.newTenant()
+	e.create(e.localCloud("gated", nil, map[string]any{}))
+	attempt := 0
+	approve := func() error { // a new hash each time: an unchanged one is no approval
+		attempt++
+		tc, err := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "gated", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		tc.Annotations = map[string]string{infrav1.AnnotationApprovePlan: fmt.Sprintf("%016x", attempt)}
+		_, err = tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Update(ctx, tc, metav1.UpdateOptions{})
+		return err
+	}
+	// The policy takes effect a moment after it is created.
+	err = waitAPI(func() error {
+		if err := approve(); err == nil || !strings.Contains(err.Error(), "needs the verb approve on terraformclusters") {
+			return fmt.Errorf("a writer approves: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A writer may still change everything else.
+	e.update("gated", func(tc *infrav1.TerraformCluster) { tc.Labels["team"] = "a" })
+	approver := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "approver"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{infrav1.SchemeGroupVersion.Group}, Resources: []string{"terraformclusters"}, Verbs: []string{"approve"}}}}
+	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, approver, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "approver"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "approver"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: e.ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitAPI(approve); err != nil {
+		t.Errorf("an approver approves: %v", err)
 	}
 }
