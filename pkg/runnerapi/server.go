@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -51,9 +53,18 @@ const (
 	// base64 in JSON about 1 MiB).
 	maxBody = 2 << 20
 	// maxInFlight bounds the requests served at once, and so the memory
-	// their bodies take.
+	// their bodies take; maxPerPod keeps one pod (a hostile module holding
+	// connections open) from taking them all: a runner needs two or three.
 	maxInFlight = 16
+	maxPerPod   = 4
+	// reviewQPS bounds the TokenReviews of tokens not seen before: junk
+	// tokens must not spend the manager's API budget.
+	reviewQPS, reviewBurst = 20, 50
 )
+
+// forwardedQuery are the query parameters a run uses; the rest (watch,
+// say) are dropped.
+var forwardedQuery = []string{"resourceVersion", "fieldManager", "fieldValidation", "timeout"}
 
 // Server serves the runner API. Kube is the manager's client (TokenReviews,
 // pods, Jobs); Config is the manager's client config, used to forward.
@@ -67,8 +78,11 @@ type Server struct {
 	initErr  error
 	inFlight chan struct{}
 
+	reviews flowcontrol.RateLimiter
+
 	mu         sync.Mutex
 	identities map[[32]byte]cachedIdentity
+	perPod     map[types.UID]int
 }
 
 type cachedIdentity struct {
@@ -80,6 +94,7 @@ type cachedIdentity struct {
 type Identity struct {
 	Namespace string
 	Pod       string
+	PodUID    types.UID
 	Job       string
 	Object    names.Object
 	// ObjectRef is the object as its owner reference names it.
@@ -90,6 +105,8 @@ func (s *Server) init() error {
 	s.once.Do(func() {
 		s.inFlight = make(chan struct{}, maxInFlight)
 		s.identities = map[[32]byte]cachedIdentity{}
+		s.perPod = map[types.UID]int{}
+		s.reviews = flowcontrol.NewTokenBucketRateLimiter(reviewQPS, reviewBurst)
 		cfg := rest.CopyConfig(s.Config)
 		s.client, s.initErr = rest.HTTPClientFor(cfg)
 		s.host = strings.TrimRight(cfg.Host, "/")
@@ -104,12 +121,6 @@ func (s *Server) init() error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := s.init(); err != nil {
 		writeStatus(w, apierrors.NewInternalError(err))
-		return
-	}
-	select {
-	case s.inFlight <- struct{}{}:
-		defer func() { <-s.inFlight }()
-	case <-r.Context().Done():
 		return
 	}
 	ctx := r.Context()
@@ -129,6 +140,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, err)
 		return
 	}
+	// A pod over its share is told to come back (client-go retries a 429
+	// after Retry-After); the others wait for a slot.
+	if !s.take(id.PodUID) {
+		w.Header().Set("Retry-After", "1")
+		writeStatus(w, apierrors.NewTooManyRequests("too many requests from this pod at once", 1))
+		return
+	}
+	defer s.give(id.PodUID)
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	case <-ctx.Done():
+		return
+	}
 	req, err := id.authorize(r)
 	if err != nil {
 		logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
@@ -139,7 +164,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.servePod(ctx, w, id, req.pod)
 		return
 	}
-	s.forward(ctx, w, r.Method, r.URL.Path, r.URL.RawQuery, req.body) // the path checked, not its encoding
+	query := url.Values{}
+	for _, k := range forwardedQuery {
+		if v, ok := r.URL.Query()[k]; ok {
+			query[k] = v
+		}
+	}
+	s.forward(ctx, w, r.Method, r.URL.Path, query.Encode(), req.body) // the path checked, not its encoding
+}
+
+func (s *Server) take(pod types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perPod[pod] >= maxPerPod {
+		return false
+	}
+	s.perPod[pod]++
+	return true
+}
+
+func (s *Server) give(pod types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perPod[pod]--; s.perPod[pod] <= 0 {
+		delete(s.perPod, pod)
+	}
 }
 
 // authenticate turns a token into the identity of its pod.
@@ -153,6 +202,9 @@ func (s *Server) authenticate(ctx context.Context, token string) (*Identity, err
 	}
 	s.mu.Unlock()
 
+	if !s.reviews.TryAccept() {
+		return nil, apierrors.NewTooManyRequests("too many new tokens to check", 1)
+	}
 	review, err := s.Kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{names.RunnerTokenAudience}},
 	}, metav1.CreateOptions{})
@@ -218,7 +270,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		job.Labels[names.LabelObjectUID] != string(owner.UID) {
 		return nil, refuse("the pod's Job belongs to no Terraform object")
 	}
-	return &Identity{Namespace: namespace, Pod: podName, Job: job.Name,
+	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name,
 		Object:    names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name},
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
 }
@@ -387,15 +439,15 @@ func (s *Server) servePod(ctx context.Context, w http.ResponseWriter, id *Identi
 // forward sends the request to the API server with the manager's
 // credentials and streams the answer back.
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, path, query string, body []byte) {
-	url := s.host + path
+	target := s.host + path
 	if query != "" {
-		url += "?" + query
+		target += "?" + query
 	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		writeStatus(w, apierrors.NewInternalError(err))
 		return

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -14,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/captf/captf/pkg/names"
@@ -156,8 +159,10 @@ func TestIdentify(t *testing.T) {
 						"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
 				return true, review, nil
 			})
-			s := &Server{Kube: kube}
-			s.inFlight, s.identities = make(chan struct{}, 1), map[[32]byte]cachedIdentity{}
+			s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+			if err := s.init(); err != nil {
+				t.Fatal(err)
+			}
 			id, err := s.authenticate(t.Context(), "token")
 			code := http.StatusOK
 			if err != nil {
@@ -174,3 +179,114 @@ func TestIdentify(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// fakeRunnerPod is the API objects of one runner pod of me's object, and a
+// TokenReview that knows its token.
+func fakeRunnerPod() *fake.Clientset {
+	ctrl := true
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: me.Job, Namespace: "ns", UID: "uid-job",
+		Labels:          map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: "uid-prod"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: me.ObjectRef.APIVersion, Kind: "TerraformCluster", Name: "prod", UID: "uid-prod", Controller: &ctrl}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-pod",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: me.Job, UID: "uid-job", Controller: &ctrl}}}}
+	kube := fake.NewClientset(pod, job)
+	kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+		if review.Spec.Token == "runner-token" {
+			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{names.RunnerTokenAudience},
+				User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
+					"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
+		}
+		return true, review, nil
+	})
+	return kube
+}
+
+// TestForward: what reaches the API server is the checked request with
+// the manager's credentials: no caller header, no query beyond a run's.
+func TestForward(t *testing.T) {
+	got := make(chan *http.Request, 1)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"tfc-prod-state"}}`))
+	}))
+	defer api.Close()
+	s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL, BearerToken: "manager-token"}}
+	front := httptest.NewServer(s)
+	defer front.Close()
+	req, _ := http.NewRequest(http.MethodGet, front.URL+"/api/v1/namespaces/ns/secrets/tfc-prod-state?resourceVersion=5&watch=true", nil)
+	req.Header.Set("Authorization", "Bearer runner-token")
+	req.Header.Set("Impersonate-User", "system:admin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %s", resp.Status)
+	}
+	up := <-got
+	if q := up.URL.RawQuery; q != "resourceVersion=5" {
+		t.Errorf("forwarded query %q, want only resourceVersion", q)
+	}
+	if a := up.Header.Get("Authorization"); a != "Bearer manager-token" {
+		t.Errorf("forwarded Authorization %q, want the manager's", a)
+	}
+	for k := range up.Header {
+		if strings.HasPrefix(k, "Impersonate") {
+			t.Errorf("forwarded %s", k)
+		}
+	}
+}
+
+// TestOnePodCannotTakeEverySlot: past maxPerPod requests at once a pod is
+// told to retry, and the server keeps slots for the others.
+func TestOnePodCannotTakeEverySlot(t *testing.T) {
+	release := make(chan struct{})
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer api.Close()
+	s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}}
+	if err := s.init(); err != nil { // before the test reads its counters
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s)
+	defer front.Close()
+	defer close(release) // first: the servers wait for the held requests
+	get := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, front.URL+"/api/v1/namespaces/ns/secrets/tfc-prod-state", nil)
+		req.Header.Set("Authorization", "Bearer runner-token")
+		return http.DefaultClient.Do(req)
+	}
+	for range maxPerPod {
+		go func() {
+			if resp, err := get(); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	for {
+		s.mu.Lock()
+		n := s.perPod["uid-pod"]
+		s.mu.Unlock()
+		if n == maxPerPod {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("request %d of one pod: %s, want 429 with Retry-After", maxPerPod+1, resp.Status)
+	}
+	if len(s.inFlight) != maxPerPod {
+		t.Errorf("%d slots taken, want the pod's %d", len(s.inFlight), maxPerPod)
+	}
+}

@@ -308,9 +308,11 @@ const MoveVerb = "move"
 
 // checkRelabel refuses, to anyone but the manager, a change of the
 // cluster-name label of an object that holds provider IDs: it would hand
-// the instances to another Cluster.
+// the instances to another Cluster. Setting the label an object did not
+// have is Cluster API's own first step, and stays open.
 func (h *Handler) checkRelabel(req *admissionv1.AdmissionRequest, obj, old metav1.Object, heldIDs bool) field.ErrorList {
-	if old == nil || !heldIDs || obj.GetLabels()[capi.ClusterNameLabel] == old.GetLabels()[capi.ClusterNameLabel] {
+	was := old.GetLabels()[capi.ClusterNameLabel]
+	if !heldIDs || was == "" || obj.GetLabels()[capi.ClusterNameLabel] == was {
 		return nil
 	}
 	if h.ManagerUser != "" && req.UserInfo.Username == h.ManagerUser {

@@ -97,11 +97,25 @@ func TestIdentityRule(t *testing.T) {
 			"metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden: the object holds provider IDs"},
 		{"the manager may", request(admissionv1.Update, managerUser, withLabels(machine("local:///a"), "victim"), machine("local:///a")), ""},
 		{"a machine without one may", request(admissionv1.Update, "tenant", withLabels(machine(""), "victim"), machine("")), ""},
+		{"Cluster API sets the label a machine did not have", request(admissionv1.Update, "capi", withLabels(machine("local:///a"), "work"), func() *infrav1.TerraformMachine {
+			m := machine("local:///a")
+			delete(m.Labels, "cluster.x-k8s.io/cluster-name")
+			return m
+		}()), ""},
+		{"a tenant removes the label", request(admissionv1.Update, "tenant", func() *infrav1.TerraformMachine {
+			m := machine("local:///a")
+			delete(m.Labels, "cluster.x-k8s.io/cluster-name")
+			return m
+		}(), machine("local:///a")), "metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden"},
 		{"a pool with provider IDs may not", request(admissionv1.Update, "tenant", func() *infrav1.TerraformMachinePool {
 			p := pool("local:///a")
 			p.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "victim"}
 			return p
-		}(), pool("local:///a")), "metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden"},
+		}(), func() *infrav1.TerraformMachinePool {
+			p := pool("local:///a")
+			p.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "work"}
+			return p
+		}()), "metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden"},
 		{"user removes providerID", request(admissionv1.Update, "admin", machine(""), machine("local:///a")), "spec.providerID: Forbidden"},
 		{"manager sets providerIDList", request(admissionv1.Update, managerUser, pool("local:///a"), pool()), ""},
 		{"user sets providerIDList", request(admissionv1.Update, "admin", pool("local:///a"), pool()), "spec.providerIDList: Forbidden"},
