@@ -325,35 +325,51 @@ func (h *Handler) checkRelabel(req *admissionv1.AdmissionRequest, obj, old metav
 // jobPolicies finds the Job policies of any kind's object: spec.jobs,
 // spec.defaults.jobs, and the same under a template's spec.template.spec.
 func jobPolicies(raw []byte) (map[*field.Path]*infrav1.JobPolicy, error) {
-	type spec struct {
-		Jobs     *infrav1.JobPolicy `json:"jobs"`
-		Defaults *struct {
-			Jobs *infrav1.JobPolicy `json:"jobs"`
-		} `json:"defaults"`
+	specs, err := specsOf(raw)
+	if err != nil {
+		return nil, err
 	}
+	out := map[*field.Path]*infrav1.JobPolicy{}
+	for _, s := range specs {
+		if s.Jobs != nil {
+			out[s.path.Child("jobs")] = s.Jobs
+		}
+		if s.Defaults != nil && s.Defaults.Jobs != nil {
+			out[s.path.Child("defaults", "jobs")] = s.Defaults.Jobs
+		}
+	}
+	return out, nil
+}
+
+// objectSpec is what the webhook reads of any kind's spec, or of a
+// template's spec.template.spec.
+type objectSpec struct {
+	path      *field.Path
+	Module    infrav1.Module     `json:"module"`
+	Variables []infrav1.Variable `json:"variables"`
+	Jobs      *infrav1.JobPolicy `json:"jobs"`
+	Defaults  *struct {
+		Jobs *infrav1.JobPolicy `json:"jobs"`
+	} `json:"defaults"`
+}
+
+func specsOf(raw []byte) ([]objectSpec, error) {
 	var obj struct {
 		Spec struct {
-			spec
+			objectSpec
 			Template *struct {
-				Spec spec `json:"spec"`
+				Spec objectSpec `json:"spec"`
 			} `json:"template"`
 		} `json:"spec"`
 	}
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, fmt.Errorf("decoding the object: %w", err)
 	}
-	out := map[*field.Path]*infrav1.JobPolicy{}
-	add := func(s spec, path *field.Path) {
-		if s.Jobs != nil {
-			out[path.Child("jobs")] = s.Jobs
-		}
-		if s.Defaults != nil && s.Defaults.Jobs != nil {
-			out[path.Child("defaults", "jobs")] = s.Defaults.Jobs
-		}
+	specs := []objectSpec{obj.Spec.objectSpec}
+	specs[0].path = field.NewPath("spec")
+	if t := obj.Spec.Template; t != nil {
+		t.Spec.path = field.NewPath("spec", "template", "spec")
+		specs = append(specs, t.Spec)
 	}
-	add(obj.Spec.spec, field.NewPath("spec"))
-	if obj.Spec.Template != nil {
-		add(obj.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
-	}
-	return out, nil
+	return specs, nil
 }

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -10,6 +9,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
 
 // Authorizer says whether user may do what attrs describe; why explains a
@@ -88,83 +89,54 @@ func singular(resource string) string {
 // the module ConfigMap, variables' valueFrom, and the Job policy's env and
 // envFrom, in spec, spec.defaults and a template's spec.template.spec.
 func references(raw []byte) ([]reference, error) {
-	type keyRef struct {
-		SecretKeyRef    *corev1.SecretKeySelector    `json:"secretKeyRef"`
-		ConfigMapKeyRef *corev1.ConfigMapKeySelector `json:"configMapKeyRef"`
-	}
-	type jobs struct {
-		Env []struct {
-			ValueFrom *keyRef `json:"valueFrom"`
-		} `json:"env"`
-		EnvFrom []corev1.EnvFromSource `json:"envFrom"`
-	}
-	type spec struct {
-		Module struct {
-			ConfigMap *struct {
-				Name string `json:"name"`
-			} `json:"configMap"`
-		} `json:"module"`
-		Variables []struct {
-			ValueFrom *keyRef `json:"valueFrom"`
-		} `json:"variables"`
-		Jobs     *jobs `json:"jobs"`
-		Defaults *struct {
-			Jobs *jobs `json:"jobs"`
-		} `json:"defaults"`
-	}
-	var obj struct {
-		Spec struct {
-			spec
-			Template *struct {
-				Spec spec `json:"spec"`
-			} `json:"template"`
-		} `json:"spec"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("decoding the object: %w", err)
+	specs, err := specsOf(raw)
+	if err != nil {
+		return nil, err
 	}
 	var refs []reference
-	keyRefs := func(path *field.Path, k *keyRef) {
-		switch {
-		case k == nil:
-		case k.SecretKeyRef != nil:
-			refs = append(refs, reference{path.Child("secretKeyRef"), "secrets", k.SecretKeyRef.Name})
-		case k.ConfigMapKeyRef != nil:
-			refs = append(refs, reference{path.Child("configMapKeyRef"), "configmaps", k.ConfigMapKeyRef.Name})
+	add := func(path *field.Path, resource, name string) {
+		refs = append(refs, reference{path, resource, name})
+	}
+	keyRefs := func(path *field.Path, secret *corev1.SecretKeySelector, configMap *corev1.ConfigMapKeySelector) {
+		if secret != nil {
+			add(path.Child("secretKeyRef"), "secrets", secret.Name)
+		}
+		if configMap != nil {
+			add(path.Child("configMapKeyRef"), "configmaps", configMap.Name)
 		}
 	}
-	jobRefs := func(path *field.Path, j *jobs) {
+	jobRefs := func(path *field.Path, j *infrav1.JobPolicy) {
 		if j == nil {
 			return
 		}
 		for i, e := range j.Env {
-			keyRefs(path.Child("env").Index(i).Child("valueFrom"), e.ValueFrom)
+			if e.ValueFrom != nil {
+				keyRefs(path.Child("env").Index(i).Child("valueFrom"), e.ValueFrom.SecretKeyRef, e.ValueFrom.ConfigMapKeyRef)
+			}
 		}
 		for i, e := range j.EnvFrom {
 			p := path.Child("envFrom").Index(i)
 			if e.SecretRef != nil {
-				refs = append(refs, reference{p.Child("secretRef"), "secrets", e.SecretRef.Name})
+				add(p.Child("secretRef"), "secrets", e.SecretRef.Name)
 			}
 			if e.ConfigMapRef != nil {
-				refs = append(refs, reference{p.Child("configMapRef"), "configmaps", e.ConfigMapRef.Name})
+				add(p.Child("configMapRef"), "configmaps", e.ConfigMapRef.Name)
 			}
 		}
 	}
-	add := func(s spec, path *field.Path) {
+	for _, s := range specs {
 		if s.Module.ConfigMap != nil {
-			refs = append(refs, reference{path.Child("module", "configMap", "name"), "configmaps", s.Module.ConfigMap.Name})
+			add(s.path.Child("module", "configMap", "name"), "configmaps", s.Module.ConfigMap.Name)
 		}
 		for i, v := range s.Variables {
-			keyRefs(path.Child("variables").Index(i).Child("valueFrom"), v.ValueFrom)
+			if v.ValueFrom != nil {
+				keyRefs(s.path.Child("variables").Index(i).Child("valueFrom"), v.ValueFrom.SecretKeyRef, v.ValueFrom.ConfigMapKeyRef)
+			}
 		}
-		jobRefs(path.Child("jobs"), s.Jobs)
+		jobRefs(s.path.Child("jobs"), s.Jobs)
 		if s.Defaults != nil {
-			jobRefs(path.Child("defaults", "jobs"), s.Defaults.Jobs)
+			jobRefs(s.path.Child("defaults", "jobs"), s.Defaults.Jobs)
 		}
-	}
-	add(obj.Spec.spec, field.NewPath("spec"))
-	if obj.Spec.Template != nil {
-		add(obj.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
 	}
 	return refs, nil
 }

@@ -94,6 +94,22 @@ func (e *env) startManager(extra ...string) *framework.Manager {
 	return m
 }
 
+// startManagerWithWebhook starts a manager and registers its webhook for
+// the test's namespace, and waits until it serves.
+func (e *env) startManagerWithWebhook(extra ...string) *framework.Manager {
+	t := e.t
+	t.Helper()
+	m := e.startManager(extra...)
+	if _, err := plane.RegisterWebhook(context.Background(), "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	waitReady(t, m)
+	return m
+}
+
 // newCluster creates a Cluster API Cluster whose infrastructureRef names
 // the TerraformCluster of the same name.
 func (e *env) newCluster(name string, paused bool) *unstructured.Unstructured {

@@ -655,14 +655,7 @@ func TestDeletingObjectLosesItsFinalizer(t *testing.T) {
 	if _, err := admin.Create(ctx, old, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m := e.startManager()
-	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
-	})
-	waitReady(t, m)
+	e.startManagerWithWebhook()
 	// The rule is in force for live objects.
 	err := updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Labels = map[string]string{"touched": "yes"} })
 	if err == nil || !strings.Contains(err.Error(), "version") {
@@ -723,14 +716,7 @@ func TestRescuedState(t *testing.T) {
 	// the webhook.
 	unlimit()
 	m.Stop()
-	m = e.startManager()
-	if _, err := plane.RegisterWebhook(context.Background(), "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
-	})
-	waitReady(t, m)
+	m = e.startManagerWithWebhook()
 	e.annotate("rescue", infrav1.AnnotationRestoreState, backups[0])
 	e.waitFor("rescue", 2*time.Minute, "Ready", isReady)
 	if files := e.instanceFiles(); len(files) != 1 {

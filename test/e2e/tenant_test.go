@@ -134,14 +134,7 @@ resource "terraform_data" "attack" {
 func TestHostileTenant(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	m := e.startManager()
-	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
-	})
-	waitReady(t, m)
+	e.startManagerWithWebhook()
 	tn := e.newTenant()
 	// What the tenant must not reach: a workload cluster's kubeconfig, and
 	// the state of an object of someone else's.
@@ -228,14 +221,7 @@ func TestTenantRunnerPodPolicy(t *testing.T) {
 	if _, err := plane.Kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m := e.startManager()
-	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
-	})
-	waitReady(t, m)
+	e.startManagerWithWebhook()
 	tn := e.newTenant()
 	root := int64(0)
 	tc := e.localCloud("priv", e.newCluster("priv", false), map[string]any{"instances": 0})
@@ -297,14 +283,7 @@ func ptrTo[T any](v T) *T { return &v }
 func TestTenantProviderIDs(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	m := e.startManager()
-	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
-	})
-	waitReady(t, m)
+	e.startManagerWithWebhook()
 	tn := e.newTenant()
 	e.newCluster("intruder", true) // paused: the move exception's condition
 	machine := func(name, cluster, providerID string) *infrav1.TerraformMachine {
