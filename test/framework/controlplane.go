@@ -332,8 +332,10 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 	apiserver := cp.procs[len(cp.procs)-1]
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		if apiserver.exited() {
-			return false, fmt.Errorf("kube-apiserver exited: %v\n%s", apiserver.err, apiserver.tail(20))
+		for _, p := range cp.procs { // etcd and kube-apiserver
+			if p.exited() {
+				return false, fmt.Errorf("%s exited: %v\n%s", p.name, p.err, p.tail(20))
+			}
 		}
 		var status int
 		last = cp.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status).Error()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,10 +19,21 @@ func Main(m *testing.M, opts Options, plane **ControlPlane) {
 }
 
 func run(m *testing.M, opts Options, plane **ControlPlane) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	start := time.Now()
-	cp, err := Start(ctx, opts)
-	cancel()
+	var cp *ControlPlane
+	var err error
+	// A port found free can still be taken before the server binds it (by
+	// the plane of a test package running beside this one): start again
+	// on new ports.
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cp, err = Start(ctx, opts)
+		cancel()
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "starting the control plane: %v; again on other ports\n", err)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
 		return 1
