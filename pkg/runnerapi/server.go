@@ -59,7 +59,7 @@ const (
 	maxPerPod   = 4
 	// reviewQPS bounds the TokenReviews of tokens not seen before: junk
 	// tokens must not spend the manager's API budget.
-	reviewQPS, reviewBurst = 20, 50
+	reviewQPS, reviewBurst = 100, 200
 )
 
 // forwardedQuery are the query parameters a run uses; the rest (watch,
