@@ -185,14 +185,17 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	if err != nil {
 		return deny(resp, apierrors.NewBadRequest(err.Error()))
 	}
-	policies, err := jobPolicies(req.Object.Raw)
+	specs, err := specsOf(req.Object.Raw)
 	if err != nil {
 		return deny(resp, apierrors.NewBadRequest(err.Error()))
 	}
-	for path, jp := range policies {
-		errs = append(errs, h.RunnerPods.Check(jp, path)...)
+	for _, s := range specs {
+		errs = append(errs, h.RunnerPods.Check(s.Jobs, s.path.Child("jobs"))...)
+		if s.Defaults != nil {
+			errs = append(errs, h.RunnerPods.Check(s.Defaults.Jobs, s.path.Child("defaults", "jobs"))...)
+		}
 	}
-	refErrs, err := h.checkReferences(ctx, req)
+	refErrs, err := h.checkReferences(ctx, req, specs)
 	if err != nil {
 		// Fail closed: the API server reports it and the user retries.
 		return deny(resp, apierrors.NewInternalError(err))
@@ -322,27 +325,9 @@ func (h *Handler) checkRelabel(req *admissionv1.AdmissionRequest, obj, old metav
 		"the object holds provider IDs: it stays with its Cluster")}
 }
 
-// jobPolicies finds the Job policies of any kind's object: spec.jobs,
-// spec.defaults.jobs, and the same under a template's spec.template.spec.
-func jobPolicies(raw []byte) (map[*field.Path]*infrav1.JobPolicy, error) {
-	specs, err := specsOf(raw)
-	if err != nil {
-		return nil, err
-	}
-	out := map[*field.Path]*infrav1.JobPolicy{}
-	for _, s := range specs {
-		if s.Jobs != nil {
-			out[s.path.Child("jobs")] = s.Jobs
-		}
-		if s.Defaults != nil && s.Defaults.Jobs != nil {
-			out[s.path.Child("defaults", "jobs")] = s.Defaults.Jobs
-		}
-	}
-	return out, nil
-}
-
 // objectSpec is what the webhook reads of any kind's spec, or of a
-// template's spec.template.spec.
+// template's spec.template.spec: the module, variables and Job policies
+// (spec.jobs, spec.defaults.jobs).
 type objectSpec struct {
 	path      *field.Path
 	Module    infrav1.Module     `json:"module"`

@@ -31,21 +31,18 @@ type reference struct {
 // on their behalf. References the object already had are not checked
 // again, so others (Cluster API's controllers, the manager) can keep
 // writing it.
-func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.AdmissionRequest) (field.ErrorList, error) {
+func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.AdmissionRequest, specs []objectSpec) (field.ErrorList, error) {
 	if h.Authorize == nil {
 		return nil, nil
 	}
-	refs, err := references(req.Object.Raw)
-	if err != nil {
-		return nil, err
-	}
+	refs := references(specs)
 	had := map[[2]string]bool{}
 	if req.Operation == admissionv1.Update {
-		old, err := references(req.OldObject.Raw)
+		oldSpecs, err := specsOf(req.OldObject.Raw)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range old {
+		for _, r := range references(oldSpecs) {
 			had[[2]string{r.resource, r.name}] = true
 		}
 	}
@@ -88,11 +85,7 @@ func singular(resource string) string {
 // references finds every Secret and ConfigMap any kind's object names:
 // the module ConfigMap, variables' valueFrom, and the Job policy's env and
 // envFrom, in spec, spec.defaults and a template's spec.template.spec.
-func references(raw []byte) ([]reference, error) {
-	specs, err := specsOf(raw)
-	if err != nil {
-		return nil, err
-	}
+func references(specs []objectSpec) []reference {
 	var refs []reference
 	add := func(path *field.Path, resource, name string) {
 		refs = append(refs, reference{path, resource, name})
@@ -138,7 +131,7 @@ func references(raw []byte) ([]reference, error) {
 			jobRefs(s.path.Child("defaults", "jobs"), s.Defaults.Jobs)
 		}
 	}
-	return refs, nil
+	return refs
 }
 
 // SubjectAccessReviews is an Authorizer that asks the API server.
