@@ -118,6 +118,7 @@ resource "terraform_data" "attack" {
         echo "runnerapi-victim-state=$(code --cacert $ca -H "$auth" $ra/secrets/${var.victim_state})"
         echo "runnerapi-victim-state-write=$(code --cacert $ca -H "$auth" -H "$json" -X PUT -d '{"metadata":{"name":"${var.victim_state}","labels":{"app.kubernetes.io/managed-by":"captf"}}}' $ra/secrets/${var.victim_state})"
         echo "runnerapi-token-secret=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"stolen","annotations":{"kubernetes.io/service-account.name":"default"}},"type":"kubernetes.io/service-account-token"}' $ra/secrets)"
+        echo "runnerapi-any-secret=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"mine","labels":{"app.kubernetes.io/managed-by":"captf"}}}' $ra/secrets)"
         echo "runnerapi-list-secrets=$(code --cacert $ca -H "$auth" $ra/secrets)"
         echo "runnerapi-impersonate=$(code --cacert $ca -H "$auth" -H 'Impersonate-User: system:admin' $ra/secrets/${var.captf_cluster_name}-kubeconfig)"
         echo "runnerapi-no-token=$(code --cacert $ca $ra/secrets/${var.own_state})"
@@ -188,6 +189,7 @@ func TestHostileTenant(t *testing.T) {
 		"runnerapi-victim-state":       "403",
 		"runnerapi-victim-state-write": "403",
 		"runnerapi-token-secret":       "403",
+		"runnerapi-any-secret":         "403",
 		"runnerapi-list-secrets":       "403",
 		"runnerapi-impersonate":        "403",
 		"runnerapi-no-token":           "401",
@@ -197,8 +199,10 @@ func TestHostileTenant(t *testing.T) {
 			t.Errorf("%s = %q, want %s", k, got[k], v)
 		}
 	}
-	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, "stolen", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the module made a Secret: %v", err)
+	for _, name := range []string{"stolen", "mine"} {
+		if _, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the module made Secret %s: %v", name, err)
+		}
 	}
 	if now, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, victim.State(), metav1.GetOptions{}); err != nil || now.ResourceVersion != victimState.ResourceVersion {
 		t.Errorf("the victim's state changed: %v", err)
@@ -526,5 +530,25 @@ func TestApproverWriterSplit(t *testing.T) {
 	}
 	if err := waitAPI(approve); err != nil {
 		t.Errorf("an approver approves: %v", err)
+	}
+}
+
+// TestLongNameThroughRunnerAPI: an object whose name is too long for its
+// Secrets' names in full (they end in a hash) still reaches its own state
+// through the runner API, and only its own.
+func TestLongNameThroughRunnerAPI(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	name := "long-" + strings.Repeat("n", 235)
+	tc := e.localCloud(name, e.newCluster("long", false), map[string]any{"instances": 1})
+	tc.Labels["cluster.x-k8s.io/cluster-name"] = "long"
+	e.create(tc)
+	e.waitFor(name, 2*time.Minute, "Ready", isReady)
+	state := names.Object{Kind: "tfc", Name: name}.State()
+	if len(state) > 253 || !strings.HasPrefix(state, "tfc-long-nnn") {
+		t.Fatalf("state name %q", state)
+	}
+	if n := e.stateOf(name).instances(); n != 1 {
+		t.Errorf("%d instances in the state, want 1", n)
 	}
 }
