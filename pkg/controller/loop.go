@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/captf/captf/pkg/metrics"
 )
 
 // Loop is a controller's named, rate-limited queue, its workers and its
@@ -80,12 +82,16 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer l.Queue.Done(key)
-	if err := l.Sync(ctx, key); err != nil {
+	start := time.Now()
+	err := l.Sync(ctx, key)
+	metrics.ReconcileDuration.WithLabelValues(l.Name).Observe(time.Since(start).Seconds())
+	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone wrote the object since the cache saw it: the next
 			// sync reads their write. Nothing failed.
 			klog.FromContext(ctx).V(4).Info("Update conflict, syncing again", "object", key)
 		} else {
+			metrics.ReconcileErrors.WithLabelValues(l.Name).Inc()
 			utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
 		}
 		l.Queue.AddRateLimited(key)

@@ -3,6 +3,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -40,6 +41,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/jobmetrics"
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
@@ -81,6 +83,10 @@ type Options struct {
 	WebhookCertName            string
 	WebhookKeyName             string
 	MetricsBindAddress         string
+	MetricsSecure              bool
+	MetricsCertDir             string
+	MetricsCertName            string
+	MetricsKeyName             string
 	HealthProbeBindAddress     string
 	QPS                        float64
 	Burst                      int
@@ -113,6 +119,10 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "file name of the webhook certificate")
 	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "file name of the webhook key")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview); false: plain HTTP to anyone, for local use only")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory of the metrics endpoint's certificate and key (default: --webhook-cert-dir)")
+	fs.StringVar(&o.MetricsCertName, "metrics-cert-name", "tls.crt", "file name of the metrics certificate")
+	fs.StringVar(&o.MetricsKeyName, "metrics-key-name", "tls.key", "file name of the metrics key")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":9440", "address of /healthz and /readyz")
 	fs.Float64Var(&o.QPS, "kube-api-qps", 200, "queries per second to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", 400, "burst of queries to the API server")
@@ -166,7 +176,7 @@ func Main(args []string) error {
 	if err != nil {
 		return err
 	}
-	m.runnerAPI = webhook.NewServer(o.RunnerAPIPort, o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg})
+	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg})
 	m.runnerAPI.Name = "runner-api"
 	if err := m.runnerAPI.Start(ctx); err != nil {
 		return err
@@ -180,7 +190,7 @@ func Main(args []string) error {
 	if err := m.serveProbes(ctx, health); err != nil {
 		return err
 	}
-	if err := m.serveMetrics(ctx); err != nil {
+	if err := m.serveMetrics(ctx, kube); err != nil {
 		return err
 	}
 	if !o.LeaderElect {
@@ -233,6 +243,8 @@ type manager struct {
 	webhook *webhook.Server // nil with --webhook-port=0
 	// runnerAPI serves runner pods (package runnerapi).
 	runnerAPI *webhook.Server
+	// metrics serves /metrics over TLS; nil when off or plain HTTP.
+	metrics *webhook.Server
 }
 
 // startWebhook serves the validating webhook; it runs on every replica.
@@ -265,7 +277,7 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	if podNamespace != "" && serviceAccount != "" {
 		h.ManagerUser = "system:serviceaccount:" + podNamespace + ":" + serviceAccount
 	}
-	srv := webhook.NewServer(o.WebhookPort, o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, h.Mux())
+	srv := webhook.NewServer(fmt.Sprintf(":%d", o.WebhookPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, h.Mux())
 	return srv, srv.Start(ctx)
 }
 
@@ -280,6 +292,9 @@ func (m *manager) controllers() []controllerDescriptor {
 		engineController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
 		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ engine.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
+		}},
+		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, _ engine.Config) (controller.Interface, error) {
+			return jobmetrics.NewController(ctx, cc)
 		}},
 	}
 }
@@ -318,6 +333,8 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 		}
 		controllers = append(controllers, running{d, cctx, c})
 	}
+	metrics.SetObjectsCollector(config.Metrics)
+	defer metrics.SetObjectsCollector(nil)
 	stop := start(ctx)
 	defer stop()
 	go func() {
@@ -381,7 +398,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	}
 	api := engine.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
 	config := engine.Config{Access: access, RunnerAPI: api, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
-		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets}
+		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &engine.Collector{MaxStateBytes: o.MaxStateBytes}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())
@@ -446,13 +463,25 @@ func (m *manager) serveProbes(ctx context.Context, health *leaderelection.Health
 	return serve(ctx, "probes", m.options.HealthProbeBindAddress, mux)
 }
 
-func (m *manager) serveMetrics(ctx context.Context) error {
-	if m.options.MetricsBindAddress == "0" {
+// serveMetrics serves /metrics on every replica: over TLS to callers the
+// API server lets get it, unless --metrics-secure=false.
+func (m *manager) serveMetrics(ctx context.Context, kube kubernetes.Interface) error {
+	o := m.options
+	if o.MetricsBindAddress == "0" {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-	return serve(ctx, "metrics", m.options.MetricsBindAddress, mux)
+	h := promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})
+	if !o.MetricsSecure {
+		klog.FromContext(ctx).Info("Warning: metrics are served over plain HTTP to anyone who can connect (--metrics-secure=false)")
+		mux.Handle("/metrics", h)
+		return serve(ctx, "metrics", o.MetricsBindAddress, mux)
+	}
+	mux.Handle("/metrics", (&metrics.Authorizer{Kube: kube}).Wrap(h))
+	srv := webhook.NewServer(o.MetricsBindAddress, cmp.Or(o.MetricsCertDir, o.WebhookCertDir), o.MetricsCertName, o.MetricsKeyName, mux)
+	srv.Name = "metrics"
+	m.metrics = srv
+	return srv.Start(ctx)
 }
 
 func serve(ctx context.Context, name, addr string, h http.Handler) error {

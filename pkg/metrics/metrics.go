@@ -4,18 +4,28 @@
 package metrics
 
 import (
+	"context"
+	"net/url"
+	"runtime"
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/tools/leaderelection"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/captf/captf/pkg/version"
 )
 
 // Registry is the manager's registry: nothing registers globally.
 var Registry = prometheus.NewRegistry()
 
 func init() {
-	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	workqueue.SetProvider(workqueueProvider{})
+	clientmetrics.Register(clientmetrics.RegisterOpts{RequestLatency: requestLatency{}, RequestResult: requestResult{}})
 	leaderelection.SetProvider(leaderProvider{})
 }
 
@@ -35,6 +45,37 @@ var (
 
 func init() {
 	Registry.MustRegister(queueDepth, queueAdds, queueLat, queueWork, queueUnfinished, queueLongest, queueRetries, leader, leaderSlowpath)
+}
+
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "captf_build_info", Help: "Always 1: the version of this build and the Go version it was built with."},
+		[]string{"version", "goversion"})
+	g.WithLabelValues(version.Version, runtime.Version()).Set(1)
+	return g
+}
+
+// client-go's requests to the API server, by verb and host (never by URL:
+// object names would make the labels unbounded).
+var (
+	restLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rest_client_request_duration_seconds",
+		Help:    "Seconds requests to the API server took, by verb and host.",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60}}, []string{"verb", "host"})
+	restResults = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rest_client_requests_total",
+		Help: "Requests to the API server, by status code, method and host."}, []string{"code", "method", "host"})
+)
+
+func init() { Registry.MustRegister(restLatency, restResults) }
+
+type requestLatency struct{}
+
+func (requestLatency) Observe(_ context.Context, verb string, u url.URL, latency time.Duration) {
+	restLatency.WithLabelValues(verb, u.Host).Observe(latency.Seconds())
+}
+
+type requestResult struct{}
+
+func (requestResult) Increment(_ context.Context, code, method, host string) {
+	restResults.WithLabelValues(code, method, host).Inc()
 }
 
 type workqueueProvider struct{}
@@ -82,31 +123,97 @@ var IdentityDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { Registry.MustRegister(IdentityDenied) }
 
-// Drift: checks by outcome, and per object whether the last check found
-// drift and when it ran.
+// DriftChecks counts drift checks by outcome.
+var DriftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "captf_drift_checks_total",
+	Help: "Drift checks by kind and result (drifted, clean, failed).",
+}, []string{"kind", "result"})
+
+func init() { Registry.MustRegister(DriftChecks) }
+
+// What finished runner Jobs did, counted once per Job by the leader when it
+// sees the Job finish (package jobmetrics).
 var (
-	DriftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "captf_drift_checks_total",
-		Help: "Drift checks by kind and result (drifted, clean, failed).",
-	}, []string{"kind", "result"})
-	Drifted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "captf_drifted",
-		Help: "1 when the object's last drift check found its infrastructure changed outside CAPTF.",
-	}, []string{"kind", "namespace", "name"})
-	LastDriftCheck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "captf_last_drift_check_timestamp_seconds",
-		Help: "When the object's last drift check finished.",
-	}, []string{"kind", "namespace", "name"})
+	JobsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_jobs_failed_total",
+		Help: "Runner Jobs that failed, by kind, operation and reason (failed: terraform or the runner failed; deadline_exceeded: killed at spec.jobs.activeDeadlineSeconds).",
+	}, []string{"kind", "operation", "reason"})
+	JobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "captf_job_duration_seconds",
+		Help: "Seconds a runner Job ran, from its runner's start to the Job's end, by kind, operation and result (succeeded, failed).",
+		// From a no-op refresh to the default deadline of an hour.
+		Buckets: []float64{1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+	}, []string{"kind", "operation", "result"})
+	JobQueue = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "captf_job_queue_seconds",
+		Help:    "Seconds from a runner Job's creation to its runner's start (scheduling, image pull, quota), by kind and operation.",
+		Buckets: []float64{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+	}, []string{"kind", "operation"})
+	LeaseWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_lease_waits_total",
+		Help: "Times a runner found its object's state lock held by another run and waited, by kind.",
+	}, []string{"kind"})
+	ForceUnlocks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_force_unlocks_total",
+		Help: "State locks a runner took over from a holder that had stopped renewing them, by kind.",
+	}, []string{"kind"})
+	StateBackups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_state_backups_total",
+		Help: "State backups runners made before changing a state, by kind.",
+	}, []string{"kind"})
+	StateReadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_state_read_errors_total",
+		Help: "Runs that stopped because their state could not be used, by kind and reason (StateMissing, StateOwnedByOther, StateTooLarge).",
+	}, []string{"kind", "reason"})
 )
 
-func init() { Registry.MustRegister(DriftChecks, Drifted, LastDriftCheck) }
+func init() {
+	Registry.MustRegister(JobsFailed, JobDuration, JobQueue, LeaseWaits, ForceUnlocks, StateBackups, StateReadErrors)
+}
 
-// StateMissing is 1 while an applied object's state Secret is missing: CAPTF
-// runs nothing for it until a backup is restored (an input of
-// CAPTFStateUnreadable).
-var StateMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "captf_state_missing",
-	Help: "1 while an applied object's state Secret is missing and nothing runs for it.",
-}, []string{"kind", "namespace", "name"})
+// Reconciles per controller (controller.Loop).
+var (
+	ReconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "captf_reconcile_duration_seconds",
+		Help:    "Seconds one sync of one object took, by controller; the count is the number of syncs.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	}, []string{"controller"})
+	ReconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_reconcile_errors_total",
+		Help: "Syncs that failed and were retried with backoff, by controller (update conflicts are not errors).",
+	}, []string{"controller"})
+)
 
-func init() { Registry.MustRegister(StateMissing) }
+func init() { Registry.MustRegister(ReconcileDuration, ReconcileErrors) }
+
+// objects is the collector of what the leader's listers hold; a standby
+// replica reports none of it.
+var objects = &delegate{}
+
+func init() { Registry.MustRegister(objects) }
+
+// SetObjectsCollector makes c report, at each scrape, the series computed
+// from the leader's caches (nil stops it).
+func SetObjectsCollector(c prometheus.Collector) {
+	objects.mu.Lock()
+	defer objects.mu.Unlock()
+	objects.c = c
+}
+
+// delegate is an unchecked collector whose series come from another,
+// set once the controllers run.
+type delegate struct {
+	mu sync.Mutex
+	c  prometheus.Collector
+}
+
+func (d *delegate) Describe(chan<- *prometheus.Desc) {}
+
+func (d *delegate) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	c := d.c
+	d.mu.Unlock()
+	if c != nil {
+		c.Collect(ch)
+	}
+}

@@ -83,6 +83,13 @@ const RunnerTokenAudience = "captf.io/runner"
 // RunnerAPIService is the Service of the manager's runner API.
 const RunnerAPIService = "captf-runner-api"
 
+// MetricsService is the Service of the manager's metrics endpoint.
+const MetricsService = "captf-metrics"
+
+// AnnotationInputsBytes on a runner Job is the size of the inputs rendered
+// for it (captf_inputs_bytes): a Secret holds at most 1 MiB.
+const AnnotationInputsBytes = "captf.io/inputs-bytes"
+
 // Object identifies one Terraform* object for naming.
 type Object struct {
 	Kind string // short kind: tfc, tfm, tfmp

@@ -86,7 +86,8 @@ type Runner struct {
 // the result; err is set when the run failed.
 func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	r.obj = names.Object{Kind: ShortKind(r.Config.ObjectKind), Name: r.Config.ObjectName}
-	res := &Result{Operation: r.Config.Operation, Outcome: OutcomeFailed}
+	started := metav1.Now()
+	res := &Result{Operation: r.Config.Operation, Outcome: OutcomeFailed, Started: &started}
 
 	// SIGTERM goes to terraform, which stops gracefully and writes its state
 	// through the backend; the runner keeps serving until terraform exits.

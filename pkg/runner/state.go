@@ -198,6 +198,13 @@ func (s *StateStore) checkOwner(head *corev1.Secret) error {
 // never applied leaves an empty one).
 func HasState(head metav1.Object) bool { return head.GetAnnotations()[annotationEncoding] != "" }
 
+// StateSize is the uncompressed size of the state a state Secret heads, as
+// its last write recorded it.
+func StateSize(head metav1.Object) (int64, bool) {
+	n, err := strconv.ParseInt(head.GetAnnotations()[annotationSize], 10, 64)
+	return n, err == nil
+}
+
 // Read returns the current state, or nil when there is none.
 func (s *StateStore) Read(ctx context.Context) ([]byte, error) {
 	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})

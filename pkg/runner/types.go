@@ -3,6 +3,8 @@ package runner
 import (
 	"encoding/json"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
 
@@ -51,6 +53,9 @@ const (
 type Result struct {
 	Operation infrav1.Operation `json:"operation"`
 	Outcome   string            `json:"outcome"`
+	// Started is when the runner started: the Job waited from its creation
+	// until then (scheduling, image pull).
+	Started *metav1.Time `json:"started,omitempty"`
 	// Error is an excerpt of what failed (terraform's own message).
 	Error string `json:"error,omitempty"`
 	// Stage is the step that failed (Stage*, or the operation's name while

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,11 +23,11 @@ import (
 // renews in place, and a handshake is the moment to notice.
 const certRecheck = time.Second
 
-// Server serves the webhook paths (or, named otherwise, another handler)
-// over TLS on every manager replica.
+// Server serves the webhook paths (or, named otherwise, another handler:
+// the runner API, metrics) over TLS on every manager replica.
 type Server struct {
 	Name     string
-	Port     int
+	Addr     string
 	CertFile string
 	KeyFile  string
 	Handler  http.Handler
@@ -37,9 +36,10 @@ type Server struct {
 	serving atomic.Bool
 }
 
-// NewServer serves handler on port with the certificate and key in certDir.
-func NewServer(port int, certDir, certName, keyName string, handler http.Handler) *Server {
-	s := &Server{Name: "webhook", Port: port, CertFile: filepath.Join(certDir, certName), KeyFile: filepath.Join(certDir, keyName), Handler: handler}
+// NewServer serves handler on addr (host:port, host optional) with the
+// certificate and key in certDir.
+func NewServer(addr, certDir, certName, keyName string, handler http.Handler) *Server {
+	s := &Server{Name: "webhook", Addr: addr, CertFile: filepath.Join(certDir, certName), KeyFile: filepath.Join(certDir, keyName), Handler: handler}
 	s.certs.certFile, s.certs.keyFile = s.CertFile, s.KeyFile
 	return s
 }
@@ -63,7 +63,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if _, err := s.certs.get(); err != nil {
 		logger.Info("Warning: no certificate yet; serving once it appears", "err", err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(s.Port)))
+	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("%s server: %w", s.Name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -67,7 +68,7 @@ func TestServerCertificateReload(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := NewServer(port, dir, "tls.crt", "tls.key", http.NewServeMux())
+	s := NewServer(fmt.Sprintf(":%d", port), dir, "tls.crt", "tls.key", http.NewServeMux())
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -70,7 +68,7 @@ func TestClusterLifecycle(t *testing.T) {
 	if c := findEvent(t, e.ns, "prod", "Applied"); c == nil {
 		t.Error("no Applied event")
 	}
-	if body := get(t, "http://"+m.MetricsAddr+"/metrics"); !strings.Contains(body, `workqueue_adds_total{name="terraformcluster"}`) {
+	if body := e.scrape(m); !strings.Contains(body, `workqueue_adds_total{name="terraformcluster"}`) {
 		t.Errorf("metrics lack the terraformcluster workqueue:\n%s", tail(body, 20))
 	}
 
@@ -115,13 +113,3 @@ func findEvent(t *testing.T, ns, name, reason string) *corev1.Event {
 	return &list.Items[0]
 }
 
-func get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}

@@ -57,7 +57,7 @@ func TestDrift(t *testing.T) {
 	if n := len(e.jobs("apply")); n != 1 {
 		t.Errorf("%d apply Jobs, want only the first: drift checks change nothing", n)
 	}
-	metrics := get(t, "http://"+m.MetricsAddr+"/metrics")
+	metrics := e.scrape(m)
 	if !strings.Contains(metrics, `captf_drifted{kind="TerraformCluster",name="drifty",namespace="`+e.ns+`"} 1`) {
 		t.Errorf("captf_drifted does not show the drift:\n%s", grepLines(metrics, "captf_drift"))
 	}

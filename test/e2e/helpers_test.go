@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -303,3 +304,18 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
+
+// scrape reads m's /metrics as a scraper bound to the shipped
+// captf-metrics-reader role does.
+func (e *env) scrape(m *framework.Manager) string {
+	e.t.Helper()
+	token, err := plane.MetricsReaderToken(context.Background(), e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	code, body, err := m.Scrape(token)
+	if err != nil || code != http.StatusOK {
+		e.t.Fatalf("scraping %s: %d %v\n%s", m.MetricsAddr, code, err, tail(body, 5))
+	}
+	return body
+}

@@ -322,7 +322,7 @@ func TestStateMissing(t *testing.T) {
 	if findEvent(t, e.ns, "lost", engine.ReasonStateMissing) == nil {
 		t.Error("no StateMissing event")
 	}
-	if body := get(t, "http://"+m.MetricsAddr+"/metrics"); !strings.Contains(body, `captf_state_missing{kind="TerraformCluster",name="lost",namespace="`+e.ns+`"} 1`) {
+	if body := e.scrape(m); !strings.Contains(body, `captf_state_missing{kind="TerraformCluster",name="lost",namespace="`+e.ns+`"} 1`) {
 		t.Errorf("no captf_state_missing series:\n%s", grepLines(body, "captf_state"))
 	}
 	time.Sleep(3 * time.Second)

@@ -226,7 +226,7 @@ func identity(t *testing.T, e *env, machine *infrav1.TerraformMachine, pool *inf
 	}); err != nil {
 		t.Errorf("an update of other fields of a machine with a providerID was refused: %v", err)
 	}
-	if got := get(t, "http://"+m.MetricsAddr+"/metrics"); !strings.Contains(got, `captf_identity_denied_total{kind="TerraformMachine"} 2`) ||
+	if got := e.scrape(m); !strings.Contains(got, `captf_identity_denied_total{kind="TerraformMachine"} 2`) ||
 		!strings.Contains(got, `captf_identity_denied_total{kind="TerraformMachinePool"} 1`) {
 		t.Errorf("captf_identity_denied_total does not count the refusals:\n%s", grepLines(got, "captf_identity_denied_total"))
 	}

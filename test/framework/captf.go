@@ -44,7 +44,7 @@ func (cp *ControlPlane) InstallRBAC(ctx context.Context, namespace string) error
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"manager_role.yaml"} {
+	for _, f := range []string{"manager_role.yaml", "metrics_reader_role.yaml"} {
 		objs, err := ReadObjects(filepath.Join(root, "manifests", "rbac", f))
 		if err != nil {
 			return err

@@ -130,6 +130,9 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
 		return nil, err
 	}
+	if config.Metrics != nil {
+		config.Metrics.add(c.engine, informer.GetIndexer())
+	}
 	handlers := []informerHandler{
 		{informer, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: c.updateObject, DeleteFunc: c.deleteObject}},
 		{jobs, JobEventHandler(logger, kind.GVK.Kind, loop.Queue, c.expectations)},

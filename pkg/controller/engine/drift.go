@@ -77,7 +77,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 	latest := latestOp(r.Jobs, infrav1.OperationDrift)
 	if latest != nil {
 		if finished, _ := JobFinished(latest); finished {
-			if st.LastDriftCheckTime == nil || finishTime(latest).After(st.LastDriftCheckTime.Time) {
+			if st.LastDriftCheckTime == nil || FinishTime(latest).After(st.LastDriftCheckTime.Time) {
 				if outputs := e.recordDrift(ctx, r, latest); len(outputs) > 0 {
 					// Only outputs moved: a refresh-only apply records them.
 					return e.start(ctx, r, infrav1.OperationRefresh, latest.Labels[names.LabelInputsHash], 0, nil)
@@ -113,10 +113,9 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
-	t := metav1.NewTime(finishTime(job))
+	t := metav1.NewTime(FinishTime(job))
 	st.LastDriftCheckTime = &t
-	kind, ns, name := e.GVK.Kind, obj.GetNamespace(), obj.GetName()
-	metrics.LastDriftCheck.WithLabelValues(kind, ns, name).Set(float64(t.Unix()))
+	kind := e.GVK.Kind
 	res, err := e.readResult(ctx, r, job)
 	_, succeeded := JobFinished(job)
 	switch {
@@ -133,7 +132,6 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []s
 	case res.Plan.HasChanges():
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
-		metrics.Drifted.WithLabelValues(kind, ns, name).Set(1)
 		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, PlanSummaryText(res.Plan.Summary))
 		if _, _, remediate := e.driftPolicy(obj); remediate {
 			msg += "; remediating with an apply"
@@ -142,7 +140,6 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []s
 	default:
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
-		metrics.Drifted.WithLabelValues(kind, ns, name).Set(0)
 		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply (Job "+job.Name+")")
 		return res.Plan.OutputChanges
 	}
@@ -157,13 +154,13 @@ func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*runner.Result, *b
 		return nil, nil, nil
 	}
 	finished, succeeded := JobFinished(job)
-	if !finished || (st.LastRefreshTime != nil && !finishTime(job).After(st.LastRefreshTime.Time)) {
+	if !finished || (st.LastRefreshTime != nil && !FinishTime(job).After(st.LastRefreshTime.Time)) {
 		return nil, nil, nil
 	}
 	if !succeeded {
 		// Tried again after the next drift check finds outputs moved.
 		e.RecordJob(r, job, runner.OutcomeFailed)
-		t := metav1.NewTime(finishTime(job))
+		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, JobFailureMessage(job))
 		return nil, nil, nil
@@ -183,14 +180,6 @@ func (e *Engine) clearDrifted(obj Object) {
 		return
 	}
 	SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonConverged, "The last apply converged the infrastructure")
-	metrics.Drifted.WithLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName()).Set(0)
-}
-
-// forgetMetrics drops an object's series once it is gone.
-func (e *Engine) forgetMetrics(obj Object) {
-	metrics.Drifted.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
-	metrics.LastDriftCheck.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
-	metrics.StateMissing.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
 }
 
 // latestOp is the newest Job of op: jobs are newest first.

@@ -82,6 +82,8 @@ type Config struct {
 	// (StateSecretsSelector): the checks before every Job read it, and its
 	// events bring a missing state to light at once. Nil: read on demand.
 	StateSecrets informers.GenericInformer
+	// Metrics, if set, reports every controller's objects at each scrape.
+	Metrics *Collector
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -194,7 +196,7 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result
 	}
 	// A re-apply of applied inputs is new when it finished after the
 	// applied time the status holds.
-	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !finishTime(latest).After(st.LastAppliedTime.Time) {
+	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
 		e.RecordJob(r, latest, runner.OutcomeSucceeded)
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
@@ -280,7 +282,7 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *batchv1.Job, reason, 
 	}
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 	attempt := Attempt(job) + 1
-	if wait := Backoff(attempt) - e.Now().Sub(finishTime(job)); wait > 0 {
+	if wait := Backoff(attempt) - e.Now().Sub(FinishTime(job)); wait > 0 {
 		r.Requeue = wait
 		return attempt, false
 	}
@@ -292,7 +294,7 @@ func (e *Engine) Applied(r *Sync, hash string, job *batchv1.Job, res *runner.Res
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
-		t := metav1.NewTime(finishTime(job))
+		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
 		e.RecordJob(r, job, runner.OutcomeSucceeded)
 		return
@@ -300,10 +302,10 @@ func (e *Engine) Applied(r *Sync, hash string, job *batchv1.Job, res *runner.Res
 	st.AppliedInputsHash = hash
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
-		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(finishTime(job))}
+		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(FinishTime(job))}
 	}
 	msg := appliedMessage(st)
-	applied := metav1.NewTime(finishTime(job))
+	applied := metav1.NewTime(FinishTime(job))
 	st.LastAppliedTime = &applied
 	provisioned := true
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
@@ -444,7 +446,7 @@ func (e *Engine) holdForRescue(r *Sync, job *batchv1.Job, res *runner.Result) bo
 	if res == nil || res.RescuedState == "" {
 		return false
 	}
-	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(finishTime(job)) {
+	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(FinishTime(job)) {
 		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored,
 			fmt.Sprintf("Backup %s was restored after Job %s rescued its state into %s", lr.Backup, job.Name, res.RescuedState))
 		return false
@@ -481,7 +483,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	if err != nil {
 		return err
 	}
-	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, Attempt: attempt,
+	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
 		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
 		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
@@ -554,6 +556,15 @@ func (e *Engine) stopped(r *Sync, reason, msg string) {
 func (e *Engine) InputError(r *Sync, ie *InputError) {
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ie.Reason, ie.Reason, ie.Message)
 	r.Requeue = time.Minute
+}
+
+// secretSize is the size of a Secret's data.
+func secretSize(data map[string][]byte) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.Job, data map[string][]byte) error {
@@ -657,7 +668,7 @@ func (e *Engine) RecordJob(r *Sync, job *batchv1.Job, outcome string) {
 	// Times are recorded once the Job is done: a running Job's status
 	// changes must not cost a status write each.
 	if finished, _ := JobFinished(job); finished {
-		t := metav1.NewTime(finishTime(job))
+		t := metav1.NewTime(FinishTime(job))
 		ref.StartTime, ref.CompletionTime = job.Status.StartTime, &t
 	}
 	for i := range st.LastJobs {
@@ -704,7 +715,8 @@ func latestJob(jobs []*batchv1.Job, op infrav1.Operation, hash string) *batchv1.
 	return latest
 }
 
-func finishTime(job *batchv1.Job) time.Time {
+// FinishTime is when job finished (its creation while it runs).
+func FinishTime(job *batchv1.Job) time.Time {
 	if job.Status.CompletionTime != nil {
 		return job.Status.CompletionTime.Time
 	}

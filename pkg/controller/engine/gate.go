@@ -69,7 +69,7 @@ func (e *Engine) reportBlocked(r *Sync, job *batchv1.Job, plan *runner.Plan) {
 	st := obj.WorkspaceStatus()
 	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
 	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
-	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(finishTime(job))}
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(FinishTime(job))}
 	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
 		// What is provisioned keeps serving while a change waits.
 		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change waits for approval (%s)", st.AppliedPlanHash, condType))

@@ -84,10 +84,13 @@ func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
 
 // JobSpec is what one runner Job does.
 type JobSpec struct {
-	Owner       metav1.Object
-	OwnerGVK    schema.GroupVersionKind
-	Operation   infrav1.Operation
-	InputsHash  string
+	Owner      metav1.Object
+	OwnerGVK   schema.GroupVersionKind
+	Operation  infrav1.Operation
+	InputsHash string
+	// InputsBytes is the size of the rendered inputs; 0 when the Job runs
+	// with the durable inputs.
+	InputsBytes int
 	Attempt     int
 	Image       string
 	Policy      Policy
@@ -174,9 +177,13 @@ func BuildJob(s JobSpec) *batchv1.Job {
 		env = append(env, corev1.EnvVar{Name: runner.EnvRunnerAPICA, Value: s.RunnerAPICA})
 	}
 	env = append(env, s.Policy.Env...)
+	var annotations map[string]string
+	if s.InputsBytes > 0 {
+		annotations = map[string]string{names.AnnotationInputsBytes: strconv.Itoa(s.InputsBytes)}
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: s.Owner.GetNamespace(), Labels: labels,
+			Name: name, Namespace: s.Owner.GetNamespace(), Labels: labels, Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(s.Owner, s.OwnerGVK)},
 		},
 		Spec: batchv1.JobSpec{

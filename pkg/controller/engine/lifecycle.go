@@ -90,7 +90,6 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 		return false, err
 	}
 	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer || f == legacy }))
-	e.forgetMetrics(obj)
 	return false, r.Update(ctx)
 }
 

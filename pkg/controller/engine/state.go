@@ -19,7 +19,6 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
@@ -191,12 +190,10 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 		}
 		e.SetReady(r, metav1.ConditionFalse, ReasonStateMissing, msg)
 		e.warnOnChange(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
-		metrics.StateMissing.WithLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName()).Set(1)
 		return false, false, nil
 	}
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing); c != nil && c.Status != metav1.ConditionFalse {
 		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
-		metrics.StateMissing.DeleteLabelValues(e.GVK.Kind, obj.GetNamespace(), obj.GetName())
 	}
 	return true, applied, nil
 }

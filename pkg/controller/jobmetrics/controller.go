@@ -1,0 +1,64 @@
+// Package jobmetrics counts what runner Jobs did, once per Job, when the
+// leader sees one finish: failures and their reasons, durations, queue
+// times, and what the runner reported (lock waits, force unlocks, backups,
+// unusable states). Gauges are not kept here: they are computed from the
+// caches at each scrape (engine.Collector).
+package jobmetrics
+
+import (
+	"context"
+
+	batchv1 "k8s.io/api/batch/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/names"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "jobmetrics"
+
+// Controller observes finished runner Jobs.
+type Controller struct {
+	client resultReader
+	jobs   batchlisters.JobLister
+	loop   *controller.Loop
+}
+
+// NewController watches the runner Jobs the manager's factory caches.
+func NewController(ctx context.Context, cc controller.Context) (*Controller, error) {
+	jobs := cc.KubeInformers.Batch().V1().Jobs()
+	loop := controller.NewLoop(ctx, ControllerName, cc.Kube)
+	c := &Controller{client: apiResults{cc.Kube}, jobs: jobs.Lister(), loop: loop}
+	loop.Sync = c.sync
+	loop.Synced = []cache.InformerSynced{jobs.Informer().HasSynced}
+	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: c.updateJob}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run starts workers and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) { c.loop.Run(ctx, workers) }
+
+// HasSynced tells whether the Job informer has synced.
+func (c *Controller) HasSynced() bool { return c.loop.HasSynced() }
+
+// updateJob enqueues a runner Job that just finished. Only the transition
+// counts: Jobs that finished before this manager started, seen as adds,
+// were counted by the one before (or are lost with its counters).
+func (c *Controller) updateJob(old, cur any) {
+	o, ok1 := old.(*batchv1.Job)
+	j, ok2 := cur.(*batchv1.Job)
+	if !ok1 || !ok2 || j.Labels[names.LabelOperation] == "" {
+		return
+	}
+	if was, _ := engine.JobFinished(o); was {
+		return
+	}
+	if now, _ := engine.JobFinished(j); now {
+		c.loop.Queue.Add(cache.MetaObjectToName(j))
+	}
+}

@@ -1,0 +1,130 @@
+package jobmetrics
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/metrics"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
+)
+
+// resultReader reads the result Secret a runner wrote.
+type resultReader interface {
+	Get(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+type apiResults struct{ kube kubernetes.Interface }
+
+func (a apiResults) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	return a.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// stateReasons are the runner's reasons for a state it could not use.
+var stateReasons = map[string]bool{"StateMissing": true, "StateOwnedByOther": true, "StateTooLarge": true}
+
+// sync counts one finished Job. An error (the result could not be read)
+// retries it; nothing is counted before the result is read.
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
+	job, err := c.jobs.Jobs(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	owner := metav1.GetControllerOf(job)
+	if owner == nil {
+		return nil
+	}
+	res, err := c.result(ctx, job, owner)
+	if err != nil {
+		return err
+	}
+	observe(job, owner.Kind, res)
+	return nil
+}
+
+// result reads what the runner reported; nil when it reported nothing (a
+// pod killed early) or something unreadable.
+func (c *Controller) result(ctx context.Context, job *batchv1.Job, owner *metav1.OwnerReference) (*runner.Result, error) {
+	n := names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name}
+	sec, err := c.client.Get(ctx, job.Namespace, n.Result(job.Name))
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var res runner.Result
+	if err := json.Unmarshal(sec.Data[runner.KeyResult], &res); err != nil {
+		klog.FromContext(ctx).Info("Unreadable result", "job", klog.KObj(job), "err", err)
+		return nil, nil
+	}
+	return &res, nil
+}
+
+// observe counts a finished Job of an object of kind.
+func observe(job *batchv1.Job, kind string, res *runner.Result) {
+	op := job.Labels[names.LabelOperation]
+	finished, succeeded := engine.JobFinished(job)
+	if !finished {
+		return
+	}
+	result := "succeeded"
+	if !succeeded {
+		result = "failed"
+		reason := "failed"
+		if failedReason(job) == batchv1.JobReasonDeadlineExceeded {
+			reason = "deadline_exceeded"
+		}
+		metrics.JobsFailed.WithLabelValues(kind, op, reason).Inc()
+	}
+	start := job.CreationTimestamp.Time
+	if job.Status.StartTime != nil {
+		start = job.Status.StartTime.Time
+	}
+	if res != nil && res.Started != nil {
+		start = res.Started.Time
+		metrics.JobQueue.WithLabelValues(kind, op).Observe(nonNegative(start.Sub(job.CreationTimestamp.Time)))
+	}
+	metrics.JobDuration.WithLabelValues(kind, op, result).Observe(nonNegative(engine.FinishTime(job).Sub(start)))
+	if res == nil {
+		return
+	}
+	if res.LockWaits > 0 {
+		metrics.LeaseWaits.WithLabelValues(kind).Add(float64(res.LockWaits))
+	}
+	if res.ForceUnlocked {
+		metrics.ForceUnlocks.WithLabelValues(kind).Inc()
+	}
+	if res.BackupsMade > 0 {
+		metrics.StateBackups.WithLabelValues(kind).Add(float64(res.BackupsMade))
+	}
+	if stateReasons[res.Reason] {
+		metrics.StateReadErrors.WithLabelValues(kind, res.Reason).Inc()
+	}
+}
+
+func failedReason(job *batchv1.Job) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// nonNegative is d in seconds; clocks of nodes and API server may differ.
+func nonNegative(d time.Duration) float64 { return max(d, 0).Seconds() }
