@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl and CAPI's core manager into bin/ (skipped when up to date)
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, Prometheus, promtool and CAPI's core manager into bin/ (skipped when up to date)
 	./hack/build-controlplane.sh
 	./hack/build-capi.sh
 
@@ -46,6 +46,7 @@ verify: ## Fail on stale generated code or CRDs, gofmt, vet or go.mod drift
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
+	cd hack/tools/prometheus && $(GO) mod tidy -diff
 
 .PHONY: bench
 bench: controlplane ## Manager at scale: 1,000 TerraformClusters, prints RSS, CPU, latency and API writes

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane (etcd, kube-apiserver, kube-controller-manager,
-# and kubectl for the kustomize bases)
-# from the Go module proxy into bin/, and tofu when no terraform is on PATH.
+# and kubectl for the kustomize bases), and Prometheus and promtool for the
+# alert tests, from the Go module proxy into bin/, and tofu when no terraform
+# is on PATH.
 # A binary is rebuilt only when its recorded version differs from the wanted one.
 set -euo pipefail
 
@@ -11,11 +12,12 @@ TOOLS=${ROOT}/hack/tools
 KUBE_VERSION=v1.37.2
 mkdir -p "${BIN}"
 
-tools_version() { (cd "${TOOLS}" && go list -m -f '{{.Version}}' "$1"); }
+tools_version() { (cd "${MODULE:-${TOOLS}}" && go list -m -f '{{.Version}}' "$1"); }
 
-# build NAME PACKAGE VERSION [LDFLAGS]
+# build NAME PACKAGE VERSION [LDFLAGS], in module $MODULE (the tools module)
+# with build tags $TAGS.
 build() {
-  local name=$1 pkg=$2 version=$3 ldflags=${4:-}
+  local name=$1 pkg=$2 version=$3 ldflags=${4:-} module=${MODULE:-${TOOLS}} tags=${TAGS:-}
   local stamp="${BIN}/.${name}.version" want="${version} $(go env GOVERSION)"
   if [[ -x "${BIN}/${name}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
     echo "${name} ${version}: up to date"
@@ -23,7 +25,7 @@ build() {
   fi
   echo "building ${name} ${version} ..."
   local start=${SECONDS}
-  (cd "${TOOLS}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${ldflags}" -o "${BIN}/${name}" "${pkg}")
+  (cd "${module}" && CGO_ENABLED=0 go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${BIN}/${name}" "${pkg}")
   echo "${want}" > "${stamp}"
   echo "built ${name} in $((SECONDS - start))s"
 }
@@ -34,6 +36,15 @@ build etcd go.etcd.io/etcd/server/v3 "$(tools_version go.etcd.io/etcd/server/v3)
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_VERSION}" "${kube_ldflags}"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_VERSION}" "${kube_ldflags}"
 build kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}" "${kube_ldflags}"
+
+# Prometheus has a module of its own (hack/tools/prometheus): its
+# dependencies must not move the control plane's. Static scrape targets only.
+MODULE=${TOOLS}/prometheus
+PROM_VERSION=$(tools_version github.com/prometheus/prometheus)
+export MODULE TAGS=remove_all_sd
+build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION}"
+build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
+unset MODULE TAGS
 
 if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
   "${ROOT}/hack/build-tofu.sh"

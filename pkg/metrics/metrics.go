@@ -22,8 +22,24 @@ import (
 // Registry is the manager's registry: nothing registers globally.
 var Registry = prometheus.NewRegistry()
 
+// registered are the collectors of Registry, for Describe.
+var registered []prometheus.Collector
+
+func register(cs ...prometheus.Collector) {
+	Registry.MustRegister(cs...)
+	registered = append(registered, cs...)
+}
+
+// Describe sends the descriptions of every series the registry's own
+// collectors can report (not those of SetObjectsCollector's collector).
+func Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range registered {
+		c.Describe(ch)
+	}
+}
+
 func init() {
-	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	register(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	workqueue.SetProvider(workqueueProvider{})
 	clientmetrics.Register(clientmetrics.RegisterOpts{RequestLatency: requestLatency{}, RequestResult: requestResult{}})
 	leaderelection.SetProvider(leaderProvider{})
@@ -44,7 +60,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(queueDepth, queueAdds, queueLat, queueWork, queueUnfinished, queueLongest, queueRetries, leader, leaderSlowpath)
+	register(queueDepth, queueAdds, queueLat, queueWork, queueUnfinished, queueLongest, queueRetries, leader, leaderSlowpath)
 }
 
 func buildInfo() prometheus.Collector {
@@ -64,7 +80,7 @@ var (
 		Help: "Requests to the API server, by status code, method and host."}, []string{"code", "method", "host"})
 )
 
-func init() { Registry.MustRegister(restLatency, restResults) }
+func init() { register(restLatency, restResults) }
 
 type requestLatency struct{}
 
@@ -121,7 +137,7 @@ var IdentityDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Writes of a provider ID by another user than the manager, refused by the webhook.",
 }, []string{"kind"})
 
-func init() { Registry.MustRegister(IdentityDenied) }
+func init() { register(IdentityDenied) }
 
 // DriftChecks counts drift checks by outcome.
 var DriftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -129,7 +145,7 @@ var DriftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Drift checks by kind and result (drifted, clean, failed).",
 }, []string{"kind", "result"})
 
-func init() { Registry.MustRegister(DriftChecks) }
+func init() { register(DriftChecks) }
 
 // What finished runner Jobs did, counted once per Job by the leader when it
 // sees the Job finish (package jobmetrics).
@@ -168,7 +184,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(JobsFailed, JobDuration, JobQueue, LeaseWaits, ForceUnlocks, StateBackups, StateReadErrors)
+	register(JobsFailed, JobDuration, JobQueue, LeaseWaits, ForceUnlocks, StateBackups, StateReadErrors)
 }
 
 // Reconciles per controller (controller.Loop).
@@ -184,13 +200,13 @@ var (
 	}, []string{"controller"})
 )
 
-func init() { Registry.MustRegister(ReconcileDuration, ReconcileErrors) }
+func init() { register(ReconcileDuration, ReconcileErrors) }
 
 // objects is the collector of what the leader's listers hold; a standby
 // replica reports none of it.
 var objects = &delegate{}
 
-func init() { Registry.MustRegister(objects) }
+func init() { register(objects) }
 
 // SetObjectsCollector makes c report, at each scrape, the series computed
 // from the leader's caches (nil stops it).

@@ -64,9 +64,13 @@ func (c *Collector) add(e *Engine, store cache.Store) {
 	c.objects = append(c.objects, store)
 }
 
-// Describe sends nothing: the collector is unchecked, its series come and
-// go with the objects.
-func (c *Collector) Describe(chan<- *prometheus.Desc) {}
+// Describe sends the descriptions of every series the collector reports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{readyDesc, driftedDesc, stateMissingDesc, jobFailingDesc, lastSuccessDesc, driftIntervalDesc,
+		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, stateMaxDesc, inputsMaxDesc} {
+		ch <- d
+	}
+}
 
 // Collect computes every series from the caches.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
