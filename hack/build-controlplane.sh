@@ -46,6 +46,19 @@ build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION
 build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
 unset MODULE TAGS
 
+# The Prometheus Operator's CRDs, to check manifests/prometheus against the
+# schemas of ServiceMonitor and PrometheusRule.
+PROM_OPERATOR_VERSION=v0.85.0
+crds=${BIN}/prometheus-operator-crds
+if [[ "$(cat "${crds}/.version" 2>/dev/null)" != "${PROM_OPERATOR_VERSION}" ]]; then
+  dir=$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@${PROM_OPERATOR_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  mkdir -p "${crds}"
+  cp "${dir}"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml "${crds}/"
+  chmod u+w "${crds}"/*.yaml
+  echo "${PROM_OPERATOR_VERSION}" > "${crds}/.version"
+  echo "prometheus-operator CRDs ${PROM_OPERATOR_VERSION}: copied"
+fi
+
 if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
   "${ROOT}/hack/build-tofu.sh"
 fi

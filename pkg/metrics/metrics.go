@@ -183,8 +183,32 @@ var (
 	}, []string{"kind", "reason"})
 )
 
+// StateReadErrorReasons are the runner's reasons for a state it could not
+// use (captf_state_read_errors_total).
+var StateReadErrorReasons = []string{"StateMissing", "StateOwnedByOther", "StateTooLarge"}
+
 func init() {
 	register(JobsFailed, JobDuration, JobQueue, LeaseWaits, ForceUnlocks, StateBackups, StateReadErrors)
+	// Counters start at zero for every kind: a rate or an alert over a
+	// counter never incremented sees 0, not nothing.
+	for _, kind := range []string{"TerraformCluster", "TerraformMachine", "TerraformMachinePool"} {
+		for _, c := range []*prometheus.CounterVec{LeaseWaits, ForceUnlocks, StateBackups} {
+			c.WithLabelValues(kind)
+		}
+		for _, reason := range StateReadErrorReasons {
+			StateReadErrors.WithLabelValues(kind, reason)
+		}
+		for _, op := range []string{"apply", "destroy", "refresh", "drift"} {
+			JobsFailed.WithLabelValues(kind, op, "failed")
+			JobsFailed.WithLabelValues(kind, op, "deadline_exceeded")
+		}
+		for _, result := range []string{"drifted", "clean", "failed"} {
+			DriftChecks.WithLabelValues(kind, result)
+		}
+		if kind != "TerraformCluster" {
+			IdentityDenied.WithLabelValues(kind)
+		}
+	}
 }
 
 // Reconciles per controller (controller.Loop).

@@ -112,4 +112,3 @@ func findEvent(t *testing.T, ns, name, reason string) *corev1.Event {
 	}
 	return &list.Items[0]
 }
-

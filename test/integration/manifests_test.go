@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/restmapper"
 
@@ -27,17 +28,12 @@ import (
 // the webhook needs: the certificate volume (not optional), the downward-API
 // identity and the webhook port the Service targets.
 func TestShippedManifests(t *testing.T) {
-	ctx := context.Background()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "default"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(plane.Kube.Discovery()))
-	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "captf-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	var deployment appsv1.Deployment
@@ -60,31 +56,8 @@ func TestShippedManifests(t *testing.T) {
 			names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
 			dnsNames = append(dnsNames, names...)
 		}
-		if gvk.Group == "cert-manager.io" {
-			continue
-		}
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
-			continue
-		}
-		ri := plane.Dynamic.Resource(m.Resource)
-		var create func() error
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			create = func() error {
-				_, err := ri.Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-				return err
-			}
-		} else {
-			create = func() error {
-				_, err := ri.Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-				return err
-			}
-		}
-		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Errorf("%s %s refused by the API server: %v", gvk.Kind, o.GetName(), err)
-		}
 	}
+	dryRun(t, objs, func(gvk schema.GroupVersionKind) bool { return gvk.Group == "cert-manager.io" })
 
 	pod := deployment.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
@@ -117,9 +90,9 @@ func TestShippedManifests(t *testing.T) {
 		(pod.Volumes[i].Secret.Optional != nil && *pod.Volumes[i].Secret.Optional) {
 		t.Errorf("the webhook certificate Secret is not mounted (non-optional) at --webhook-cert-dir %q", certDir)
 	}
-	// The webhook and the runner API: each Service reaches the container
+	// The webhook, the runner API and metrics: each Service reaches the container
 	// port the manager serves on, with a certificate valid for its name.
-	for name, port := range map[string]int32{"captf-webhook-service": 9443, "captf-runner-api": 9445} {
+	for name, port := range map[string]int32{"captf-webhook-service": 9443, "captf-runner-api": 9445, "captf-metrics": 8443} {
 		service, ok := services[name]
 		if !ok {
 			t.Errorf("no Service %s", name)
@@ -153,5 +126,118 @@ func TestShippedManifests(t *testing.T) {
 		}) {
 			t.Errorf("no fail-closed webhook for %s at %s", kind, webhook.Path(kind))
 		}
+	}
+}
+
+// dryRun has the API server take every object but those skip names (dry
+// run, in namespace captf-system).
+func dryRun(t *testing.T, objs []*unstructured.Unstructured, skip func(schema.GroupVersionKind) bool) {
+	t.Helper()
+	ctx := context.Background()
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(plane.Kube.Discovery()))
+	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "captf-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if skip(gvk) {
+			continue
+		}
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
+			continue
+		}
+		ri := plane.Dynamic.Resource(m.Resource)
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			_, err = ri.Namespace(o.GetNamespace()).Create(ctx, o, dry)
+		} else {
+			_, err = ri.Create(ctx, o, dry)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Errorf("%s %s refused by the API server: %v", gvk.Kind, o.GetName(), err)
+		}
+	}
+}
+
+// TestPrometheusManifests: the API server takes every object of the opt-in
+// Prometheus component against the Prometheus Operator's own CRDs, and the
+// ServiceMonitor reaches the default base's metrics Service by its labels
+// and port name, over HTTPS, trusting the serving certificate's CA for a
+// name that certificate holds, as the user the shipped binding lets read.
+func TestPrometheusManifests(t *testing.T) {
+	crds, err := framework.BinPath("prometheus-operator-crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plane.InstallCRDs(context.Background(), crds); err != nil {
+		t.Fatal(err)
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "prometheus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun(t, objs, func(schema.GroupVersionKind) bool { return false })
+	base, err := framework.Kustomize(filepath.Join(root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+		for _, o := range objs {
+			if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+				return o
+			}
+		}
+		t.Fatalf("no %s %s", kind, name)
+		return nil
+	}
+	var service corev1.Service
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(base, "Service", "captf-metrics").Object, &service); err != nil {
+		t.Fatal(err)
+	}
+	dnsNames, _, _ := unstructured.NestedStringSlice(find(base, "Certificate", "").Object, "spec", "dnsNames")
+	certSecret, _, _ := unstructured.NestedString(find(base, "Certificate", "").Object, "spec", "secretName")
+
+	sm := find(objs, "ServiceMonitor", "")
+	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	for k, v := range selector {
+		if service.Labels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s, which Service captf-metrics does not carry (%v)", k, v, service.Labels)
+		}
+	}
+	if sm.GetNamespace() != service.Namespace {
+		t.Errorf("the ServiceMonitor is in %s, the Service in %s", sm.GetNamespace(), service.Namespace)
+	}
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(endpoints) != 1 {
+		t.Fatalf("ServiceMonitor endpoints = %d", len(endpoints))
+	}
+	ep := endpoints[0].(map[string]any)
+	port, _, _ := unstructured.NestedString(ep, "port")
+	scheme, _, _ := unstructured.NestedString(ep, "scheme")
+	honor, _, _ := unstructured.NestedBool(ep, "honorLabels")
+	server, _, _ := unstructured.NestedString(ep, "tlsConfig", "serverName")
+	caSecret, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
+	tokenFile, _, _ := unstructured.NestedString(ep, "bearerTokenFile")
+	if port != service.Spec.Ports[0].Name || scheme != "https" || !honor {
+		t.Errorf("endpoint port %q scheme %q honorLabels %v, want %q, https, true", port, scheme, honor, service.Spec.Ports[0].Name)
+	}
+	if !slices.Contains(dnsNames, server) || caSecret != certSecret {
+		t.Errorf("TLS: serverName %q (certificate names %v), CA from %q (certificate Secret %q)", server, dnsNames, caSecret, certSecret)
+	}
+	if tokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+		t.Errorf("bearerTokenFile %q: Prometheus must scrape with its ServiceAccount's token", tokenFile)
+	}
+	crb := find(objs, "ClusterRoleBinding", "")
+	role, _, _ := unstructured.NestedString(crb.Object, "roleRef", "name")
+	find(base, "ClusterRole", role) // the binding names a role the default base ships
+	subjects, _, _ := unstructured.NestedSlice(crb.Object, "subjects")
+	if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != "prometheus-k8s" || subjects[0].(map[string]any)["namespace"] != "monitoring" {
+		t.Errorf("the binding's subjects are %v, want ServiceAccount monitoring/prometheus-k8s", subjects)
 	}
 }

@@ -3,6 +3,7 @@ package jobmetrics
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -29,9 +30,6 @@ type apiResults struct{ kube kubernetes.Interface }
 func (a apiResults) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	return a.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }
-
-// stateReasons are the runner's reasons for a state it could not use.
-var stateReasons = map[string]bool{"StateMissing": true, "StateOwnedByOther": true, "StateTooLarge": true}
 
 // sync counts one finished Job. An error (the result could not be read)
 // retries it; nothing is counted before the result is read.
@@ -112,7 +110,7 @@ func observe(job *batchv1.Job, kind string, res *runner.Result) {
 	if res.BackupsMade > 0 {
 		metrics.StateBackups.WithLabelValues(kind).Add(float64(res.BackupsMade))
 	}
-	if stateReasons[res.Reason] {
+	if slices.Contains(metrics.StateReadErrorReasons, res.Reason) {
 		metrics.StateReadErrors.WithLabelValues(kind, res.Reason).Inc()
 	}
 }
