@@ -38,6 +38,7 @@ type Loop struct {
 // event recorder of controller name.
 func NewLoop(ctx context.Context, name string, kube kubernetes.Interface) *Loop {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	metrics.ReconcileErrors.WithLabelValues(name) // from zero
 	return &Loop{
 		Name: name,
 		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),

@@ -124,7 +124,10 @@ func (leaderProvider) NewLeaderMetric() leaderelection.LeaderMetric { return lea
 
 type leaderMetric struct{}
 
-func (leaderMetric) On(name string)  { leader.WithLabelValues(name).Set(1) }
+func (leaderMetric) On(name string) {
+	leader.WithLabelValues(name).Set(1)
+	leaderSlowpath.WithLabelValues(name) // from zero
+}
 func (leaderMetric) Off(name string) { leader.WithLabelValues(name).Set(0) }
 
 func (leaderMetric) SlowpathExercised(name string) { leaderSlowpath.WithLabelValues(name).Inc() }

@@ -9,6 +9,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/captf/captf/pkg/names"
 )
 
 // WebhookCert is the webhook's serving certificate for 127.0.0.1, signed by
@@ -34,7 +36,11 @@ func (w *WebhookCert) Rotate() error {
 	if err != nil {
 		return err
 	}
-	kp, err := ca.Issue("captf-webhook", nil, []string{"127.0.0.1", "localhost"})
+	// Loopback, where the tests reach the managers, and the names of the
+	// shipped Services the shipped Certificate holds (a scraper checks the
+	// name the ServiceMonitor gives).
+	kp, err := ca.Issue("captf-webhook", nil, []string{"127.0.0.1", "localhost",
+		names.MetricsService + ".captf-system.svc", names.RunnerAPIService + ".captf-system.svc", "captf-webhook-service.captf-system.svc"})
 	if err != nil {
 		return err
 	}
