@@ -243,8 +243,6 @@ type manager struct {
 	webhook *webhook.Server // nil with --webhook-port=0
 	// runnerAPI serves runner pods (package runnerapi).
 	runnerAPI *webhook.Server
-	// metrics serves /metrics over TLS; nil when off or plain HTTP.
-	metrics *webhook.Server
 }
 
 // startWebhook serves the validating webhook; it runs on every replica.
@@ -480,7 +478,6 @@ func (m *manager) serveMetrics(ctx context.Context, kube kubernetes.Interface) e
 	mux.Handle("/metrics", (&metrics.Authorizer{Kube: kube}).Wrap(h))
 	srv := webhook.NewServer(o.MetricsBindAddress, cmp.Or(o.MetricsCertDir, o.WebhookCertDir), o.MetricsCertName, o.MetricsKeyName, mux)
 	srv.Name = "metrics"
-	m.metrics = srv
 	return srv.Start(ctx)
 }
 
