@@ -194,13 +194,12 @@ func Main(args []string) error {
 		return err
 	}
 	if !o.LeaderElect {
-		m.ready.Store(false)
 		return m.runControllers(ctx, cfg)
 	}
 	if podNamespace == "" {
 		return errors.New("--leader-elect needs $POD_NAMESPACE: the leader Lease lives there")
 	}
-	m.ready.Store(true) // a standby replica is ready: it serves webhooks and metrics
+	m.synced.Store(true) // a standby has no controllers to wait for
 	hostname, _ := os.Hostname()
 	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, podNamespace, "captf-manager",
 		resourcelock.ResourceLockConfig{Identity: hostname + "_" + string(uuid.NewUUID())}, cfg, o.RenewDeadline)
@@ -217,7 +216,7 @@ func Main(args []string) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Leading: starting controllers")
-				m.ready.Store(false)
+				m.synced.Store(false)
 				runErr = m.runControllers(ctx, cfg)
 				if runErr != nil {
 					logger.Error(runErr, "Controllers stopped")
@@ -239,7 +238,9 @@ func Main(args []string) error {
 
 type manager struct {
 	options Options
-	ready   atomic.Bool
+	// synced: the leader's controllers have synced their informers (or
+	// this replica is a standby). Readiness does not wait for it.
+	synced atomic.Bool
 	webhook *webhook.Server // nil with --webhook-port=0
 	// runnerAPI serves runner pods (package runnerapi).
 	runnerAPI *webhook.Server
@@ -341,7 +342,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 			synced = append(synced, c.HasSynced)
 		}
 		if cache.WaitForCacheSync(ctx.Done(), synced...) {
-			m.ready.Store(true)
+			m.synced.Store(true)
 		}
 	}()
 	var wg sync.WaitGroup
@@ -441,11 +442,12 @@ func (m *manager) serveProbes(ctx context.Context, health *leaderelection.Health
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// Ready means serving: the webhook and the runner API answer with a
+	// certificate. It never waits for the controllers: while the leader's
+	// informers sync (or cannot, when an API they read is not served) the
+	// Service must still reach the webhook, or every write to a Terraform*
+	// object fails.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !m.ready.Load() {
-			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
-			return
-		}
 		if m.webhook != nil {
 			if err := m.webhook.Ready(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -454,6 +456,14 @@ func (m *manager) serveProbes(ctx context.Context, health *leaderelection.Health
 		}
 		if err := m.runnerAPI.Ready(); err != nil {
 			http.Error(w, "runner API: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	// The controllers' own signal, for people and tests, not for a probe.
+	mux.HandleFunc("/readyz/controllers", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.synced.Load() {
+			http.Error(w, "the controllers' informers have not synced", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -115,5 +117,74 @@ func TestLostLeaseExits(t *testing.T) {
 	}
 	if !m.LogContains("Lost the leader Lease") {
 		t.Error("the manager did not say why it exited")
+	}
+}
+
+// TestServingBeforeControllersSync: readiness is what the pod serves. A
+// manager whose controllers cannot sync (it may not list Cluster API's
+// objects, as when their API is not served) is ready and its webhook
+// admits writes through the API server; only /readyz/controllers says the
+// controllers wait.
+func TestServingBeforeControllersSync(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	role, err := plane.Kube.RbacV1().ClusterRoles().Get(ctx, "captf-manager", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCAPI := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "captf-manager-no-capi-" + e.ns}}
+	for _, r := range role.Rules {
+		if !slices.Contains(r.APIGroups, "cluster.x-k8s.io") {
+			noCAPI.Rules = append(noCAPI.Rules, r)
+		}
+	}
+	if _, err := plane.Kube.RbacV1().ClusterRoles().Create(ctx, noCAPI, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.RbacV1().ClusterRoles().Delete(context.Background(), noCAPI.Name, metav1.DeleteOptions{})
+	})
+	crb, err := plane.Kube.RbacV1().ClusterRoleBindings().Get(ctx, "captf-manager-"+e.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plane.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crb.ResourceVersion, crb.RoleRef.Name = "", noCAPI.Name
+	if _, err := plane.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	m := e.startManager()
+	if _, err := plane.RegisterWebhook(ctx, "captf-"+e.ns, m.WebhookAddr, m.WebhookCert.CA.CertPEM, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "captf-"+e.ns, metav1.DeleteOptions{})
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return m.Serving(), nil
+	}); err != nil {
+		t.Fatal("the manager never became ready while its controllers wait")
+	}
+	time.Sleep(3 * time.Second) // informers retry listing meanwhile
+	if m.Ready() {
+		t.Error("/readyz/controllers says synced though Cluster API's objects cannot be listed")
+	}
+	if !m.Serving() {
+		t.Error("/readyz went unready")
+	}
+	// The webhook answers: a forged provider ID is refused, a valid object
+	// admitted.
+	ws := infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: `output "x" { value = 1 }`}}
+	forged := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: e.ns},
+		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: ws, ProviderID: "local:///stolen"}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, forged, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.providerID: Forbidden") {
+		t.Errorf("a forged provider ID: %v, want the webhook's refusal", err)
+	}
+	good := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: e.ns}, Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: ws}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(ctx, good, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a valid object was refused while the controllers wait: %v", err)
 	}
 }

@@ -189,9 +189,15 @@ func (m *Manager) Exited() bool {
 	}
 }
 
-// Ready asks /readyz.
-func (m *Manager) Ready() bool {
-	resp, err := http.Get("http://" + m.ProbeAddr + "/readyz")
+// Ready tells whether the manager serves (/readyz) and its controllers,
+// if it leads, have synced (/readyz/controllers).
+func (m *Manager) Ready() bool { return m.probe("/readyz") && m.probe("/readyz/controllers") }
+
+// Serving asks /readyz alone: what the pod's readiness probe asks.
+func (m *Manager) Serving() bool { return m.probe("/readyz") }
+
+func (m *Manager) probe(path string) bool {
+	resp, err := http.Get("http://" + m.ProbeAddr + path)
 	if err != nil {
 		return false
 	}
@@ -199,7 +205,7 @@ func (m *Manager) Ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// WaitReady waits up to a minute for /readyz: informers synced and the
+// WaitReady waits up to a minute for Ready: informers synced and the
 // webhook serving.
 func (m *Manager) WaitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
