@@ -36,6 +36,12 @@ func TestShippedManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Cluster API's conventions: the provider label on every component.
+	for _, o := range objs {
+		if o.GetLabels()["cluster.x-k8s.io/provider"] != "infrastructure-terraform" {
+			t.Errorf("%s %s lacks the label cluster.x-k8s.io/provider=infrastructure-terraform", o.GetKind(), o.GetName())
+		}
+	}
 	var deployment appsv1.Deployment
 	services := map[string]corev1.Service{}
 	var dnsNames []string
@@ -64,6 +70,14 @@ func TestShippedManifests(t *testing.T) {
 		t.Fatalf("Deployment containers = %d", len(pod.Containers))
 	}
 	c := pod.Containers[0]
+	if c.Name != "manager" || c.ImagePullPolicy == "" {
+		t.Errorf("container %q, imagePullPolicy %q: want manager, and a policy set", c.Name, c.ImagePullPolicy)
+	}
+	if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Key == "node-role.kubernetes.io/control-plane" && tol.Effect == corev1.TaintEffectNoSchedule
+	}) {
+		t.Errorf("the manager does not tolerate control-plane nodes: %v", pod.Tolerations)
+	}
 	env := map[string]string{}
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
