@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 
@@ -30,6 +32,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "captf: unknown command %q\n", os.Args[1])
 		usage()
 		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the flags were printed
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "captf:", err)

@@ -31,6 +31,9 @@ const (
 	// DryRunAnnotation marks the objects the topology controller writes in
 	// dry-run to compute its patches.
 	DryRunAnnotation = "topology.cluster.x-k8s.io/dry-run"
+	// WatchFilterLabel: a provider started with --watch-filter=<value>
+	// reconciles only the objects labelled with that value.
+	WatchFilterLabel = "cluster.x-k8s.io/watch-filter"
 )
 
 // Kind is a Cluster API kind that owns an infrastructure object, and where

@@ -48,6 +48,7 @@ import (
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
+	"github.com/captf/captf/pkg/logflags"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
@@ -61,6 +62,7 @@ import (
 type Options struct {
 	Kubeconfig                 string
 	Namespace                  string
+	WatchFilter                string
 	LeaderElect                bool
 	LeaseDuration              time.Duration
 	RenewDeadline              time.Duration
@@ -97,6 +99,7 @@ type Options struct {
 func (o *Options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
 	fs.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
+	fs.StringVar(&o.WatchFilter, "watch-filter", "", "reconcile only the Terraform* and Cluster API objects labelled "+capi.WatchFilterLabel+"=<value>, as Cluster API's providers do (default: all)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "run controllers only while holding the leader Lease in $POD_NAMESPACE")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long non-leaders wait before taking over")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leading")
@@ -131,10 +134,13 @@ func (o *Options) bind(fs *flag.FlagSet) {
 // Main is `captf manager`.
 func Main(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	klog.InitFlags(fs)
+	logs := logflags.Bind(fs)
 	var o Options
 	o.bind(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := logs.Apply(); err != nil {
 		return err
 	}
 	if o.RunnerImage == "" {
@@ -240,7 +246,7 @@ type manager struct {
 	options Options
 	// synced: the leader's controllers have synced their informers (or
 	// this replica is a standby). Readiness does not wait for it.
-	synced atomic.Bool
+	synced  atomic.Bool
 	webhook *webhook.Server // nil with --webhook-port=0
 	// runnerAPI serves runner pods (package runnerapi).
 	runnerAPI *webhook.Server
@@ -375,14 +381,21 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	if err != nil {
 		return cc, engine.Config{}, nil, err
 	}
+	// --watch-filter: the objects of another instance (a canary, a tenant's
+	// own) are not even cached.
+	filter := func(lo *metav1.ListOptions) {
+		if o.WatchFilter != "" {
+			lo.LabelSelector = capi.WatchFilterLabel + "=" + o.WatchFilter
+		}
+	}
 	cc.CAPTFInformers = externalversions.NewSharedInformerFactoryWithOptions(cc.CAPTF, o.SyncPeriod,
-		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields))
+		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields), externalversions.WithTweakListOptions(filter))
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
 	// never cached, so memory does not grow with state size.
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
 		informers.WithTransform(trimManagedFields),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
-	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), nil)}
+	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter)}
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
 	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),

@@ -17,13 +17,14 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/logflags"
 )
 
 // Main is `captf runner`. The Job passes the object and operation as flags
 // and the pod's identity through the downward API.
 func Main(args []string) error {
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
-	klog.InitFlags(fs)
+	logs := logflags.Bind(fs)
 	var c Config
 	var op, uid string
 	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the object")
@@ -46,6 +47,9 @@ func Main(args []string) error {
 	fs.StringVar(&c.ApprovedPlan, "approved-plan", "", "plan hash captf.io/approve-plan names")
 	fs.StringVar(&c.ApprovedDestructivePlan, "approved-destructive-plan", "", "plan hash captf.io/approve-destructive-plan names")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := logs.Apply(); err != nil {
 		return err
 	}
 	c.ObjectUID, c.Operation, c.Gate = types.UID(uid), infrav1.Operation(op), infrav1.ApprovalPolicy(gate)

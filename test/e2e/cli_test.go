@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/captf/captf/pkg/capi"
+)
+
+// TestManagerHelp: `captf manager -h` exits 0 and lists CAPTF's flags and
+// -v/-vmodule, none of klog's file and header flags.
+func TestManagerHelp(t *testing.T) {
+	out, err := exec.Command(captfBinary, "manager", "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("captf manager -h: %v\n%s", err, out)
+	}
+	for _, want := range []string{"-v value", "-vmodule value", "-logging-format", "-watch-filter", "-metrics-secure", "-webhook-cert-dir"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("-h does not list %s", want)
+		}
+	}
+	for _, klogOnly := range []string{"log_dir", "logtostderr", "add_dir_header", "skip_headers", "stderrthreshold", "one_output"} {
+		if bytes.Contains(out, []byte(klogOnly)) {
+			t.Errorf("-h lists klog's %s", klogOnly)
+		}
+	}
+}
+
+// TestJSONLogsAndWatchFilter: with --logging-format=json every line the
+// manager logs is a JSON object; with --watch-filter it applies only the
+// objects labelled with its value, and leaves the others to another
+// instance.
+func TestJSONLogsAndWatchFilter(t *testing.T) {
+	e := newEnv(t)
+	m := e.startManager("--logging-format=json", "--watch-filter=canary")
+	// Cluster API's convention: the user labels the Cluster and its
+	// infrastructure alike.
+	cluster := e.newCluster("mine", false)
+	patch := []byte(`{"metadata":{"labels":{"` + capi.WatchFilterLabel + `":"canary"}}}`)
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Patch(context.Background(), "mine", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mine := e.localCloud("mine", cluster, map[string]any{"instances": 1})
+	mine.Labels[capi.WatchFilterLabel] = "canary"
+	e.create(mine)
+	other := e.localCloud("other", e.newCluster("other", false), map[string]any{"instances": 1})
+	e.create(other)
+	e.waitFor("mine", 2*time.Minute, "Ready", isReady)
+	time.Sleep(3 * time.Second) // the other had as long as the first took to apply
+	if tc := e.get("other"); len(tc.Finalizers) > 0 || len(tc.Status.Conditions) > 0 {
+		t.Errorf("the manager touched an object outside its watch filter: finalizers %v, conditions %v", tc.Finalizers, tc.Status.Conditions)
+	}
+	for _, j := range e.jobs("") {
+		if !strings.HasPrefix(j.Name, "tfc-mine-") {
+			t.Errorf("Job %s is not for the filtered object", j.Name)
+		}
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(m.LogFile)
+		return bytes.Contains(b, []byte(`"Created Job"`)), nil
+	})
+	if err != nil {
+		t.Error("no \"Created Job\" message in the JSON log")
+	}
+	b, err := os.ReadFile(m.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var entry map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &entry); err != nil {
+			t.Errorf("a log line that is not JSON: %q", sc.Text())
+			continue
+		}
+		if entry["msg"] == nil || entry["time"] == nil || entry["level"] == nil {
+			t.Errorf("a JSON log line without msg, time or level: %q", sc.Text())
+		}
+		lines++
+	}
+	if lines < 10 {
+		t.Errorf("%d JSON log lines", lines)
+	}
+}
