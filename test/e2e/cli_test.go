@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,20 @@ func TestManagerHelp(t *testing.T) {
 	for _, want := range []string{"-v value", "-vmodule value", "-logging-format", "-watch-filter", "-metrics-secure", "-webhook-cert-dir"} {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("-h does not list %s", want)
+		}
+	}
+	// Every flag has its line in the configuration page.
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllSubmatch(out, -1) {
+		name := "--" + string(m[1])
+		if len(m[1]) == 1 || string(m[1]) == "vmodule" {
+			name = "-" + string(m[1])
+		}
+		if !bytes.Contains(doc, []byte("| `"+name+"` |")) {
+			t.Errorf("docs/configuration.md has no line for %s", name)
 		}
 	}
 	for _, klogOnly := range []string{"log_dir", "logtostderr", "add_dir_header", "skip_headers", "stderrthreshold", "one_output"} {
