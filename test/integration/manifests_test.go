@@ -9,15 +9,19 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/restmapper"
 
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/webhook"
 	"github.com/captf/captf/test/framework"
 )
@@ -253,5 +257,88 @@ func TestPrometheusManifests(t *testing.T) {
 	subjects, _, _ := unstructured.NestedSlice(crb.Object, "subjects")
 	if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != "prometheus-k8s" || subjects[0].(map[string]any)["namespace"] != "monitoring" {
 		t.Errorf("the binding's subjects are %v, want ServiceAccount monitoring/prometheus-k8s", subjects)
+	}
+}
+
+// TestNetworkPolicy: the API server takes the opt-in policy and the sample;
+// the policy opens exactly the ports the manager's container serves, and the
+// sample lets runner pods (as CAPTF builds them) reach the runner API's
+// port on the manager pods.
+func TestNetworkPolicy(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "network-policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample, err := framework.ReadObjects(filepath.Join(root, "manifests", "network-policy", "job-egress-sample.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range sample {
+		o.SetNamespace("captf-system") // the sample names a namespace of yours
+	}
+	dryRun(t, append(objs, sample...), func(schema.GroupVersionKind) bool { return false })
+	if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetName() == "captf-runner-egress" }) {
+		t.Error("the kustomization applies the sample")
+	}
+
+	base, err := framework.Kustomize(filepath.Join(root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deployment appsv1.Deployment
+	for _, o := range base {
+		if o.GetKind() == "Deployment" {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &deployment); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	served := map[int32]string{}
+	for _, p := range deployment.Spec.Template.Spec.Containers[0].Ports {
+		served[p.ContainerPort] = p.Name
+	}
+	var policy, egress networkingv1.NetworkPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, &policy); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(sample[0].Object, &egress); err != nil {
+		t.Fatal(err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector)
+	if err != nil || !sel.Matches(labels.Set(deployment.Spec.Template.Labels)) {
+		t.Errorf("the policy selects %v, not the manager pods (%v)", policy.Spec.PodSelector, deployment.Spec.Template.Labels)
+	}
+	opened := map[int32]bool{}
+	for _, rule := range policy.Spec.Ingress {
+		for _, p := range rule.Ports {
+			opened[p.Port.IntVal] = true
+		}
+	}
+	for port, name := range served {
+		if !opened[port] {
+			t.Errorf("the manager serves %s on %d, which the policy closes", name, port)
+		}
+	}
+	for port := range opened {
+		if _, ok := served[port]; !ok {
+			t.Errorf("the policy opens %d, which the manager does not serve", port)
+		}
+	}
+
+	job := engine.BuildJob(engine.JobSpec{Owner: &metav1.ObjectMeta{Name: "prod", Namespace: "team-a", UID: "uid"},
+		OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster"), Operation: infrav1.OperationApply, InputsHash: "h",
+		Policy: engine.EffectivePolicy(nil, nil)})
+	if sel, err := metav1.LabelSelectorAsSelector(&egress.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(job.Spec.Template.Labels)) {
+		t.Errorf("the sample selects %v, not runner pods (%v)", egress.Spec.PodSelector, job.Spec.Template.Labels)
+	}
+	reachesAPI := slices.ContainsFunc(egress.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool {
+		return slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return served[p.Port.IntVal] == "runner-api" })
+	})
+	if !reachesAPI {
+		t.Error("the sample does not let runner pods reach the runner API")
 	}
 }
