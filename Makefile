@@ -19,13 +19,17 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, P
 	./hack/build-controlplane.sh
 	./hack/build-capi.sh
 
+.PHONY: images
+images: ## Build the manager and runner images as OCI archives in bin/images (no container engine; tofu built from source, git and busybox from Debian's packages)
+	./hack/build-images.sh
+
 .PHONY: local-up
 local-up: controlplane ## Run the local management plane with the CRDs installed
 	$(GO) build -o bin/local-up ./test/cmd/local-up
 	exec bin/local-up
 
 .PHONY: test
-test: controlplane ## Run every test, against a real local control plane (unit packages with the race detector)
+test: controlplane images ## Run every test, against a real local control plane (unit packages with the race detector)
 	$(GO) test -race $(TEST_FLAGS) ./pkg/... ./cmd/...
 	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/...
 	$(MAKE) fuzz
@@ -47,6 +51,7 @@ verify: ## Fail on stale generated code or CRDs, gofmt, vet or go.mod drift
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
 	cd hack/tools/prometheus && $(GO) mod tidy -diff
+	cd hack/tools/imagebuild && $(GO) mod tidy -diff && $(GO) vet ./...
 
 .PHONY: bench
 bench: controlplane ## Manager at scale: 1,000 TerraformClusters, prints RSS, CPU, latency and API writes
