@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -341,4 +342,49 @@ func TestNetworkPolicy(t *testing.T) {
 	if !reachesAPI {
 		t.Error("the sample does not let runner pods reach the runner API")
 	}
+}
+
+// TestImageOverride: an overlay's `images:` override of the two images
+// reaches the manager's container and the runner image its Jobs run.
+func TestImageOverride(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, filepath.Join(root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := `resources: [` + base + `]
+images:
+- {name: ghcr.io/captf/captf, newName: registry.local/captf, newTag: v9.9.9}
+- {name: ghcr.io/captf/captf-runner, newName: registry.local/captf-runner, newTag: v9.9.9}
+`
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.Kustomize(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		var d appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+			t.Fatal(err)
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		if c.Image != "registry.local/captf:v9.9.9" {
+			t.Errorf("manager image %s", c.Image)
+		}
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "CAPTF_MANAGER_IMAGE" })
+		if i < 0 || c.Env[i].Value != "registry.local/captf-runner:v9.9.9" {
+			t.Errorf("runner image env %+v, want the override", c.Env)
+		}
+		return
+	}
+	t.Fatal("no Deployment")
 }
