@@ -71,7 +71,7 @@ func readArchive(t *testing.T, path string) *image {
 		files: map[string]*tar.Header{}, data: map[string][]byte{}}
 	blob := func(digest string) []byte { return blobs["blobs/"+strings.Replace(digest, ":", "/", 1)] }
 	var manifest struct {
-		Config struct{ Digest string } `json:"config"`
+		Config struct{ Digest string }   `json:"config"`
 		Layers []struct{ Digest string } `json:"layers"`
 	}
 	if err := json.Unmarshal(blob(img.digest), &manifest); err != nil {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -387,4 +389,125 @@ images:
 		return
 	}
 	t.Fatal("no Deployment")
+}
+
+// TestOverlayNames: the default base, and an overlay of it with another
+// namespace and a name prefix, wire their names together: the
+// certificate holds every Service's name, cert-manager injects the CA of
+// that Certificate into the webhook configuration, which calls the
+// webhook Service; the Certificate names its Issuer; the manager mounts the
+// Certificate's Secret, tells runners the runner API Service, and is bound
+// to its role. The API server takes the overlay.
+func TestOverlayNames(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, filepath.Join(root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := "resources: [" + base + "]\nnamespace: tenant-x\nnamePrefix: acme-\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"default": filepath.Join(root, "manifests", "default"), "overlay": dir} {
+		t.Run(name, func(t *testing.T) {
+			objs, err := framework.Kustomize(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkWiring(t, objs)
+			if name == "overlay" {
+				if _, err := plane.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-x"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+				dryRun(t, objs, func(gvk schema.GroupVersionKind) bool { return gvk.Group == "cert-manager.io" })
+			}
+		})
+	}
+}
+
+func checkWiring(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	byKind := map[string][]*unstructured.Unstructured{}
+	for _, o := range objs {
+		byKind[o.GetKind()] = append(byKind[o.GetKind()], o)
+		if b, _ := o.MarshalJSON(); strings.Contains(string(b), "$(") && o.GetKind() != "CustomResourceDefinition" {
+			t.Errorf("%s %s holds an unresolved $(VAR)", o.GetKind(), o.GetName())
+		}
+	}
+	one := func(kind string) *unstructured.Unstructured {
+		if len(byKind[kind]) != 1 {
+			t.Fatalf("%d %s objects, want 1", len(byKind[kind]), kind)
+		}
+		return byKind[kind][0]
+	}
+	cert, issuer, vwc := one("Certificate"), one("Issuer"), one("ValidatingWebhookConfiguration")
+	var deployment appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(one("Deployment").Object, &deployment); err != nil {
+		t.Fatal(err)
+	}
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	services := map[string]corev1.Service{}
+	for _, o := range byKind["Service"] {
+		var s corev1.Service
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &s); err != nil {
+			t.Fatal(err)
+		}
+		services[s.Name] = s
+		if dns := s.Name + "." + s.Namespace + ".svc"; !slices.Contains(dnsNames, dns) {
+			t.Errorf("the certificate (%v) does not hold %s", dnsNames, dns)
+		}
+	}
+	if want := cert.GetNamespace() + "/" + cert.GetName(); vwc.GetAnnotations()["cert-manager.io/inject-ca-from"] != want {
+		t.Errorf("inject-ca-from %q, want %q", vwc.GetAnnotations()["cert-manager.io/inject-ca-from"], want)
+	}
+	webhooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+	for _, w := range webhooks {
+		name, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "service", "name")
+		ns, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "service", "namespace")
+		if s, ok := services[name]; !ok || s.Namespace != ns {
+			t.Errorf("a webhook calls Service %s/%s, which is not shipped", ns, name)
+		}
+	}
+	if ref, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name"); ref != issuer.GetName() || issuer.GetNamespace() != cert.GetNamespace() {
+		t.Errorf("the Certificate names Issuer %s; the Issuer is %s/%s", ref, issuer.GetNamespace(), issuer.GetName())
+	}
+	secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	pod := deployment.Spec.Template.Spec
+	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == secret }) ||
+		deployment.Namespace != cert.GetNamespace() {
+		t.Errorf("the manager (in %s) does not mount the Certificate's Secret %s/%s", deployment.Namespace, cert.GetNamespace(), secret)
+	}
+	var url string
+	for _, a := range pod.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--runner-api-url="); ok {
+			url = v
+		}
+	}
+	found := false
+	for _, s := range services {
+		for _, p := range s.Spec.Ports {
+			found = found || (url == fmt.Sprintf("https://%s.%s.svc:%d", s.Name, s.Namespace, p.Port) && p.Name == "runner-api")
+		}
+	}
+	if !found {
+		t.Errorf("--runner-api-url %q is not the runner API Service", url)
+	}
+	for _, o := range byKind["ClusterRoleBinding"] {
+		var crb rbacv1.ClusterRoleBinding
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &crb); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(byKind["ClusterRole"], func(r *unstructured.Unstructured) bool { return r.GetName() == crb.RoleRef.Name }) {
+			t.Errorf("ClusterRoleBinding %s binds %s, which is not shipped", crb.Name, crb.RoleRef.Name)
+		}
+		for _, s := range crb.Subjects {
+			if s.Name != pod.ServiceAccountName || s.Namespace != deployment.Namespace {
+				t.Errorf("ClusterRoleBinding %s binds %s/%s, the manager runs as %s/%s", crb.Name, s.Namespace, s.Name, deployment.Namespace, pod.ServiceAccountName)
+			}
+		}
+	}
 }
