@@ -346,9 +346,10 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 }
 
-// TestImageOverride: an overlay's `images:` override of the two images
-// reaches the manager's container and the runner image its Jobs run.
-func TestImageOverride(t *testing.T) {
+// overlayOfDefault writes a kustomization of manifests/default with the
+// fields of rest, as a user's overlay is, and returns its directory.
+func overlayOfDefault(t *testing.T, rest string) string {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -358,15 +359,19 @@ func TestImageOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	overlay := `resources: [` + base + `]
-images:
-- {name: ghcr.io/captf/captf, newName: registry.local/captf, newTag: v9.9.9}
-- {name: ghcr.io/captf/captf-runner, newName: registry.local/captf-runner, newTag: v9.9.9}
-`
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte("resources: ["+base+"]\n"+rest), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := framework.Kustomize(dir)
+	return dir
+}
+
+// TestImageOverride: an overlay's `images:` override of the two images
+// reaches the manager's container and the runner image its Jobs run.
+func TestImageOverride(t *testing.T) {
+	objs, err := framework.Kustomize(overlayOfDefault(t, `images:
+- {name: ghcr.io/captf/captf, newName: registry.local/captf, newTag: v9.9.9}
+- {name: ghcr.io/captf/captf-runner, newName: registry.local/captf-runner, newTag: v9.9.9}
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,15 +408,7 @@ func TestOverlayNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	base, err := filepath.Rel(dir, filepath.Join(root, "manifests", "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := "resources: [" + base + "]\nnamespace: tenant-x\nnamePrefix: acme-\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := overlayOfDefault(t, "namespace: tenant-x\nnamePrefix: acme-\n")
 	for name, path := range map[string]string{"default": filepath.Join(root, "manifests", "default"), "overlay": dir} {
 		t.Run(name, func(t *testing.T) {
 			objs, err := framework.Kustomize(path)
