@@ -14,7 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/captf/captf/test/framework"
 )
@@ -203,5 +206,60 @@ func TestImagesReproducible(t *testing.T) {
 	after := []string{readArchive(t, managerPath).digest, readArchive(t, runnerPath).digest}
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Errorf("digests %v, then %v", before, after)
+	}
+}
+
+// TestRunnerImageRuns: unpacked as a runtime unpacks it and run chrooted as
+// its user, the runner image runs captf, tofu, a shell and git (a clone of
+// a local repository); the manager image has no shell to run.
+func TestRunnerImageRuns(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	version, managerPath, runnerPath := archives(t)
+	rootfs := t.TempDir()
+	cfg, err := framework.UnpackImage(runnerPath, rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a runtime provides: /dev/null (git opens it).
+	if err := os.MkdirAll(filepath.Join(rootfs, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(rootfs, "dev", "null"), syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	run := func(root string, args ...string) (string, error) {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = cfg.Env
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"/captf", "version"}, "captf " + version},
+		{[]string{"/usr/local/bin/tofu", "version"}, "OpenTofu v"},
+		{[]string{"/bin/sh", "-c", "echo $HOME; mkdir -p /tmp/repo && cd /tmp/repo && git init -q && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m first && git clone -q file:///tmp/repo /tmp/clone && git -C /tmp/clone log --format=%s"},
+			"/home/nonroot\nfirst"},
+	} {
+		out, err := run(rootfs, tc.args...)
+		if err != nil || !strings.Contains(out, tc.want) {
+			t.Errorf("%v in the runner image: %v\n%s", tc.args, err, out)
+		}
+	}
+
+	managerRoot := t.TempDir()
+	if _, err := framework.UnpackImage(managerPath, managerRoot); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(managerRoot, "/captf", "version"); err != nil || !strings.Contains(out, version) {
+		t.Errorf("captf in the manager image: %v %s", err, out)
+	}
+	if _, err := run(managerRoot, "/bin/sh", "-c", "true"); err == nil {
+		t.Error("the manager image runs a shell")
 	}
 }

@@ -1,0 +1,190 @@
+package framework
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// ImageConfig is what of an image's configuration a container runs with.
+type ImageConfig struct {
+	Ref        string
+	Digest     string
+	Entrypoint []string
+	Cmd        []string
+	Env        []string
+	User       string
+	WorkingDir string
+}
+
+// UnpackImage unpacks an OCI image archive (an image layout in a tar, as
+// `make images` writes) into dir as a root filesystem, layer by layer with
+// their whiteouts, as a container runtime does; owners are kept when run
+// as root.
+func UnpackImage(archive, dir string) (*ImageConfig, error) {
+	blobs, err := readLayout(archive)
+	if err != nil {
+		return nil, err
+	}
+	var index struct {
+		Manifests []struct {
+			Digest      string            `json:"digest"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(blobs["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: index.json: %v (want one manifest)", archive, err)
+	}
+	blob := func(digest string) ([]byte, error) {
+		b, ok := blobs["blobs/"+strings.Replace(digest, ":", "/", 1)]
+		if !ok {
+			return nil, fmt.Errorf("%s: no blob %s", archive, digest)
+		}
+		return b, nil
+	}
+	m := index.Manifests[0]
+	b, err := blob(m.Digest)
+	if err != nil {
+		return nil, err
+	}
+	var manifest struct {
+		Config struct{ Digest string } `json:"config"`
+		Layers []struct{ Digest string } `json:"layers"`
+	}
+	if err := json.Unmarshal(b, &manifest); err != nil {
+		return nil, err
+	}
+	if b, err = blob(manifest.Config.Digest); err != nil {
+		return nil, err
+	}
+	var config struct {
+		Config ImageConfig `json:"config"`
+	}
+	if err := json.Unmarshal(b, &config); err != nil {
+		return nil, err
+	}
+	cfg := config.Config
+	cfg.Ref, cfg.Digest = m.Annotations["org.opencontainers.image.ref.name"], m.Digest
+	for _, l := range manifest.Layers {
+		b, err := blob(l.Digest)
+		if err != nil {
+			return nil, err
+		}
+		if err := applyLayer(b, dir); err != nil {
+			return nil, fmt.Errorf("layer %s: %w", l.Digest, err)
+		}
+	}
+	return &cfg, nil
+}
+
+func readLayout(archive string) (map[string][]byte, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	blobs := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return blobs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if blobs[path.Clean(h.Name)], err = io.ReadAll(tr); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// applyLayer extracts one gzip'd layer over dir: ".wh.<name>" removes
+// name, ".wh..wh..opq" empties its directory.
+func applyLayer(layer []byte, dir string) error {
+	zr, err := gzip.NewReader(strings.NewReader(string(layer)))
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(zr)
+	root := os.Getuid() == 0
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean("/" + h.Name)
+		target := filepath.Join(dir, filepath.FromSlash(name))
+		base := path.Base(name)
+		switch {
+		case base == ".wh..wh..opq":
+			entries, _ := os.ReadDir(filepath.Dir(target))
+			for _, e := range entries {
+				if err := os.RemoveAll(filepath.Join(filepath.Dir(target), e.Name())); err != nil {
+					return err
+				}
+			}
+			continue
+		case strings.HasPrefix(base, ".wh."):
+			if err := os.RemoveAll(filepath.Join(filepath.Dir(target), strings.TrimPrefix(base, ".wh."))); err != nil {
+				return err
+			}
+			continue
+		}
+		mode := os.FileMode(h.Mode).Perm() | os.FileMode(h.Mode)&(os.ModeSticky|os.ModeSetuid|os.ModeSetgid)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			_ = os.RemoveAll(target)
+			f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			_ = os.RemoveAll(target)
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				return err
+			}
+			continue // a link's mode and owner are its target's
+		case tar.TypeLink:
+			_ = os.RemoveAll(target)
+			if err := os.Link(filepath.Join(dir, filepath.FromSlash(path.Clean("/"+h.Linkname))), target); err != nil {
+				return err
+			}
+			continue
+		default:
+			continue // devices and fifos: a runtime provides /dev
+		}
+		if root {
+			if err := os.Lchown(target, h.Uid, h.Gid); err != nil {
+				return err
+			}
+		}
+		if err := os.Chmod(target, mode); err != nil {
+			return err
+		}
+	}
+}
