@@ -226,7 +226,11 @@ func TestRunnerImageRuns(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(rootfs, "dev"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mknod(filepath.Join(rootfs, "dev", "null"), syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+	null := filepath.Join(rootfs, "dev", "null")
+	if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(null, 0o666); err != nil { // past the umask
 		t.Fatal(err)
 	}
 	run := func(root string, args ...string) (string, error) {
