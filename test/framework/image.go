@@ -11,6 +11,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ImageConfig is what of an image's configuration a container runs with.
@@ -187,4 +189,25 @@ func applyLayer(layer []byte, dir string) error {
 			return err
 		}
 	}
+}
+
+// MakeDevices creates the device nodes a container runtime gives every
+// container (null, zero, full, random, urandom, tty) under rootfs/dev.
+// Needs root.
+func MakeDevices(rootfs string) error {
+	dev := filepath.Join(rootfs, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	for name, n := range map[string][2]uint32{"null": {1, 3}, "zero": {1, 5}, "full": {1, 7}, "random": {1, 8}, "urandom": {1, 9}, "tty": {5, 0}} {
+		p := filepath.Join(dev, name)
+		_ = os.Remove(p)
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n[0], n[1]))); err != nil {
+			return fmt.Errorf("mknod %s: %w", p, err)
+		}
+		if err := os.Chmod(p, 0o666); err != nil { // past the umask
+			return err
+		}
+	}
+	return nil
 }

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/captf/captf/test/framework"
 )
 
@@ -222,15 +220,7 @@ func TestRunnerImageRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What a runtime provides: /dev/null (git opens it).
-	if err := os.MkdirAll(filepath.Join(rootfs, "dev"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	null := filepath.Join(rootfs, "dev", "null")
-	if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(null, 0o666); err != nil { // past the umask
+	if err := framework.MakeDevices(rootfs); err != nil { // git reads /dev/null and /dev/urandom
 		t.Fatal(err)
 	}
 	run := func(root string, args ...string) (string, error) {
