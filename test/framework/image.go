@@ -57,7 +57,7 @@ func UnpackImage(archive, dir string) (*ImageConfig, error) {
 		return nil, err
 	}
 	var manifest struct {
-		Config struct{ Digest string } `json:"config"`
+		Config struct{ Digest string }   `json:"config"`
 		Layers []struct{ Digest string } `json:"layers"`
 	}
 	if err := json.Unmarshal(b, &manifest); err != nil {
