@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,10 @@ type ExecutorOptions struct {
 	// LabelSelector restricts which unscheduled pods the executor takes.
 	// Pods owned by a Job are taken when it is empty.
 	LabelSelector string
+	// Images maps an image reference to an OCI image archive: a container
+	// of such an image runs from the image's root filesystem, as its user,
+	// with its entrypoint and env, as a kubelet runs it (see runImage).
+	Images map[string]string
 }
 
 // Executor plays the kubelet for Job pods on the local Node: it binds them,
@@ -62,6 +67,16 @@ type Executor struct {
 	running  map[types.UID]*podProcess
 	finished map[types.UID]bool // never run or rewrite these again, whatever a stale cache says
 	mounts   map[string]int     // host paths the executor created, by users
+	images   map[string]*unpackedImage
+}
+
+// unpackedImage is an image's root filesystem, unpacked once and shared
+// read-only by its containers.
+type unpackedImage struct {
+	once   sync.Once
+	rootfs string
+	config *ImageConfig
+	err    error
 }
 
 type podProcess struct {
@@ -95,6 +110,7 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 		running:  map[types.UID]*podProcess{},
 		finished: map[types.UID]bool{},
 		mounts:   map[string]int{},
+		images:   map[string]*unpackedImage{},
 	}
 	enqueue := func(obj any) {
 		if name, err := cache.DeletionHandlingObjectToName(obj); err == nil {
@@ -244,7 +260,10 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
 	}
-	env, err := e.containerEnv(ctx, pod, c, podDir)
+	if archive, ok := e.opts.Images[c.Image]; ok {
+		return e.runImage(ctx, pod, c, archive, podDir, volDirs)
+	}
+	env, err := e.containerEnv(ctx, pod, c, podDir, nil)
 	if err != nil {
 		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
 	}
@@ -322,20 +341,28 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	}
 	script.WriteString("exec \"$@\"\n")
 
+	launched = true // launch releases the targets from here on
+	return e.launch(ctx, pod, c, podDir, script.String(), argv, append(env, e.opts.Env...), created, termFile)
+}
+
+// launch starts script (run by /bin/sh in a private mount namespace, with
+// argv as its arguments) as the pod's container, and reports its end in
+// the pod's status; the mount targets in created are released then.
+func (e *Executor) launch(ctx context.Context, pod *corev1.Pod, c corev1.Container, podDir, script string, argv, env, created []string, termFile string) error {
 	logFile, err := os.Create(filepath.Join(podDir, "container.log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("/bin/sh", append([]string{"-c", script.String(), "sh"}, argv...)...)
-	cmd.Env = append(env, e.opts.Env...)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "sh"}, argv...)...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
+		e.release(created)
 		return e.finish(ctx, pod, nil, 128, "StartError", err.Error())
 	}
-	launched = true
 	proc := &podProcess{key: cache.MetaObjectToName(pod), cmd: cmd, done: make(chan struct{}), created: created}
 	e.mu.Lock()
 	e.running[pod.UID] = proc
@@ -376,6 +403,142 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}()
 	return nil
+}
+
+// runImage runs the container from its image, as a kubelet would: the
+// image's root filesystem (unpacked once) under an overlay of the pod's own,
+// mounted in the container's private mount namespace with the volumes
+// bound into it and the device nodes a runtime gives; the process runs
+// chrooted there (nsenter --root), in the working directory, as the pod's
+// (else the image's) user, with the image's entrypoint, command and env
+// unless the container sets them. Nothing is mounted on the host: the
+// mounts go with the container's processes.
+func (e *Executor) runImage(ctx context.Context, pod *corev1.Pod, c corev1.Container, archive, podDir string, volDirs map[string]string) error {
+	img, err := e.image(archive)
+	if err != nil {
+		return e.finish(ctx, pod, nil, 1, "ErrImagePull", err.Error())
+	}
+	cfg := img.config
+	env, err := e.containerEnv(ctx, pod, c, podDir, cfg.Env)
+	if err != nil {
+		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
+	}
+	argv := slices.Clone(c.Command)
+	if len(argv) == 0 {
+		argv = slices.Clone(cfg.Entrypoint)
+	}
+	if len(c.Command) > 0 || len(c.Args) > 0 {
+		argv = append(argv, c.Args...)
+	} else {
+		argv = append(argv, cfg.Cmd...)
+	}
+	argv = expandAll(argv, env)
+	if len(argv) == 0 {
+		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", "neither the container nor its image has a command")
+	}
+	uid, gid, err := containerUser(pod, c, cfg.User)
+	if err != nil {
+		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
+	}
+	root, upper, work := filepath.Join(podDir, "rootfs"), filepath.Join(podDir, "upper"), filepath.Join(podDir, "work")
+	for _, d := range []string{root, upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := MakeDevices(upper); err != nil {
+		return err
+	}
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	fmt.Fprintf(&script, "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s\n", img.rootfs, upper, work, shellQuote(root))
+	bind := func(src, dst string, file bool) {
+		in := shellQuote(filepath.Join(root, dst))
+		if file {
+			fmt.Fprintf(&script, "mkdir -p %s; [ -e %s ] || : > %s\n", shellQuote(filepath.Join(root, filepath.Dir(dst))), in, in)
+		} else {
+			fmt.Fprintf(&script, "mkdir -p %s\n", in)
+		}
+		fmt.Fprintf(&script, "mount --bind %s %s\n", shellQuote(src), in)
+	}
+	for _, m := range c.VolumeMounts {
+		src, ok := volDirs[m.Name]
+		if !ok {
+			return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", fmt.Sprintf("volume %q is not defined", m.Name))
+		}
+		if m.SubPath != "" {
+			src = filepath.Join(src, m.SubPath)
+		}
+		info, err := os.Stat(src)
+		if err != nil {
+			return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
+		}
+		bind(src, m.MountPath, !info.IsDir())
+	}
+	termFile := filepath.Join(podDir, "termination-log")
+	if err := os.WriteFile(termFile, nil, 0o666); err != nil {
+		return err
+	}
+	termPath := cmp.Or(c.TerminationMessagePath, corev1.TerminationMessagePathDefault)
+	bind(termFile, termPath, true)
+	wd := filepath.Join(root, cmp.Or(c.WorkingDir, cfg.WorkingDir, "/"))
+	fmt.Fprintf(&script, "mkdir -p %s\n", shellQuote(wd))
+	fmt.Fprintf(&script, "exec nsenter --target $$ --mount --root=%s --wd=%s --setuid=%d --setgid=%d \"$@\"\n", shellQuote(root), shellQuote(wd), uid, gid)
+	return e.launch(ctx, pod, c, podDir, script.String(), argv, env, nil, termFile)
+}
+
+// image unpacks archive once.
+func (e *Executor) image(archive string) (*unpackedImage, error) {
+	e.mu.Lock()
+	img, ok := e.images[archive]
+	if !ok {
+		img = &unpackedImage{rootfs: filepath.Join(e.dir, "images", strconv.Itoa(len(e.images)))}
+		e.images[archive] = img
+	}
+	e.mu.Unlock()
+	img.once.Do(func() {
+		if img.err = os.MkdirAll(img.rootfs, 0o755); img.err == nil {
+			img.config, img.err = UnpackImage(archive, img.rootfs)
+		}
+	})
+	return img, img.err
+}
+
+// containerUser is the uid and gid the container runs as: the pod's or
+// container's security context, else the image's numeric user.
+func containerUser(pod *corev1.Pod, c corev1.Container, imageUser string) (int64, int64, error) {
+	var uid, gid int64
+	if u, g, ok := strings.Cut(imageUser, ":"); imageUser != "" {
+		var err error
+		if uid, err = strconv.ParseInt(u, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("image user %q is not numeric", imageUser)
+		}
+		gid = uid
+		if ok {
+			if gid, err = strconv.ParseInt(g, 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("image group %q is not numeric", imageUser)
+			}
+		}
+	}
+	for _, sc := range []*corev1.SecurityContext{{RunAsUser: podSC(pod).RunAsUser, RunAsGroup: podSC(pod).RunAsGroup}, c.SecurityContext} {
+		if sc == nil {
+			continue
+		}
+		if sc.RunAsUser != nil {
+			uid = *sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = *sc.RunAsGroup
+		}
+	}
+	return uid, gid, nil
+}
+
+func podSC(pod *corev1.Pod) *corev1.PodSecurityContext {
+	if pod.Spec.SecurityContext == nil {
+		return &corev1.PodSecurityContext{}
+	}
+	return pod.Spec.SecurityContext
 }
 
 // terminate sends SIGTERM to the container's main process, as a kubelet
@@ -625,7 +788,9 @@ func (e *Executor) writeToken(ctx context.Context, pod *corev1.Pod, dir string, 
 
 // containerEnv resolves the container's env as a kubelet does, plus the
 // in-cluster service variables pointing at the local API server.
-func (e *Executor) containerEnv(ctx context.Context, pod *corev1.Pod, c corev1.Container, podDir string) ([]string, error) {
+// containerEnv is the container's environment: the executor's defaults,
+// then the image's (imageEnv), then the pod's.
+func (e *Executor) containerEnv(ctx context.Context, pod *corev1.Pod, c corev1.Container, podDir string, imageEnv []string) ([]string, error) {
 	home := filepath.Join(podDir, "home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, err
@@ -642,6 +807,10 @@ func (e *Executor) containerEnv(ctx context.Context, pod *corev1.Pod, c corev1.C
 			order = append(order, k)
 		}
 		vars[k] = v
+	}
+	for _, kv := range imageEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		set(k, v)
 	}
 	for _, from := range c.EnvFrom {
 		data := map[string]string{}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -210,4 +211,42 @@ func MakeDevices(rootfs string) error {
 		}
 	}
 	return nil
+}
+
+// ImageArchives maps the image references `make images` built for this
+// checkout's version (hack/version.sh) to their archives in bin/images.
+func ImageArchives() (map[string]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(filepath.Join(root, "hack", "version.sh")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("hack/version.sh: %w", err)
+	}
+	dir, err := BinPath("images")
+	if err != nil {
+		return nil, err
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, "captf-*-"+strings.TrimSpace(string(out))+".tar"))
+	if err != nil || len(paths) == 0 {
+		return nil, fmt.Errorf("no images of version %s in %s: run make images", strings.TrimSpace(string(out)), dir)
+	}
+	refs := map[string]string{}
+	for _, p := range paths {
+		blobs, err := readLayout(p)
+		if err != nil {
+			return nil, err
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.Unmarshal(blobs["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+			return nil, fmt.Errorf("%s: index.json: %v", p, err)
+		}
+		refs[index.Manifests[0].Annotations["org.opencontainers.image.ref.name"]] = p
+	}
+	return refs, nil
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,11 @@ var (
 func startExecutor(t *testing.T) *framework.Executor {
 	t.Helper()
 	executorOnce.Do(func() {
-		executor, executorErr = plane.StartExecutor(context.Background(), framework.ExecutorOptions{})
+		var images map[string]string
+		if images, executorErr = framework.ImageArchives(); executorErr != nil {
+			return
+		}
+		executor, executorErr = plane.StartExecutor(context.Background(), framework.ExecutorOptions{Images: images})
 	})
 	if executorErr != nil {
 		t.Fatal(executorErr)
@@ -293,3 +298,79 @@ test "$(cat $sa/namespace)" = %q`, ns)
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestExecutorRunsImages: a Job of the runner image runs from the image as
+// a kubelet runs it: its filesystem, its user (not root: /etc is not
+// writable), its env (HOME), volumes and the token at their paths, the
+// working directory, tofu and git from the image; a container without a
+// command runs the image's entrypoint. Nothing is mounted on the host.
+func TestExecutorRunsImages(t *testing.T) {
+	ex := startExecutor(t)
+	ctx := context.Background()
+	images, err := framework.ImageArchives()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runner string
+	for ref := range images {
+		if strings.Contains(ref, "/captf-runner:") {
+			runner = ref
+		}
+	}
+	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
+	ns := newJobNamespace(t)
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"file.txt": "from a secret volume"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+echo "home=$HOME pod=$POD_NAME"
+cat /etc/creds/file.txt; echo
+test -s /var/run/secrets/kubernetes.io/serviceaccount/token
+if touch /etc/forbidden 2>/dev/null; then echo "ran as root"; exit 1; fi
+echo "wd=$(pwd)"; echo x > made-here
+git --version
+tofu version | head -1
+echo -n done > /dev/termination-log`
+	job := shellJob("image", script, func(j *batchv1.Job) {
+		spec := &j.Spec.Template.Spec
+		c := &spec.Containers[0]
+		c.Image, c.WorkingDir = runner, "/workspace"
+		c.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/etc/creds", ReadOnly: true}, {Name: "workspace", MountPath: "/workspace"}}
+		spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+			{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	})
+	entrypoint := shellJob("entrypoint", "", func(j *batchv1.Job) {
+		c := &j.Spec.Template.Spec.Containers[0]
+		c.Image, c.Command, c.Args = runner, nil, []string{"version"}
+	})
+	for _, j := range []*batchv1.Job{job, entrypoint} {
+		if _, err := plane.Kube.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string][]string{
+		"image":      {"home=/home/nonroot pod=image-", "from a secret volume", "wd=/workspace", "git version 2.", "OpenTofu v"},
+		"entrypoint": {"captf v"},
+	} {
+		waitJob(t, ns, name, batchv1.JobComplete, 2*time.Minute)
+		pod := jobPod(t, ns, name)
+		logs, err := ex.Logs(ns, pod.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(logs, w) {
+				t.Errorf("%s: logs %q lack %q", name, logs, w)
+			}
+		}
+	}
+	if term := jobPod(t, ns, "image").Status.ContainerStatuses[0].State.Terminated; term == nil || term.Message != "done" {
+		t.Errorf("terminated state %+v, want the message written in the image", term)
+	}
+	mountsAfter, _ := os.ReadFile("/proc/self/mountinfo")
+	if string(mountsBefore) != string(mountsAfter) {
+		t.Errorf("the host's mounts changed:\nbefore %s\nafter %s", mountsBefore, mountsAfter)
+	}
+}
