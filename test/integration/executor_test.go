@@ -84,6 +84,23 @@ func shellJob(name, script string, mutate ...func(*batchv1.Job)) *batchv1.Job {
 	return job
 }
 
+// waitJobFinished waits until the Job completes or fails.
+func waitJobFinished(t *testing.T, ns, name string, timeout time.Duration) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if job, err = plane.Kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		return job.Status.Succeeded+job.Status.Failed > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("Job %s did not finish: %v", name, err)
+	}
+	return job
+}
+
 // waitJob waits until the Job has a condition of the given type set to True.
 func waitJob(t *testing.T, ns, name string, condition batchv1.JobConditionType, timeout time.Duration) *batchv1.Job {
 	t.Helper()
@@ -354,9 +371,12 @@ echo -n done > /dev/termination-log`
 		"image":      {"home=/home/nonroot pod=image-", "from a secret volume", "wd=/workspace", "git version 2.", "OpenTofu v"},
 		"entrypoint": {"captf v"},
 	} {
-		waitJob(t, ns, name, batchv1.JobComplete, 2*time.Minute)
+		j := waitJobFinished(t, ns, name, 2*time.Minute)
 		pod := jobPod(t, ns, name)
 		logs, err := ex.Logs(ns, pod.Name)
+		if j.Status.Succeeded != 1 {
+			t.Errorf("Job %s failed: %+v\nlogs: %s", name, pod.Status.ContainerStatuses, logs)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
