@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -440,6 +441,17 @@ func (e *Executor) runImage(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 	if err != nil {
 		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
 	}
+	// Volumes belong to the container's user, as a kubelet makes a pod's
+	// token its user's and secrets its fsGroup's: a non-root container can
+	// read them.
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			continue
+		}
+		if err := chownTree(volDirs[v.Name], int(uid), int(gid)); err != nil {
+			return err
+		}
+	}
 	root, upper, work := filepath.Join(podDir, "rootfs"), filepath.Join(podDir, "upper"), filepath.Join(podDir, "work")
 	for _, d := range []string{root, upper, work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -485,6 +497,15 @@ func (e *Executor) runImage(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 	fmt.Fprintf(&script, "mkdir -p %s\n", shellQuote(wd))
 	fmt.Fprintf(&script, "exec nsenter --target $$ --mount --root=%s --wd=%s --setuid=%d --setgid=%d \"$@\"\n", shellQuote(root), shellQuote(wd), uid, gid)
 	return e.launch(ctx, pod, c, podDir, script.String(), argv, env, nil, termFile)
+}
+
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 // image unpacks archive once.
