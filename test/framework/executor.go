@@ -491,6 +491,9 @@ func (e *Executor) runImage(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 	if err := os.WriteFile(termFile, nil, 0o666); err != nil {
 		return err
 	}
+	if err := os.Chmod(termFile, 0o666); err != nil { // past the umask: any user writes it
+		return err
+	}
 	termPath := cmp.Or(c.TerminationMessagePath, corev1.TerminationMessagePathDefault)
 	bind(termFile, termPath, true)
 	wd := filepath.Join(root, cmp.Or(c.WorkingDir, cfg.WorkingDir, "/"))
