@@ -50,8 +50,14 @@ func setup(t *testing.T) {
 
 func doSetup() error {
 	// bin/ holds tofu on machines without terraform.
-	var err error
+	images, err := framework.ImageArchives()
+	if err != nil {
+		return err
+	}
+	// Jobs of the runner image `make images` built run from it; the rest
+	// (image captf:local) as processes of the binary built here.
 	executor, err = plane.StartExecutor(context.Background(), framework.ExecutorOptions{
+		Images:   images,
 		Commands: map[string]string{"/captf": captfBinary},
 		// CAPTF_TERRAFORM=tofu runs the suite with OpenTofu.
 		Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin"), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")},
