@@ -59,6 +59,7 @@ output "control_plane_endpoint" { value = { host = "imaged.local.test", port = 6
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("apply log:\n%s", tail(logs, 8))
 	if !strings.Contains(logs, "OpenTofu") && !strings.Contains(logs, "tofu") {
 		t.Errorf("the apply's log does not show OpenTofu ran:\n%s", tail(logs, 30))
 	}
