@@ -17,15 +17,9 @@ import (
 // that run from that image (the image's captf and tofu, as its non-root
 // user, reaching the manager's runner API), not the host's binaries.
 func TestRunnerImage(t *testing.T) {
-	images, err := framework.ImageArchives()
+	runner, err := framework.RunnerImage()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var runner string
-	for ref := range images {
-		if strings.Contains(ref, "/captf-runner:") {
-			runner = ref
-		}
 	}
 	e := newEnv(t)
 	e.startManager("--runner-image=" + runner)

@@ -309,18 +309,11 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	for _, m := range c.VolumeMounts {
-		src, ok := volDirs[m.Name]
-		if !ok {
-			return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", fmt.Sprintf("volume %q is not defined", m.Name))
-		}
-		if m.SubPath != "" {
-			src = filepath.Join(src, m.SubPath)
-		}
-		info, err := os.Stat(src)
+		src, dir, err := mountSource(volDirs, m)
 		if err != nil {
 			return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
 		}
-		target(m.MountPath, !info.IsDir())
+		target(m.MountPath, !dir)
 		fmt.Fprintf(&script, "mount --bind %s %s\n", shellQuote(src), shellQuote(m.MountPath))
 	}
 	termFile := filepath.Join(podDir, "termination-log")
@@ -474,18 +467,11 @@ func (e *Executor) runImage(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 		fmt.Fprintf(&script, "mount --bind %s %s\n", shellQuote(src), in)
 	}
 	for _, m := range c.VolumeMounts {
-		src, ok := volDirs[m.Name]
-		if !ok {
-			return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", fmt.Sprintf("volume %q is not defined", m.Name))
-		}
-		if m.SubPath != "" {
-			src = filepath.Join(src, m.SubPath)
-		}
-		info, err := os.Stat(src)
+		src, dir, err := mountSource(volDirs, m)
 		if err != nil {
 			return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
 		}
-		bind(src, m.MountPath, !info.IsDir())
+		bind(src, m.MountPath, !dir)
 	}
 	termFile := filepath.Join(podDir, "termination-log")
 	if err := os.WriteFile(termFile, nil, 0o666); err != nil {
@@ -500,6 +486,23 @@ func (e *Executor) runImage(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 	fmt.Fprintf(&script, "mkdir -p %s\n", shellQuote(wd))
 	fmt.Fprintf(&script, "exec nsenter --target $$ --mount --root=%s --wd=%s --setuid=%d --setgid=%d \"$@\"\n", shellQuote(root), shellQuote(wd), uid, gid)
 	return e.launch(ctx, pod, c, podDir, script.String(), argv, env, nil, termFile)
+}
+
+// mountSource is the host path a volume mount binds, and whether it is a
+// directory.
+func mountSource(volDirs map[string]string, m corev1.VolumeMount) (string, bool, error) {
+	src, ok := volDirs[m.Name]
+	if !ok {
+		return "", false, fmt.Errorf("volume %q is not defined", m.Name)
+	}
+	if m.SubPath != "" {
+		src = filepath.Join(src, m.SubPath)
+	}
+	info, err := os.Stat(src)
+	if err != nil {
+		return "", false, err
+	}
+	return src, info.IsDir(), nil
 }
 
 func chownTree(dir string, uid, gid int) error {

@@ -250,3 +250,18 @@ func ImageArchives() (map[string]string, error) {
 	}
 	return refs, nil
 }
+
+// RunnerImage is the reference of the runner image `make images` built for
+// this checkout.
+func RunnerImage() (string, error) {
+	images, err := ImageArchives()
+	if err != nil {
+		return "", err
+	}
+	for ref := range images {
+		if strings.Contains(ref, "/captf-runner:") {
+			return ref, nil
+		}
+	}
+	return "", fmt.Errorf("no runner image among %v", images)
+}
