@@ -57,9 +57,24 @@ output "control_plane_endpoint" { value = { host = "imaged.local.test", port = 6
 	if !strings.Contains(logs, "OpenTofu has been successfully initialized") {
 		t.Errorf("the apply's log does not show OpenTofu ran:\n%s", tail(logs, 30))
 	}
+	// The destroy Job goes with the object (its owner): look while it runs.
 	e.deleteTC("imaged", metav1.DeletePropagationBackground)
-	e.waitFor("imaged", 2*time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool { return tc == nil })
-	if n := len(e.jobs("destroy")); n != 1 {
-		t.Errorf("%d destroy Jobs, want 1", n)
+	destroys := map[string]string{}
+	e.waitFor("imaged", 2*time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool {
+		for _, j := range e.jobs("destroy") {
+			destroys[j.Name] = j.Spec.Template.Spec.Containers[0].Image
+		}
+		return tc == nil
+	})
+	if len(destroys) != 1 {
+		t.Errorf("destroy Jobs seen: %v, want 1", destroys)
+	}
+	for name, img := range destroys {
+		if img != runner {
+			t.Errorf("destroy Job %s runs %s", name, img)
+		}
+	}
+	if findEvent(t, e.ns, "imaged", "Destroyed") == nil {
+		t.Error("no Destroyed event")
 	}
 }
