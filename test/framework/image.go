@@ -2,6 +2,7 @@ package framework
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -27,11 +28,16 @@ type ImageConfig struct {
 	WorkingDir string
 }
 
-// UnpackImage unpacks an OCI image archive (an image layout in a tar, as
-// `make images` writes) into dir as a root filesystem, layer by layer with
-// their whiteouts, as a container runtime does; owners are kept when run
-// as root.
-func UnpackImage(archive, dir string) (*ImageConfig, error) {
+// Image is an image read from an OCI image archive (an image layout in a
+// tar, as `make images` writes): its configuration and its layers (gzip'd
+// tars), bottom first.
+type Image struct {
+	Config ImageConfig
+	Layers [][]byte
+}
+
+// ReadImage reads the one image of an OCI image archive.
+func ReadImage(archive string) (*Image, error) {
 	blobs, err := readLayout(archive)
 	if err != nil {
 		return nil, err
@@ -73,18 +79,32 @@ func UnpackImage(archive, dir string) (*ImageConfig, error) {
 	if err := json.Unmarshal(b, &config); err != nil {
 		return nil, err
 	}
-	cfg := config.Config
-	cfg.Ref, cfg.Digest = m.Annotations["org.opencontainers.image.ref.name"], m.Digest
+	img := &Image{Config: config.Config}
+	img.Config.Ref, img.Config.Digest = m.Annotations["org.opencontainers.image.ref.name"], m.Digest
 	for _, l := range manifest.Layers {
 		b, err := blob(l.Digest)
 		if err != nil {
 			return nil, err
 		}
-		if err := applyLayer(b, dir); err != nil {
-			return nil, fmt.Errorf("layer %s: %w", l.Digest, err)
+		img.Layers = append(img.Layers, b)
+	}
+	return img, nil
+}
+
+// UnpackImage unpacks an OCI image archive into dir as a root filesystem,
+// layer by layer with their whiteouts, as a container runtime does; owners
+// are kept when run as root.
+func UnpackImage(archive, dir string) (*ImageConfig, error) {
+	img, err := ReadImage(archive)
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range img.Layers {
+		if err := applyLayer(l, dir); err != nil {
+			return nil, fmt.Errorf("%s: layer %d: %w", archive, i, err)
 		}
 	}
-	return &cfg, nil
+	return &img.Config, nil
 }
 
 func readLayout(archive string) (map[string][]byte, error) {
@@ -115,7 +135,7 @@ func readLayout(archive string) (map[string][]byte, error) {
 // applyLayer extracts one gzip'd layer over dir: ".wh.<name>" removes
 // name, ".wh..wh..opq" empties its directory.
 func applyLayer(layer []byte, dir string) error {
-	zr, err := gzip.NewReader(strings.NewReader(string(layer)))
+	zr, err := gzip.NewReader(bytes.NewReader(layer))
 	if err != nil {
 		return err
 	}
@@ -234,19 +254,11 @@ func ImageArchives() (map[string]string, error) {
 	}
 	refs := map[string]string{}
 	for _, p := range paths {
-		blobs, err := readLayout(p)
+		img, err := ReadImage(p)
 		if err != nil {
 			return nil, err
 		}
-		var index struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.Unmarshal(blobs["index.json"], &index); err != nil || len(index.Manifests) != 1 {
-			return nil, fmt.Errorf("%s: index.json: %v", p, err)
-		}
-		refs[index.Manifests[0].Annotations["org.opencontainers.image.ref.name"]] = p
+		refs[img.Config.Ref] = p
 	}
 	return refs, nil
 }

@@ -7,7 +7,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -23,66 +22,22 @@ import (
 type image struct {
 	ref    string
 	digest string
-	config struct {
-		Config struct {
-			User       string   `json:"User"`
-			Entrypoint []string `json:"Entrypoint"`
-			Env        []string `json:"Env"`
-			WorkingDir string   `json:"WorkingDir"`
-		} `json:"config"`
-	}
-	files map[string]*tar.Header // every layer's entries, upper layers last
-	data  map[string][]byte      // regular files' contents
+	config framework.ImageConfig
+	files  map[string]*tar.Header // every layer's entries, upper layers last
+	data   map[string][]byte      // regular files' contents
 }
 
-// readArchive reads an OCI image archive (an image layout in a tar).
+// readArchive reads an OCI image archive and lists its layers' files.
 func readArchive(t *testing.T, path string) *image {
 	t.Helper()
-	f, err := os.Open(path)
+	read, err := framework.ReadImage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	blobs := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		blobs[h.Name] = b
-	}
-	var index struct {
-		Manifests []struct {
-			Digest      string            `json:"digest"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"manifests"`
-	}
-	if err := json.Unmarshal(blobs["index.json"], &index); err != nil || len(index.Manifests) != 1 {
-		t.Fatalf("%s: index.json: %v (%d manifests)", path, err, len(index.Manifests))
-	}
-	img := &image{ref: index.Manifests[0].Annotations["org.opencontainers.image.ref.name"], digest: index.Manifests[0].Digest,
+	img := &image{ref: read.Config.Ref, digest: read.Config.Digest, config: read.Config,
 		files: map[string]*tar.Header{}, data: map[string][]byte{}}
-	blob := func(digest string) []byte { return blobs["blobs/"+strings.Replace(digest, ":", "/", 1)] }
-	var manifest struct {
-		Config struct{ Digest string }   `json:"config"`
-		Layers []struct{ Digest string } `json:"layers"`
-	}
-	if err := json.Unmarshal(blob(img.digest), &manifest); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(blob(manifest.Config.Digest), &img.config); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range manifest.Layers {
-		zr, err := gzip.NewReader(bytes.NewReader(blob(l.Digest)))
+	for _, l := range read.Layers {
+		zr, err := gzip.NewReader(bytes.NewReader(l))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +96,7 @@ func TestImages(t *testing.T) {
 		img  *image
 		repo string
 	}{{manager, "captf"}, {runner, "captf-runner"}} {
-		c := tc.img.config.Config
+		c := tc.img.config
 		if !strings.HasSuffix(tc.img.ref, "/"+tc.repo+":"+version) {
 			t.Errorf("ref %s, want <registry>/%s:%s", tc.img.ref, tc.repo, version)
 		}
@@ -177,8 +132,8 @@ func TestImages(t *testing.T) {
 			t.Errorf("the runner image lacks %s", want)
 		}
 	}
-	if runner.config.Config.WorkingDir != "/workspace" {
-		t.Errorf("runner working directory %q", runner.config.Config.WorkingDir)
+	if runner.config.WorkingDir != "/workspace" {
+		t.Errorf("runner working directory %q", runner.config.WorkingDir)
 	}
 	// The binary inside prints the tag's version.
 	bin := filepath.Join(t.TempDir(), "captf")
