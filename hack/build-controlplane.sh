@@ -46,18 +46,27 @@ build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION
 build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
 unset MODULE TAGS
 
-# The Prometheus Operator's CRDs, to check manifests/prometheus against the
+# copy_crds NAME MODULE@VERSION FILE...: CRDs of a project we do not run
+# (or run a stand-in of), from its module in the Go module proxy, into bin/NAME.
+copy_crds() {
+  local name=$1 module=$2 dest=${BIN}/$1 dir
+  shift 2
+  [[ "$(cat "${dest}/.version" 2>/dev/null)" == "${module}" ]] && return
+  dir=$(cd "$(mktemp -d)" && go mod download -json "${module}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  mkdir -p "${dest}"
+  for f in "$@"; do cp "${dir}/${f}" "${dest}/"; done
+  chmod u+w "${dest}"/*.yaml
+  echo "${module}" > "${dest}/.version"
+  echo "${name}: copied from ${module}"
+}
+# The Prometheus Operator's, to check manifests/prometheus against the
 # schemas of ServiceMonitor and PrometheusRule.
-PROM_OPERATOR_VERSION=v0.85.0
-crds=${BIN}/prometheus-operator-crds
-if [[ "$(cat "${crds}/.version" 2>/dev/null)" != "${PROM_OPERATOR_VERSION}" ]]; then
-  dir=$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@${PROM_OPERATOR_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
-  mkdir -p "${crds}"
-  cp "${dir}"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml "${crds}/"
-  chmod u+w "${crds}"/*.yaml
-  echo "${PROM_OPERATOR_VERSION}" > "${crds}/.version"
-  echo "prometheus-operator CRDs ${PROM_OPERATOR_VERSION}: copied"
-fi
+copy_crds prometheus-operator-crds github.com/prometheus-operator/prometheus-operator@v0.85.0 \
+  example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml
+# cert-manager's Issuer and Certificate: the install tests' stand-in for
+# cert-manager (test/framework/certmanager.go) serves the real schemas.
+copy_crds cert-manager-crds github.com/cert-manager/cert-manager@v1.21.2 \
+  deploy/crds/cert-manager.io_{issuers,certificates}.yaml
 
 if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
   "${ROOT}/hack/build-tofu.sh"

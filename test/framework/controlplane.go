@@ -44,6 +44,11 @@ type Options struct {
 	Dir string
 	// ExtraAPIServerArgs are appended to kube-apiserver's flags.
 	ExtraAPIServerArgs []string
+	// PodNetwork gives the pods the executor runs from images a network of
+	// their own (see podNetwork), Services that forward to them, and the
+	// API server routes to Services' endpoints, as to pods of a cluster. It
+	// needs root and `ip`.
+	PodNetwork bool
 }
 
 // ControlPlane is a running etcd, kube-apiserver and kube-controller-manager.
@@ -60,6 +65,8 @@ type ControlPlane struct {
 	Captf   versioned.Interface
 	Dynamic dynamic.Interface
 
+	network   *podNetwork   // nil unless Options.PodNetwork
+	services  *serviceProxy // nil unless Options.PodNetwork
 	removeDir bool
 	stopOnce  sync.Once
 	procs     []*process // in start order
@@ -123,6 +130,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 	etcdPort, etcdPeerPort := ports[0], ports[1]
 	cp.APIServerPort = ports[2]
 
+	serviceRange := "10.0.0.0/24"
+	if opts.PodNetwork {
+		if cp.network, err = newPodNetwork(); err != nil {
+			return nil, err
+		}
+		serviceRange = cp.network.serviceRange()
+		opts.ExtraAPIServerArgs = append(opts.ExtraAPIServerArgs, "--enable-aggregator-routing=true")
+	}
 	files, err := cp.writePKI(pki)
 	if err != nil {
 		return nil, fmt.Errorf("making certificates: %w", err)
@@ -153,7 +168,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + files["sa.pub"],
 		"--service-account-signing-key-file=" + files["sa.key"],
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + serviceRange,
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--requestheader-client-ca-file=" + files["front-proxy-ca.crt"],
@@ -197,6 +212,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 	if err := cp.waitControllerManager(ctx); err != nil {
 		return nil, err
 	}
+	if cp.network != nil {
+		if cp.services, err = cp.startServiceProxy(context.Background()); err != nil {
+			return nil, err
+		}
+		cp.onStop(cp.services.Stop)
+	}
 	return cp, nil
 }
 
@@ -204,6 +225,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 // Node lifecycle and taint eviction stay off: no kubelet sends heartbeats here.
 var controllers = []string{
 	"job-controller",
+	"deployment-controller",
+	"replicaset-controller",
+	"endpointslice-controller",
 	"garbage-collector-controller",
 	"ttl-after-finished-controller",
 	"namespace-controller",
@@ -223,8 +247,12 @@ func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {
 	if err := os.WriteFile(files["ca.crt"], ca.CertPEM, 0o600); err != nil {
 		return nil, err
 	}
-	serving, err := ca.Issue("kube-apiserver", nil, []string{"127.0.0.1", "localhost", "10.0.0.1",
-		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
+	hosts := []string{"127.0.0.1", "localhost", "10.0.0.1",
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	if cp.network != nil {
+		hosts = append(hosts, cp.network.serviceIP)
+	}
+	serving, err := ca.Issue("kube-apiserver", nil, hosts)
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +438,9 @@ func (cp *ControlPlane) Stop() {
 		}
 		for i := len(cp.procs) - 1; i >= 0; i-- {
 			cp.procs[i].stop(10 * time.Second)
+		}
+		if cp.network != nil {
+			cp.network.Close()
 		}
 		if cp.removeDir {
 			os.RemoveAll(cp.Dir)
