@@ -147,6 +147,20 @@ func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
 	return decodeObjects(dir, bytes.NewReader(out))
 }
 
+// Kubectl runs the kubectl hack/build-controlplane.sh builds against the
+// plane, as its admin, and returns what it printed.
+func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
+	kubectl, err := BinPath("kubectl")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig=" + cp.KubeconfigFile}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
 // BinPath is a binary hack/build-controlplane.sh built: in $CAPTF_BIN_DIR,
 // else <repo>/bin.
 func BinPath(name string) (string, error) {

@@ -135,7 +135,7 @@ func (e *Executor) processContainer(ctx context.Context, proc *podProcess) (_ *c
 	// Mounts happen inside the process's private mount namespace: a shell
 	// binds each volume at its mountPath, then execs the command.
 	var script strings.Builder
-	script.WriteString("set -e\n")
+	script.WriteString(scriptStart(pod))
 	// created are the mount targets this pod uses that the executor made
 	// (for it or for another pod still running): a target goes when its last
 	// user finishes, never under a running pod.
@@ -253,7 +253,7 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 		}
 	}
 	var script strings.Builder
-	script.WriteString("set -e\n")
+	script.WriteString(scriptStart(pod))
 	fmt.Fprintf(&script, "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s\n", img.rootfs, upper, work, shellQuote(root))
 	bind := func(src, dst string, file bool) {
 		in := shellQuote(filepath.Join(root, dst))
@@ -289,6 +289,12 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 	return &container{script: script.String(), argv: argv, env: env, termFile: termFile}, nil
 }
 
+// scriptStart begins a container's script: the pod's hostname, in the
+// container's own UTS namespace, as a kubelet sets it.
+func scriptStart(pod *corev1.Pod) string {
+	return fmt.Sprintf("set -e\nhostname %s\n", shellQuote(strings.TrimRight(truncate(pod.Name, 63), "-.")))
+}
+
 // terminationFile is a fresh, empty file any user may write, bound at the
 // container's terminationMessagePath.
 func terminationFile(podDir string) (string, error) {
@@ -316,7 +322,7 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 	cmd := exec.Command("/bin/sh", append([]string{"-c", c.script, "sh"}, c.argv...)...)
 	cmd.Env = c.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		e.release(c.created)

@@ -1,0 +1,307 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// cert-manager's own Go modules for its controllers are not served by the
+// module proxy (only the API module is), so the tests run a stand-in: it
+// does for the objects CAPTF ships what cert-manager and its CA injector
+// do, with cert-manager's real CRDs (bin/cert-manager-crds).
+var (
+	certificatesGVR = schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "certificates"}
+	issuersGVR      = schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "issuers"}
+	crdsGVR         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// injectCAFrom is cert-manager's CA injector annotation: "namespace/certificate".
+const injectCAFrom = "cert-manager.io/inject-ca-from"
+
+// StartCertManager installs cert-manager's CRDs and runs, until the plane
+// stops, a stand-in that issues each Certificate of a selfSigned Issuer
+// into its Secret (tls.crt, tls.key, ca.crt for its dnsNames), marks it
+// Ready, and injects the CA of the Certificate named by
+// cert-manager.io/inject-ca-from into webhook configurations and CRDs.
+// Other issuers get Ready=False; renewal is not done.
+func (cp *ControlPlane) StartCertManager(ctx context.Context) error {
+	dir, err := BinPath("cert-manager-crds")
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("%s is missing: run hack/build-controlplane.sh (make test does)", dir)
+	}
+	if err := cp.InstallCRDs(ctx, dir); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for _, err := range []error{cp.issueCertificates(ctx), cp.injectCAs(ctx)} {
+				if err != nil && ctx.Err() == nil {
+					fmt.Fprintf(os.Stderr, "cert-manager stand-in: %v\n", err)
+				}
+			}
+		}, 300*time.Millisecond)
+	}()
+	cp.onStop(func() {
+		cancel()
+		<-done
+	})
+	return nil
+}
+
+func (cp *ControlPlane) issueCertificates(ctx context.Context) error {
+	certs, err := cp.Dynamic.Resource(certificatesGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, cert := range certs.Items {
+		if err := cp.issue(ctx, &cert); err != nil {
+			return fmt.Errorf("certificate %s/%s: %w", cert.GetNamespace(), cert.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// issue makes the Certificate's Secret unless it holds a certificate for
+// the Certificate's DNS names already.
+func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructured) error {
+	ns := cert.GetNamespace()
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	issuerKind, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "kind")
+	issuerName, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+	issuer, err := cp.Dynamic.Resource(issuersGVR).Namespace(ns).Get(ctx, issuerName, metav1.GetOptions{})
+	if issuerKind != "" && issuerKind != "Issuer" {
+		return cp.setCertificateReady(ctx, cert, false, "UnsupportedIssuer", "the test stand-in for cert-manager issues from namespaced selfSigned Issuers only")
+	}
+	if apierrors.IsNotFound(err) {
+		return cp.setCertificateReady(ctx, cert, false, "IssuerNotFound", fmt.Sprintf("Issuer %q does not exist", issuerName))
+	}
+	if err != nil {
+		return err
+	}
+	if _, ok, _ := unstructured.NestedMap(issuer.Object, "spec", "selfSigned"); !ok {
+		return cp.setCertificateReady(ctx, cert, false, "UnsupportedIssuer", "the test stand-in for cert-manager issues from selfSigned Issuers only")
+	}
+	secret, err := cp.Kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil && certificateFor(secret.Data[corev1.TLSCertKey], dnsNames) {
+		return cp.setCertificateReady(ctx, cert, true, "Ready", "Certificate is up to date and has not expired")
+	}
+	certPEM, keyPEM, err := selfSigned(dnsNames)
+	if err != nil {
+		return err
+	}
+	want := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns, Annotations: map[string]string{
+			"cert-manager.io/certificate-name": cert.GetName(), "cert-manager.io/issuer-name": issuerName,
+			"cert-manager.io/issuer-kind": "Issuer", "cert-manager.io/alt-names": strings.Join(dnsNames, ","),
+		}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": certPEM},
+	}
+	if secret == nil || apierrors.IsNotFound(err) {
+		_, err = cp.Kube.CoreV1().Secrets(ns).Create(ctx, want, metav1.CreateOptions{})
+	} else {
+		secret = secret.DeepCopy()
+		secret.Annotations, secret.Data = want.Annotations, want.Data
+		_, err = cp.Kube.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	return cp.setCertificateReady(ctx, cert, true, "Ready", "Certificate is up to date and has not expired")
+}
+
+// certificateFor says whether pemBytes is a certificate for exactly dnsNames.
+func certificateFor(pemBytes []byte, dnsNames []string) bool {
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		return false
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	return slices.Equal(slices.Sorted(slices.Values(c.DNSNames)), slices.Sorted(slices.Values(dnsNames)))
+}
+
+// selfSigned is what cert-manager's selfSigned issuer makes: a certificate
+// signed by its own key, which is also its ca.crt.
+func selfSigned(dnsNames []string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{}, DNSNames: dnsNames,
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(90 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+func (cp *ControlPlane) setCertificateReady(ctx context.Context, cert *unstructured.Unstructured, ready bool, reason, message string) error {
+	status := string(metav1.ConditionFalse)
+	if ready {
+		status = string(metav1.ConditionTrue)
+	}
+	conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == status && m["reason"] == reason {
+			return nil
+		}
+	}
+	cert = cert.DeepCopy()
+	_ = unstructured.SetNestedSlice(cert.Object, []any{map[string]any{
+		"type": "Ready", "status": status, "reason": reason, "message": message,
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339), "observedGeneration": cert.GetGeneration(),
+	}}, "status", "conditions")
+	_, err := cp.Dynamic.Resource(certificatesGVR).Namespace(cert.GetNamespace()).UpdateStatus(ctx, cert, metav1.UpdateOptions{})
+	return err
+}
+
+// injectCAs sets the caBundle of every webhook of a webhook configuration,
+// and the conversion webhook of a CRD, that asks for it.
+func (cp *ControlPlane) injectCAs(ctx context.Context) error {
+	vwcs, err := cp.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, vwc := range vwcs.Items {
+		ca, ok, err := cp.caFor(ctx, vwc.Annotations)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		changed := false
+		for i := range vwc.Webhooks {
+			if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, ca) {
+				vwc.Webhooks[i].ClientConfig.CABundle, changed = ca, true
+			}
+		}
+		if changed {
+			if _, err := cp.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, &vwc, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	mwcs, err := cp.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, mwc := range mwcs.Items {
+		ca, ok, err := cp.caFor(ctx, mwc.Annotations)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		changed := false
+		for i := range mwc.Webhooks {
+			if !bytes.Equal(mwc.Webhooks[i].ClientConfig.CABundle, ca) {
+				mwc.Webhooks[i].ClientConfig.CABundle, changed = ca, true
+			}
+		}
+		if changed {
+			if _, err := cp.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, &mwc, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	crds, err := cp.Dynamic.Resource(crdsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds.Items {
+		ca, ok, err := cp.caFor(ctx, crd.GetAnnotations())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		path := []string{"spec", "conversion", "webhook", "clientConfig", "caBundle"}
+		if strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); strategy != "Webhook" {
+			continue
+		}
+		if old, _, _ := unstructured.NestedString(crd.Object, path...); old == base64.StdEncoding.EncodeToString(ca) {
+			continue
+		}
+		_ = unstructured.SetNestedField(crd.Object, base64.StdEncoding.EncodeToString(ca), path...)
+		if _, err := cp.Dynamic.Resource(crdsGVR).Update(ctx, &crd, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// caFor is the ca.crt of the Certificate annotations name for injection;
+// false when they name none or it is not issued yet.
+func (cp *ControlPlane) caFor(ctx context.Context, annotations map[string]string) ([]byte, bool, error) {
+	ref, ok := annotations[injectCAFrom]
+	if !ok {
+		return nil, false, nil
+	}
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return nil, false, fmt.Errorf("%s %q is not namespace/name", injectCAFrom, ref)
+	}
+	cert, err := cp.Dynamic.Resource(certificatesGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	secret, err := cp.Kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	ca := secret.Data["ca.crt"]
+	return ca, len(ca) > 0, nil
+}

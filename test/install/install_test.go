@@ -1,0 +1,319 @@
+// Package install installs CAPTF as users do, `kubectl apply -k` of the
+// shipped manifests with the images `make images` built, on a plane whose
+// pods have their own network, and runs Cluster API's quickstart through
+// the manager running as a pod.
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
+)
+
+var plane *framework.ControlPlane
+
+func TestMain(m *testing.M) {
+	capi, err := framework.CAPICRDDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// CAPTF's CRDs come with the install.
+	framework.Main(m, framework.Options{PodNetwork: true, CRDDirs: []string{capi}}, &plane)
+}
+
+const managerSelector = "app.kubernetes.io/name=captf,app.kubernetes.io/component=manager"
+
+// TestKustomizeInstall: an overlay of manifests/default that pins the two
+// images (as a user pins a release) is applied with kubectl; the manager
+// pod comes up from its own manifest (the certificate cert-manager issued,
+// downward-API env, probes, leader election) and becomes Ready; the API
+// server calls the webhook through its Service; the quickstart's Cluster
+// and MachineDeployment become Ready with Jobs running OpenTofu from the
+// runner image, reaching the runner API through its Service. Deleting the
+// manager pod: the Deployment brings another, which takes over without
+// applying anything again.
+func TestKustomizeInstall(t *testing.T) {
+	ctx := context.Background()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, err := framework.ImageArchives()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var managerImage, runnerImage string
+	for ref := range images {
+		if strings.Contains(ref, "/captf-runner:") {
+			runnerImage = ref
+		} else {
+			managerImage = ref
+		}
+	}
+	version := managerImage[strings.LastIndex(managerImage, ":")+1:]
+	if err := plane.StartCertManager(ctx); err != nil {
+		t.Fatal(err)
+	}
+	capiMgr, err := plane.StartCAPI(ctx, "MachinePool=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The instances of the quickstart's modules: the one host directory
+	// every container sees, and the runner's user may write.
+	instances := t.TempDir()
+	if err := os.Chmod(instances, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	executor, err := plane.StartExecutor(ctx, framework.ExecutorOptions{Images: images, HostDirs: []string{instances}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	overlay := t.TempDir()
+	kustomization := fmt.Sprintf(`resources:
+- %s
+images:
+- {name: ghcr.io/captf/captf, newTag: %s}
+- {name: ghcr.io/captf/captf-runner, newTag: %s}
+`, filepath.Join(root, "manifests", "default"), version, version)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, err := plane.Kubectl(ctx, "apply", "--server-side", "-k", overlay); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("kubectl apply -k:\n%s", out)
+	}
+	first := waitManagerReady(t, executor, "")
+	t.Logf("manager pod %s Ready %s after kubectl apply", first.Name, time.Since(start).Round(time.Second))
+	if img := first.Spec.Containers[0].Image; img != managerImage {
+		t.Errorf("manager pod runs %s, want %s", img, managerImage)
+	}
+	if !strings.HasPrefix(first.Status.PodIP, "198.18.") {
+		t.Errorf("manager pod IP %q is not on the pod network", first.Status.PodIP)
+	}
+
+	// The API server reaches the webhook only through its Service (no URL
+	// in the configuration): a rejection with CAPTF's message proves it.
+	waitWebhookRejects(t)
+
+	if err := plane.ApplyQuickstart(ctx, root, instances); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.WaitQuickstartReady(ctx); err != nil {
+		t.Fatalf("%v\nmanager log:\n%s\ncapi log:\n%s", err, podLog(executor, first), capiMgr.Logs(30))
+	}
+	machines, err := plane.WaitQuickstartMachines(ctx, 2)
+	if err != nil {
+		t.Fatalf("%v\nmanager log:\n%s", err, podLog(executor, first))
+	}
+	t.Logf("quickstart Ready %s after kubectl apply: %v", time.Since(start).Round(time.Second), machines)
+
+	jobs := jobsByOperation(t)
+	if n := len(jobs["apply"]); n != 3 {
+		t.Errorf("%d apply Jobs, want 3 (the cluster and two machines): %v", n, jobs["apply"])
+	}
+	runnerPods, err := plane.Kube.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=apply"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range runnerPods.Items {
+		if img := p.Spec.Containers[0].Image; img != runnerImage {
+			t.Errorf("runner pod %s runs %s, want %s", p.Name, img, runnerImage)
+		}
+		if logs, _ := executor.Logs(p.Namespace, p.Name); !strings.Contains(logs, "OpenTofu has been successfully initialized") {
+			t.Errorf("runner pod %s did not run OpenTofu from the image:\n%s", p.Name, logs)
+		}
+	}
+	before := instanceFiles(t, instances)
+	if len(before) == 0 {
+		t.Fatal("no instance files")
+	}
+
+	// The pod goes; the Deployment makes another, which takes the lead.
+	if err := plane.Kube.CoreV1().Pods(first.Namespace).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := waitManagerReady(t, executor, first.Name)
+	t.Logf("replacement manager pod %s Ready", second.Name)
+	waitLeader(t, second.Name)
+	// The new leader has synced: every object stays Ready, no Job starts.
+	time.Sleep(15 * time.Second)
+	after := jobsByOperation(t)
+	for op, list := range after {
+		if !slices.Equal(list, jobs[op]) {
+			t.Errorf("%s Jobs after the manager pod's replacement: %v, before: %v", op, list, jobs[op])
+		}
+	}
+	if got := instanceFiles(t, instances); !mapsEqual(got, before) {
+		t.Errorf("instances changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
+	}
+	tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil || !ready(tc.Status.Conditions) {
+		t.Errorf("TerraformCluster after the replacement: %v %+v", err, tc)
+	}
+}
+
+// waitManagerReady waits for a Ready manager pod other than notName.
+func waitManagerReady(t *testing.T, executor *framework.Executor, notName string) *corev1.Pod {
+	t.Helper()
+	var found *corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := plane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{LabelSelector: managerSelector})
+		if err != nil {
+			return false, nil
+		}
+		last = ""
+		for i, p := range pods.Items {
+			last += fmt.Sprintf("%s phase=%s %v; ", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+			if p.Name != notName && p.DeletionTimestamp == nil && ready(podConditions(p)) {
+				found = &pods.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		msg := last
+		if pods, _ := plane.Kube.CoreV1().Pods("captf-system").List(context.Background(), metav1.ListOptions{LabelSelector: managerSelector}); pods != nil {
+			for i := range pods.Items {
+				msg += "\n" + podLog(executor, &pods.Items[i])
+			}
+		}
+		t.Fatalf("no Ready manager pod: %v\n%s", err, msg)
+	}
+	return found
+}
+
+func podConditions(p corev1.Pod) []metav1.Condition {
+	var out []metav1.Condition
+	for _, c := range p.Status.Conditions {
+		out = append(out, metav1.Condition{Type: string(c.Type), Status: metav1.ConditionStatus(c.Status)})
+	}
+	return out
+}
+
+func ready(conds []metav1.Condition) bool {
+	for _, c := range conds {
+		if c.Type == "Ready" {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podLog(executor *framework.Executor, p *corev1.Pod) string {
+	logs, err := executor.Logs(p.Namespace, p.Name)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	return strings.Join(lines[max(0, len(lines)-40):], "\n")
+}
+
+// waitWebhookRejects waits until CAPTF's webhook refuses a TerraformCluster
+// whose module has a version (the CRD's schema lets it through).
+func waitWebhookRejects(t *testing.T) {
+	t.Helper()
+	bad := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "versioned", Namespace: "default"},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "./m", Version: "1.2.0"}}}}
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = plane.Captf.InfrastructureV1alpha1().TerraformClusters("default").Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "spec.module.version"), nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook never refused a TerraformCluster with a module version (last: %v)", last)
+	}
+	if !strings.Contains(last.Error(), "admission webhook") || !strings.Contains(last.Error(), "pin the module in the source") {
+		t.Errorf("refused, but not by the webhook: %v", last)
+	}
+	t.Logf("webhook through its Service: %v", last)
+}
+
+// jobsByOperation lists the quickstart's Jobs' names by operation.
+func jobsByOperation(t *testing.T) map[string][]string {
+	t.Helper()
+	jobs, err := plane.Kube.BatchV1().Jobs("demo").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, j := range jobs.Items {
+		op := j.Labels[names.LabelOperation]
+		out[op] = append(out[op], j.Name)
+	}
+	for op := range out {
+		slices.Sort(out[op])
+	}
+	return out
+}
+
+// instanceFiles maps each instance file to its content and modification time.
+func instanceFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		out[e.Name()] = fmt.Sprintf("%q@%s", b, info.ModTime().Format(time.RFC3339Nano))
+	}
+	return out
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// waitLeader waits until pod holds the manager's leader-election Lease.
+func waitLeader(t *testing.T, pod string) {
+	t.Helper()
+	var holder string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		leases, err := plane.Kube.CoordinationV1().Leases("captf-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, l := range leases.Items {
+			if l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, pod+"_") {
+				holder = *l.Spec.HolderIdentity
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s never held the leader Lease (last holder %q)", pod, holder)
+	}
+}
