@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -58,12 +59,13 @@ func (cp *ControlPlane) StartCertManager(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		last := ""
 		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for _, err := range []error{cp.issueCertificates(ctx), cp.injectCAs(ctx)} {
-				if err != nil && ctx.Err() == nil {
-					fmt.Fprintf(os.Stderr, "cert-manager stand-in: %v\n", err)
-				}
+			err := errors.Join(cp.issueCertificates(ctx), cp.injectCAs(ctx))
+			if err != nil && ctx.Err() == nil && err.Error() != last {
+				fmt.Fprintf(os.Stderr, "cert-manager stand-in: %v\n", err)
 			}
+			last = fmt.Sprint(err)
 		}, 300*time.Millisecond)
 	}()
 	cp.onStop(func() {
@@ -111,7 +113,8 @@ func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructur
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err == nil && certificateFor(secret.Data[corev1.TLSCertKey], dnsNames) {
+	exists := err == nil
+	if exists && certificateFor(secret.Data[corev1.TLSCertKey], dnsNames) {
 		return cp.setCertificateReady(ctx, cert, true, "Ready", "Certificate is up to date and has not expired")
 	}
 	certPEM, keyPEM, err := selfSigned(dnsNames)
@@ -126,7 +129,7 @@ func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructur
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": certPEM},
 	}
-	if secret == nil || apierrors.IsNotFound(err) {
+	if !exists {
 		_, err = cp.Kube.CoreV1().Secrets(ns).Create(ctx, want, metav1.CreateOptions{})
 	} else {
 		secret = secret.DeepCopy()

@@ -69,6 +69,8 @@ type Executor struct {
 	finished map[types.UID]bool // never run or rewrite these again, whatever a stale cache says
 	mounts   map[string]int     // host paths the executor created, by users
 	images   map[string]*unpackedImage
+	// sandboxes are the pods' network namespaces, by pod.
+	sandboxes map[types.UID]*podSandbox
 }
 
 // unpackedImage is an image's root filesystem, unpacked once and shared
@@ -104,6 +106,8 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 		finished: map[types.UID]bool{},
 		mounts:   map[string]int{},
 		images:   map[string]*unpackedImage{},
+
+		sandboxes: map[types.UID]*podSandbox{},
 	}
 	enqueue := func(obj any) {
 		if name, err := cache.DeletionHandlingObjectToName(obj); err == nil {

@@ -64,18 +64,18 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	_, fromImage := e.opts.Images[pod.Spec.Containers[0].Image]
 	if fromImage && e.cp.network != nil && !pod.Spec.HostNetwork {
 		var err error
-		if proc.sandbox, err = e.cp.network.attach(string(pod.UID)); err != nil {
+		if proc.sandbox, err = e.sandbox(pod); err != nil {
 			return err // retried, as a kubelet retries a failed sandbox
 		}
 	}
 	volumes, err := e.materialiseVolumes(ctx, pod, proc.podIP(), filepath.Join(proc.dir, "volumes"))
 	if err != nil {
-		e.teardown(proc)
 		if restarts(pod, 1) {
 			// A kubelet waits for a missing Secret (say, a certificate
 			// cert-manager has not issued yet): so does the executor.
 			return e.waiting(ctx, pod, proc, "ContainerCreating", err.Error(), err)
 		}
+		e.teardown(proc)
 		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
 	}
 	proc.volumes = volumes
@@ -452,10 +452,33 @@ func (e *Executor) finishPod(ctx context.Context, proc *podProcess, started *met
 	}
 }
 
-func (e *Executor) teardown(proc *podProcess) {
-	if proc.sandbox != nil {
-		e.cp.network.detach(proc.sandbox)
+// sandbox is the pod's network namespace, made once per pod: it outlives
+// failed attempts to start the pod and its container's restarts.
+func (e *Executor) sandbox(pod *corev1.Pod) (*podSandbox, error) {
+	e.mu.Lock()
+	sb := e.sandboxes[pod.UID]
+	e.mu.Unlock()
+	if sb != nil {
+		return sb, nil
 	}
+	sb, err := e.cp.network.attach(string(pod.UID))
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.sandboxes[pod.UID] = sb
+	e.mu.Unlock()
+	return sb, nil
+}
+
+func (e *Executor) teardown(proc *podProcess) {
+	if proc.sandbox == nil {
+		return
+	}
+	e.mu.Lock()
+	delete(e.sandboxes, proc.pod.UID)
+	e.mu.Unlock()
+	e.cp.network.detach(proc.sandbox)
 }
 
 // terminate stops the pod's container as a kubelet does when its pod is

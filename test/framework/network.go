@@ -111,6 +111,7 @@ type podSandbox struct {
 	IP    string
 	NetNS string // path of the namespace, for nsenter --net
 	name  string
+	veth  string // the host's end
 	host  int
 }
 
@@ -128,13 +129,13 @@ func (n *podNetwork) attach(uid string) (*podSandbox, error) {
 	}
 	n.used[host] = true
 	n.mu.Unlock()
-	sb := &podSandbox{IP: fmt.Sprintf("198.18.%d.%d", n.index, host), name: n.namespacePrefix() + uid[:8], host: host}
+	sb := &podSandbox{IP: fmt.Sprintf("198.18.%d.%d", n.index, host), name: n.namespacePrefix() + uid[:8], host: host,
+		veth: fmt.Sprintf("cv%d-%s", n.index, uid[:8])}
 	sb.NetNS = filepath.Join("/run/netns", sb.name)
-	veth := fmt.Sprintf("cv%d-%s", n.index, uid[:8])
 	err := ipCommands([][]string{
 		{"netns", "add", sb.name},
-		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", sb.name},
-		{"link", "set", veth, "master", n.bridge, "up"},
+		{"link", "add", sb.veth, "type", "veth", "peer", "name", "eth0", "netns", sb.name},
+		{"link", "set", sb.veth, "master", n.bridge, "up"},
 		{"-n", sb.name, "addr", "add", sb.IP + "/24", "dev", "eth0"},
 		{"-n", sb.name, "link", "set", "lo", "up"},
 		{"-n", sb.name, "link", "set", "eth0", "up"},
@@ -147,8 +148,10 @@ func (n *podNetwork) attach(uid string) (*podSandbox, error) {
 	return sb, nil
 }
 
-// detach removes the namespace (and the veth pair with it).
+// detach removes the veth pair and the namespace (the kernel would remove
+// the pair with the namespace, but later).
 func (n *podNetwork) detach(sb *podSandbox) {
+	_ = exec.Command("ip", "link", "del", sb.veth).Run()
 	_ = exec.Command("ip", "netns", "del", sb.name).Run()
 	n.mu.Lock()
 	delete(n.used, sb.host)

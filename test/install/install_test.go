@@ -7,6 +7,7 @@ package install
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,10 +16,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/test/framework"
 )
@@ -37,6 +40,52 @@ func TestMain(m *testing.M) {
 
 const managerSelector = "app.kubernetes.io/name=captf,app.kubernetes.io/component=manager"
 
+// env is what both installs share: the images, and the plane's
+// cert-manager, Cluster API and executor.
+type env struct {
+	root, instances           string
+	managerImage, runnerImage string
+	executor                  *framework.Executor
+	capi                      *framework.CAPIManager
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{}
+	var err error
+	if e.root, err = framework.RepoRoot(); err != nil {
+		t.Fatal(err)
+	}
+	images, err := framework.ImageArchives()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref := range images {
+		if strings.Contains(ref, "/captf-runner:") {
+			e.runnerImage = ref
+		} else {
+			e.managerImage = ref
+		}
+	}
+	if err := plane.StartCertManager(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.capi, err = plane.StartCAPI(ctx, "MachinePool=true"); err != nil {
+		t.Fatal(err)
+	}
+	// The instances of the quickstart's modules: the one host directory
+	// every container sees, and the runner's user may write.
+	e.instances = t.TempDir()
+	if err := os.Chmod(e.instances, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if e.executor, err = plane.StartExecutor(ctx, framework.ExecutorOptions{Images: images, HostDirs: []string{e.instances}}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // TestKustomizeInstall: an overlay of manifests/default that pins the two
 // images (as a user pins a release) is applied with kubectl; the manager
 // pod comes up from its own manifest (the certificate cert-manager issued,
@@ -45,64 +94,49 @@ const managerSelector = "app.kubernetes.io/name=captf,app.kubernetes.io/componen
 // and MachineDeployment become Ready with Jobs running OpenTofu from the
 // runner image, reaching the runner API through its Service. Deleting the
 // manager pod: the Deployment brings another, which takes over without
-// applying anything again.
+// applying anything again. Deleting the Cluster destroys every instance;
+// `kubectl delete -k` then removes the install. The same with an overlay
+// that sets its own namespace and name prefix.
 func TestKustomizeInstall(t *testing.T) {
-	ctx := context.Background()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := framework.ImageArchives()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var managerImage, runnerImage string
-	for ref := range images {
-		if strings.Contains(ref, "/captf-runner:") {
-			runnerImage = ref
-		} else {
-			managerImage = ref
+	e := setup(t)
+	for _, tc := range []struct {
+		name, namespace, overlay string
+		replacePod               bool
+	}{
+		{name: "default", namespace: "captf-system", replacePod: true},
+		{name: "overlay", namespace: "tenant-x", overlay: "namespace: tenant-x\nnamePrefix: acme-\n"},
+	} {
+		if !t.Run(tc.name, func(t *testing.T) { e.install(t, tc.namespace, tc.overlay, tc.replacePod) }) {
+			return // the next install would meet this one's leftovers
 		}
 	}
-	version := managerImage[strings.LastIndex(managerImage, ":")+1:]
-	if err := plane.StartCertManager(ctx); err != nil {
-		t.Fatal(err)
-	}
-	capiMgr, err := plane.StartCAPI(ctx, "MachinePool=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The instances of the quickstart's modules: the one host directory
-	// every container sees, and the runner's user may write.
-	instances := t.TempDir()
-	if err := os.Chmod(instances, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	executor, err := plane.StartExecutor(ctx, framework.ExecutorOptions{Images: images, HostDirs: []string{instances}})
-	if err != nil {
-		t.Fatal(err)
-	}
+}
 
+func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bool) {
+	ctx := context.Background()
 	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, filepath.Join(e.root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := e.managerImage[strings.LastIndex(e.managerImage, ":")+1:]
 	kustomization := fmt.Sprintf(`resources:
 - %s
 images:
 - {name: ghcr.io/captf/captf, newTag: %s}
 - {name: ghcr.io/captf/captf-runner, newTag: %s}
-`, filepath.Join(root, "manifests", "default"), version, version)
+%s`, base, version, version, overlayText)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if out, err := plane.Kubectl(ctx, "apply", "--server-side", "-k", overlay); err != nil {
+	if _, err := plane.Kubectl(ctx, "apply", "--server-side", "-k", overlay); err != nil {
 		t.Fatal(err)
-	} else {
-		t.Logf("kubectl apply -k:\n%s", out)
 	}
-	first := waitManagerReady(t, executor, "")
-	t.Logf("manager pod %s Ready %s after kubectl apply", first.Name, time.Since(start).Round(time.Second))
-	if img := first.Spec.Containers[0].Image; img != managerImage {
-		t.Errorf("manager pod runs %s, want %s", img, managerImage)
+	first := e.waitManagerReady(t, namespace, "")
+	t.Logf("manager pod %s/%s Ready %s after kubectl apply", namespace, first.Name, time.Since(start).Round(time.Second))
+	if img := first.Spec.Containers[0].Image; img != e.managerImage {
+		t.Errorf("manager pod runs %s, want %s", img, e.managerImage)
 	}
 	if !strings.HasPrefix(first.Status.PodIP, "198.18.") {
 		t.Errorf("manager pod IP %q is not on the pod network", first.Status.PodIP)
@@ -112,15 +146,15 @@ images:
 	// in the configuration): a rejection with CAPTF's message proves it.
 	waitWebhookRejects(t)
 
-	if err := plane.ApplyQuickstart(ctx, root, instances); err != nil {
+	if err := plane.ApplyQuickstart(ctx, e.root, e.instances); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plane.WaitQuickstartReady(ctx); err != nil {
-		t.Fatalf("%v\nmanager log:\n%s\ncapi log:\n%s", err, podLog(executor, first), capiMgr.Logs(30))
+		t.Fatalf("%v\nmanager log:\n%s\ncapi log:\n%s", err, podLog(e.executor, first), e.capi.Logs(30))
 	}
 	machines, err := plane.WaitQuickstartMachines(ctx, 2)
 	if err != nil {
-		t.Fatalf("%v\nmanager log:\n%s", err, podLog(executor, first))
+		t.Fatalf("%v\nmanager log:\n%s", err, podLog(e.executor, first))
 	}
 	t.Logf("quickstart Ready %s after kubectl apply: %v", time.Since(start).Round(time.Second), machines)
 
@@ -133,49 +167,78 @@ images:
 		t.Fatal(err)
 	}
 	for _, p := range runnerPods.Items {
-		if img := p.Spec.Containers[0].Image; img != runnerImage {
-			t.Errorf("runner pod %s runs %s, want %s", p.Name, img, runnerImage)
+		if img := p.Spec.Containers[0].Image; img != e.runnerImage {
+			t.Errorf("runner pod %s runs %s, want %s", p.Name, img, e.runnerImage)
 		}
-		if logs, _ := executor.Logs(p.Namespace, p.Name); !strings.Contains(logs, "OpenTofu has been successfully initialized") {
+		if logs, _ := e.executor.Logs(p.Namespace, p.Name); !strings.Contains(logs, "OpenTofu has been successfully initialized") {
 			t.Errorf("runner pod %s did not run OpenTofu from the image:\n%s", p.Name, logs)
 		}
 	}
-	before := instanceFiles(t, instances)
+	before := instanceFiles(t, e.instances)
 	if len(before) == 0 {
 		t.Fatal("no instance files")
 	}
 
-	// The pod goes; the Deployment makes another, which takes the lead.
-	if err := plane.Kube.CoreV1().Pods(first.Namespace).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	second := waitManagerReady(t, executor, first.Name)
-	t.Logf("replacement manager pod %s Ready", second.Name)
-	waitLeader(t, second.Name)
-	// The new leader has synced: every object stays Ready, no Job starts.
-	time.Sleep(15 * time.Second)
-	after := jobsByOperation(t)
-	for op, list := range after {
-		if !slices.Equal(list, jobs[op]) {
-			t.Errorf("%s Jobs after the manager pod's replacement: %v, before: %v", op, list, jobs[op])
+	if replacePod {
+		// The pod goes; the Deployment makes another, which takes the lead.
+		if err := plane.Kube.CoreV1().Pods(namespace).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		second := e.waitManagerReady(t, namespace, first.Name)
+		waitLeader(t, namespace, second.Name)
+		t.Logf("replacement manager pod %s Ready and leading", second.Name)
+		// The new leader has synced: every object stays Ready, no Job starts.
+		time.Sleep(15 * time.Second)
+		for op, list := range jobsByOperation(t) {
+			if !slices.Equal(list, jobs[op]) {
+				t.Errorf("%s Jobs after the manager pod's replacement: %v, before: %v", op, list, jobs[op])
+			}
+		}
+		if got := instanceFiles(t, e.instances); !maps.Equal(got, before) {
+			t.Errorf("instances changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
+		}
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil || !ready(tc.Status.Conditions) {
+			t.Errorf("TerraformCluster after the replacement: %v %+v", err, tc)
 		}
 	}
-	if got := instanceFiles(t, instances); !mapsEqual(got, before) {
-		t.Errorf("instances changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
+
+	// Deleting the Cluster destroys its machines and itself (runner-image
+	// destroy Jobs); then the demo namespace and the install go.
+	if err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
-	if err != nil || !ready(tc.Status.Conditions) {
-		t.Errorf("TerraformCluster after the replacement: %v %+v", err, tc)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("the quickstart's TerraformCluster was not deleted: %v", err)
+	}
+	if left := instanceFiles(t, e.instances); len(left) > 0 {
+		t.Errorf("instances left after the Cluster's deletion: %v", left)
+	}
+	if err := plane.Kube.CoreV1().Namespaces().Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := plane.Kube.CoreV1().Namespaces().Get(ctx, "demo", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		ns, _ := plane.Kube.CoreV1().Namespaces().Get(ctx, "demo", metav1.GetOptions{})
+		t.Fatalf("namespace demo was not deleted: %v\n%+v", err, ns.Status)
+	}
+	if _, err := plane.Kubectl(ctx, "delete", "-k", overlay, "--wait", "--timeout=2m"); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // waitManagerReady waits for a Ready manager pod other than notName.
-func waitManagerReady(t *testing.T, executor *framework.Executor, notName string) *corev1.Pod {
+func (e *env) waitManagerReady(t *testing.T, namespace, notName string) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := plane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{LabelSelector: managerSelector})
+		pods, err := plane.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: managerSelector})
 		if err != nil {
 			return false, nil
 		}
@@ -191,9 +254,9 @@ func waitManagerReady(t *testing.T, executor *framework.Executor, notName string
 	})
 	if err != nil {
 		msg := last
-		if pods, _ := plane.Kube.CoreV1().Pods("captf-system").List(context.Background(), metav1.ListOptions{LabelSelector: managerSelector}); pods != nil {
+		if pods, _ := plane.Kube.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: managerSelector}); pods != nil {
 			for i := range pods.Items {
-				msg += "\n" + podLog(executor, &pods.Items[i])
+				msg += "\n" + podLog(e.executor, &pods.Items[i])
 			}
 		}
 		t.Fatalf("no Ready manager pod: %v\n%s", err, msg)
@@ -284,24 +347,12 @@ func instanceFiles(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // waitLeader waits until pod holds the manager's leader-election Lease.
-func waitLeader(t *testing.T, pod string) {
+func waitLeader(t *testing.T, namespace, pod string) {
 	t.Helper()
 	var holder string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		leases, err := plane.Kube.CoordinationV1().Leases("captf-system").List(ctx, metav1.ListOptions{})
+		leases, err := plane.Kube.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
