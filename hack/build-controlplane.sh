@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test control plane (etcd, kube-apiserver, kube-controller-manager,
 # and kubectl for the kustomize bases), and Prometheus and promtool for the
-# alert tests, from the Go module proxy into bin/, and tofu when no terraform
-# is on PATH.
+# alert tests, from the Go module proxy into bin/, copies the CRDs of
+# projects the tests stand in for, builds tofu when no terraform is on PATH,
+# and installs iproute2 when `ip` is missing.
 # A binary is rebuilt only when its recorded version differs from the wanted one.
 set -euo pipefail
 
@@ -70,4 +71,10 @@ copy_crds cert-manager-crds github.com/cert-manager/cert-manager@v1.21.2 \
 
 if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
   "${ROOT}/hack/build-tofu.sh"
+fi
+
+# The install tests give pods network namespaces with ip (iproute2).
+if ! command -v ip >/dev/null; then
+  (apt-get install -y iproute2 >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y iproute2 >/dev/null; })
+  echo "iproute2: installed"
 fi

@@ -226,6 +226,9 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 	if err != nil {
 		return nil, &configError{"CreateContainerConfigError", err.Error()}
 	}
+	if uid == 0 && runAsNonRoot(pod, c) {
+		return nil, &configError{"CreateContainerConfigError", "container has runAsNonRoot and image will run as root"}
+	}
 	// Volumes belong to the container's user, as a kubelet makes a pod's
 	// token its user's and secrets its fsGroup's: a non-root container can
 	// read them.
@@ -588,6 +591,13 @@ func containerUser(pod *corev1.Pod, c corev1.Container, imageUser string) (int64
 		}
 	}
 	return uid, gid, nil
+}
+
+func runAsNonRoot(pod *corev1.Pod, c corev1.Container) bool {
+	if c.SecurityContext != nil && c.SecurityContext.RunAsNonRoot != nil {
+		return *c.SecurityContext.RunAsNonRoot
+	}
+	return podSC(pod).RunAsNonRoot != nil && *podSC(pod).RunAsNonRoot
 }
 
 func podSC(pod *corev1.Pod) *corev1.PodSecurityContext {

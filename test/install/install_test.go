@@ -130,7 +130,7 @@ images:
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := plane.Kubectl(ctx, "apply", "--server-side", "-k", overlay); err != nil {
+	if _, err := plane.Kubectl(ctx, "apply", "-k", overlay); err != nil {
 		t.Fatal(err)
 	}
 	first := e.waitManagerReady(t, namespace, "")

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/captf/captf/test/framework"
@@ -387,4 +388,91 @@ echo -n done > /dev/termination-log`
 	if string(mountsBefore) != string(mountsAfter) {
 		t.Errorf("the host's mounts changed:\nbefore %s\nafter %s", mountsBefore, mountsAfter)
 	}
+}
+
+// TestExecutorRestartsAndProbes: a pod of a known image that is no Job's
+// is taken too; its container, which fails once, is restarted after the
+// back-off (restartPolicy Always) with its emptyDir kept, reports the
+// failed run as its last state, and turns Ready only when its readiness
+// probe passes; deleting the pod stops it and the pod goes.
+func TestExecutorRestartsAndProbes(t *testing.T) {
+	startExecutor(t)
+	ctx := context.Background()
+	runner, err := framework.RunnerImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	// The first run fails; the second serves /data over HTTP after a
+	// moment (the probe must not see it Ready before).
+	script := fmt.Sprintf(`n=$(($(cat /data/runs 2>/dev/null || echo 0) + 1)); echo $n > /data/runs
+[ $n -ge 2 ] || exit 3
+sleep 2; echo ok > /data/index.html; exec busybox httpd -f -p %d -h /data`, ports[0])
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyAlways,
+			TerminationGracePeriodSeconds: ptr(int64(5)),
+			Containers: []corev1.Container{{
+				Name: "server", Image: runner, Command: []string{"sh", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: "/index.html", Port: intstr.FromInt(ports[0])}}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	if _, err := plane.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	sawRunningUnready := false
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if got, err = plane.Kube.CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{}); err != nil || len(got.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		cs := got.Status.ContainerStatuses[0]
+		if cs.RestartCount == 1 && cs.State.Running != nil && !cs.Ready {
+			sawRunningUnready = true
+		}
+		return cs.Ready, nil
+	})
+	if err != nil {
+		t.Fatalf("the pod never became Ready: %v\n%+v", err, got.Status)
+	}
+	cs := got.Status.ContainerStatuses[0]
+	if cs.RestartCount != 1 {
+		t.Errorf("restartCount %d, want 1", cs.RestartCount)
+	}
+	if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 3 {
+		t.Errorf("last state %+v, want the run that exited 3", cs.LastTerminationState)
+	}
+	if !sawRunningUnready {
+		t.Error("the restarted container was never seen running but not ready: Ready did not wait for the probe")
+	}
+	if !podReady(got) {
+		t.Errorf("pod conditions %+v, want Ready", got.Status.Conditions)
+	}
+	if err := plane.Kube.CoreV1().Pods(ns).Delete(ctx, "server", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := plane.Kube.CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the deleted pod stayed: %v", err)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
