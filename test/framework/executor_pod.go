@@ -49,14 +49,14 @@ func (e *Executor) materialiseVolumes(ctx context.Context, pod *corev1.Pod, podI
 				case s.DownwardAPI != nil:
 					err = writeDownwardAPI(pod, podIP, vdir, s.DownwardAPI.Items)
 				default:
-					err = fmt.Errorf("projected volume %q: unsupported source", v.Name)
+					err = &configError{"CreateContainerConfigError", fmt.Sprintf("projected volume %q: unsupported source", v.Name)}
 				}
 				if err != nil {
 					break
 				}
 			}
 		default:
-			err = fmt.Errorf("volume %q: the local executor supports emptyDir, hostPath, secret, configMap, downwardAPI and projected volumes", v.Name)
+			err = &configError{"CreateContainerConfigError", fmt.Sprintf("volume %q: the local executor supports emptyDir, hostPath, secret, configMap, downwardAPI and projected volumes", v.Name)}
 		}
 		if err != nil {
 			return nil, err
@@ -117,7 +117,7 @@ func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath, mod
 func writeDownwardAPI(pod *corev1.Pod, podIP, dir string, items []corev1.DownwardAPIVolumeFile) error {
 	for _, it := range items {
 		if it.FieldRef == nil {
-			return fmt.Errorf("downwardAPI %q: only fieldRef is supported", it.Path)
+			return &configError{"CreateContainerConfigError", fmt.Sprintf("downwardAPI %q: only fieldRef is supported", it.Path)}
 		}
 		v, err := fieldValue(pod, podIP, it.FieldRef.FieldPath)
 		if err != nil {
@@ -283,7 +283,7 @@ func fieldValue(pod *corev1.Pod, podIP, path string) (string, error) {
 			return m[strings.TrimSuffix(strings.TrimPrefix(path, prefix+"['"), "']")], nil
 		}
 	}
-	return "", fmt.Errorf("fieldRef %q is not supported by the local executor", path)
+	return "", &configError{"CreateContainerConfigError", fmt.Sprintf("fieldRef %q is not supported by the local executor", path)}
 }
 
 // expand replaces $(VAR) references as the kubelet does; $$ escapes.

@@ -69,14 +69,16 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	volumes, err := e.materialiseVolumes(ctx, pod, proc.podIP(), filepath.Join(proc.dir, "volumes"))
-	if err != nil {
-		if restarts(pod, 1) {
-			// A kubelet waits for a missing Secret (say, a certificate
-			// cert-manager has not issued yet): so does the executor.
-			return e.waiting(ctx, pod, proc, "ContainerCreating", err.Error(), err)
-		}
+	var cfgErr *configError
+	if errors.As(err, &cfgErr) {
 		e.teardown(proc)
-		return e.finish(ctx, pod, nil, 1, "CreateContainerConfigError", err.Error())
+		return e.finish(ctx, pod, nil, 1, cfgErr.reason, cfgErr.message)
+	}
+	if err != nil {
+		// A kubelet waits for a volume's Secret or ConfigMap that is not
+		// there yet (a certificate cert-manager has not issued, the
+		// kube-root-ca.crt of a namespace just made): so does the executor.
+		return e.waiting(ctx, pod, proc, "ContainerCreating", err.Error(), err)
 	}
 	proc.volumes = volumes
 	e.mu.Lock()
