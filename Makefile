@@ -15,13 +15,17 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, Prometheus, promtool and CAPI's core manager into bin/ (skipped when up to date)
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, Prometheus, promtool, CAPI's core manager (and its image) and clusterctl into bin/ (skipped when up to date)
 	./hack/build-controlplane.sh
 	./hack/build-capi.sh
 
 .PHONY: images
 images: ## Build the manager and runner images as OCI archives in bin/images (no container engine; tofu built from source, git and busybox from Debian's packages)
 	./hack/build-images.sh
+
+.PHONY: release
+release: ## Write the clusterctl provider files of this version (metadata, components, cluster templates, release notes) into out/infrastructure-terraform/<version>, a clusterctl local repository
+	./hack/release.sh
 
 .PHONY: local-up
 local-up: controlplane ## Run the local management plane with the CRDs installed

@@ -130,19 +130,11 @@ func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
 	return decodeObjects(path, f)
 }
 
-// Kustomize builds a kustomization with the kubectl that
-// hack/build-controlplane.sh builds, as users run `kubectl apply -k`.
+// Kustomize builds a kustomization and decodes its objects.
 func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
-	kubectl, err := BinPath("kubectl")
+	out, err := kustomizeText(dir)
 	if err != nil {
 		return nil, err
-	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", dir)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, stderr.String())
 	}
 	return decodeObjects(dir, bytes.NewReader(out))
 }
