@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -485,7 +486,8 @@ func (m *manager) serveProbes(ctx context.Context, health *leaderelection.Health
 }
 
 // serveMetrics serves /metrics on every replica: over TLS to callers the
-// API server lets get it, unless --metrics-secure=false.
+// API server lets get it, unless --metrics-secure=false. The secure server
+// also serves /debug/pprof/ the same way.
 func (m *manager) serveMetrics(ctx context.Context, kube kubernetes.Interface) error {
 	o := m.options
 	if o.MetricsBindAddress == "0" {
@@ -498,7 +500,12 @@ func (m *manager) serveMetrics(ctx context.Context, kube kubernetes.Interface) e
 		mux.Handle("/metrics", h)
 		return serve(ctx, "metrics", o.MetricsBindAddress, mux)
 	}
-	mux.Handle("/metrics", (&metrics.Authorizer{Kube: kube}).Wrap(h))
+	authz := &metrics.Authorizer{Kube: kube}
+	mux.Handle("/metrics", authz.Wrap(h))
+	// Go's profiles, for callers the API server lets get /debug/pprof/...
+	// (not captf-metrics-reader): where the manager's memory and CPU go.
+	mux.Handle("/debug/pprof/", authz.Wrap(http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/profile", authz.Wrap(http.HandlerFunc(pprof.Profile)))
 	srv := webhook.NewServer(o.MetricsBindAddress, cmp.Or(o.MetricsCertDir, o.WebhookCertDir), o.MetricsCertName, o.MetricsKeyName, mux)
 	srv.Name = "metrics"
 	return srv.Start(ctx)

@@ -59,6 +59,21 @@ func TestPrometheusAlerts(t *testing.T) {
 	if code, body, err := m.Scrape(nobody); err != nil || code != http.StatusForbidden {
 		t.Errorf("a scrape by a user without get on /metrics: %d %v %s, want 403", code, err, body)
 	}
+	// Profiles need their own permission: a metrics reader has none.
+	reader, err := plane.MetricsReaderToken(ctx, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := m.GetMetricsPath("/debug/pprof/heap", reader); err != nil || code != http.StatusForbidden {
+		t.Errorf("a heap profile for a metrics reader: %d %v, want 403", code, err)
+	}
+	profiler, err := plane.ProfilerToken(ctx, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, err := m.GetMetricsPath("/debug/pprof/heap?debug=1", profiler); err != nil || code != http.StatusOK || !strings.Contains(body, "heap profile:") {
+		t.Errorf("a heap profile for a user who may get /debug/pprof/*: %d %v %.200s", code, err, body)
+	}
 
 	// Prometheus' own identity, bound by the shipped binding.
 	prometheusToken := shippedPrometheusIdentity(t)

@@ -45,10 +45,40 @@ func (cp *ControlPlane) Token(ctx context.Context, namespace, name string) (stri
 // Scrape gets the manager's /metrics over HTTPS, trusting its certificate's
 // CA, with token as the bearer token ("" sends none).
 func (m *Manager) Scrape(token string) (int, string, error) {
+	return m.GetMetricsPath("/metrics", token)
+}
+
+// Profiler is the ServiceAccount ProfilerToken lets get the manager's
+// /debug/pprof/ profiles.
+const Profiler = "profiler"
+
+// ProfilerToken returns a token of ServiceAccount Profiler in namespace,
+// bound to a ClusterRole that may get /debug/pprof/*.
+func (cp *ControlPlane) ProfilerToken(ctx context.Context, namespace string) (string, error) {
+	if _, err := cp.Kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Profiler}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "captf-profiler"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/debug/pprof/*"}, Verbs: []string{"get"}}}}
+	if _, err := cp.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "captf-profiler-" + namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-profiler"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: Profiler, Namespace: namespace}}}
+	if _, err := cp.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	return cp.Token(ctx, namespace, Profiler)
+}
+
+// GetMetricsPath gets path (with its query) from the manager's metrics
+// server over HTTPS, as Scrape does.
+func (m *Manager) GetMetricsPath(path, token string) (int, string, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(m.WebhookCert.CA.CertPEM)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	req, err := http.NewRequest(http.MethodGet, "https://"+m.MetricsAddr+"/metrics", nil)
+	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequest(http.MethodGet, "https://"+m.MetricsAddr+path, nil)
 	if err != nil {
 		return 0, "", err
 	}

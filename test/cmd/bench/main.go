@@ -13,7 +13,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -130,6 +132,10 @@ func run(n int, idle time.Duration, managerArgs []string) error {
 	}
 	allJobs := time.Since(start)
 	rss1, cpu1 := procStats(mgr.Pid())
+	heap, err := heapProfile(ctx, cp, mgr, binary, n)
+	if err != nil {
+		return err
+	}
 	settled := time.Now()
 	time.Sleep(idle)
 	rss2, cpu2 := procStats(mgr.Pid())
@@ -178,6 +184,7 @@ func run(n int, idle time.Duration, managerArgs []string) error {
 	if len(lat) > 0 {
 		fmt.Printf("create→Job latency over %d objects: p50 %s, p99 %s, max %s\n", len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
 	}
+	fmt.Printf("manager heap with every Job created (in use, top 12; %s):\n%s", heap.file, heap.top)
 	fmt.Printf("manager API writes until every Job existed: %d (%.2f per object)\n", busyWrites, float64(busyWrites)/float64(n))
 	for _, k := range sortedKeys(byResource) {
 		fmt.Printf("  %-40s %d\n", k, byResource[k])
@@ -187,6 +194,45 @@ func run(n int, idle time.Duration, managerArgs []string) error {
 		fmt.Printf("  %-40s %d\n", k, idleBy[k])
 	}
 	return nil
+}
+
+type profile struct{ file, top string }
+
+// heapProfile takes the manager's heap profile (after a GC) from
+// /debug/pprof/heap, keeps it in bin/bench/heap-<n>.pb.gz and returns the
+// top of its in-use space.
+func heapProfile(ctx context.Context, cp *framework.ControlPlane, mgr *framework.Manager, binary string, n int) (profile, error) {
+	token, err := cp.ProfilerToken(ctx, "captf-system")
+	if err != nil {
+		return profile{}, err
+	}
+	code, body, err := mgr.GetMetricsPath("/debug/pprof/heap?gc=1", token)
+	if err != nil || code != http.StatusOK {
+		return profile{}, fmt.Errorf("heap profile: %d %v", code, err)
+	}
+	dir, err := framework.BinPath("bench")
+	if err != nil {
+		return profile{}, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return profile{}, err
+	}
+	file := filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n))
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		return profile{}, err
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=12", "-sample_index=inuse_space", binary, file).Output()
+	if err != nil {
+		return profile{}, fmt.Errorf("go tool pprof: %w", err)
+	}
+	lines := strings.Split(string(out), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "flat") {
+			lines = lines[i:]
+			break
+		}
+	}
+	return profile{file: file, top: "  " + strings.Join(lines, "\n  ") + "\n"}, nil
 }
 
 type auditEvent struct {
