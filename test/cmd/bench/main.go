@@ -210,10 +210,7 @@ func heapProfile(ctx context.Context, cp *framework.ControlPlane, mgr *framework
 	if err != nil || code != http.StatusOK {
 		return profile{}, fmt.Errorf("heap profile: %d %v", code, err)
 	}
-	dir, err := framework.BinPath("bench")
-	if err != nil {
-		return profile{}, err
-	}
+	dir := filepath.Join(filepath.Dir(binary), "bench") // bin/bench
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return profile{}, err
 	}
