@@ -139,6 +139,81 @@ func ControlPlaneInitialized(cluster *unstructured.Unstructured) bool {
 	return ok
 }
 
+// cachedFields are the fields of Cluster API objects CAPTF reads, besides
+// their metadata: Trim keeps only these in the caches. A new read of
+// another field must be added here, or it reads nothing.
+var cachedFields = [][]string{
+	{"spec", "paused"},
+	{"spec", "infrastructureRef"},
+	{"spec", "clusterName"},
+	{"spec", "bootstrap", "dataSecretName"},
+	{"spec", "version"},
+	{"spec", "failureDomain"},
+	{"spec", "replicas"},
+	{"spec", "failureDomains"},
+	{"spec", "template", "spec", "infrastructureRef"},
+	{"spec", "template", "spec", "bootstrap", "dataSecretName"},
+	{"spec", "template", "spec", "version"},
+	{"status", "initialization", "infrastructureProvisioned"},
+	{"status", "initialization", "controlPlaneInitialized"},
+}
+
+// Trim is the informers' transform of Cluster API objects: their metadata
+// without managedFields and the cachedFields, nothing of the rest (a
+// Cluster's or Machine's conditions are most of it, and a fleet has
+// thousands).
+func Trim(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	u.SetManagedFields(nil)
+	trimmed := map[string]any{"apiVersion": u.Object["apiVersion"], "kind": u.Object["kind"], "metadata": u.Object["metadata"]}
+	for _, path := range cachedFields {
+		if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); found && err == nil {
+			if err := unstructured.SetNestedField(trimmed, v, path...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	u.Object = trimmed
+	return u, nil
+}
+
+// MachineVersion is a Machine's Kubernetes version.
+func MachineVersion(m *unstructured.Unstructured) string {
+	v, _, _ := unstructured.NestedString(m.Object, "spec", "version")
+	return v
+}
+
+// MachineFailureDomain is the failure domain a Machine is placed in.
+func MachineFailureDomain(m *unstructured.Unstructured) string {
+	fd, _, _ := unstructured.NestedString(m.Object, "spec", "failureDomain")
+	return fd
+}
+
+// PoolReplicas is a MachinePool's replicas, 1 (Cluster API's default)
+// when unset.
+func PoolReplicas(mp *unstructured.Unstructured) int64 {
+	replicas, found, _ := unstructured.NestedInt64(mp.Object, "spec", "replicas")
+	if !found {
+		return 1
+	}
+	return replicas
+}
+
+// PoolVersion is a MachinePool's Kubernetes version.
+func PoolVersion(mp *unstructured.Unstructured) string {
+	v, _, _ := unstructured.NestedString(mp.Object, "spec", "template", "spec", "version")
+	return v
+}
+
+// PoolFailureDomains are the failure domains a MachinePool spreads over.
+func PoolFailureDomains(mp *unstructured.Unstructured) []string {
+	domains, _, _ := unstructured.NestedStringSlice(mp.Object, "spec", "failureDomains")
+	return append([]string{}, domains...)
+}
+
 // IsControlPlane tells whether o (a Machine) is a control-plane machine.
 func IsControlPlane(o metav1.Object) bool {
 	_, ok := o.GetLabels()[ControlPlaneLabel]

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -394,7 +395,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
 	// never cached, so memory does not grow with state size.
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(trimManagedFields),
+		informers.WithTransform(trimJobSpecs),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
 	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter)}
 	// The metadata of state heads and durable inputs: what the checks
@@ -427,16 +428,16 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	return cc, config, start, nil
 }
 
-// trimmingDynamicFactory trims the managedFields of what its informers
-// cache, as the typed factories' WithTransform does: the dynamic factory has
-// no such option.
+// trimmingDynamicFactory trims what its informers of Cluster API objects
+// cache to what CAPTF reads (capi.Trim), as the typed factories'
+// WithTransform does: the dynamic factory has no such option.
 type trimmingDynamicFactory struct {
 	dynamicinformer.DynamicSharedInformerFactory
 }
 
 func (f trimmingDynamicFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
 	inf := f.DynamicSharedInformerFactory.ForResource(gvr)
-	if err := inf.Informer().SetTransform(trimManagedFields); err != nil {
+	if err := inf.Informer().SetTransform(capi.Trim); err != nil {
 		// Only a started informer refuses: it was asked for before, and
 		// got the transform then.
 		klog.Background().V(4).Info("Informer already started", "resource", gvr, "err", err)
@@ -549,6 +550,16 @@ func namespaceOrAll(ns string) string {
 
 // trimManagedFields drops managedFields from cached objects: CAPTF never
 // reads them and they are often the biggest part of an object.
+// trimJobSpecs also drops a Job's spec from the cache: CAPTF reads its
+// Jobs' labels, annotations and status, never the spec it wrote, whose pod
+// template is most of a Job's memory (10,000 of them in a fleet).
+func trimJobSpecs(obj any) (any, error) {
+	if job, ok := obj.(*batchv1.Job); ok {
+		job.Spec = batchv1.JobSpec{}
+	}
+	return trimManagedFields(obj)
+}
+
 func trimManagedFields(obj any) (any, error) {
 	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		accessor.GetObjectMeta().SetManagedFields(nil)

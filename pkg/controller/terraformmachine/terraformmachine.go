@@ -44,12 +44,10 @@ var Kind = engine.Kind[*infrav1.TerraformMachine]{
 
 // inputs are the machine's inputs (docs/inputs.md) from its Machine.
 func inputs(m *unstructured.Unstructured, inputs map[string]any) {
-	fd, _, _ := unstructured.NestedString(m.Object, "spec", "failureDomain")
-	version, _, _ := unstructured.NestedString(m.Object, "spec", "version")
 	inputs["captf_machine_name"] = m.GetName()
 	inputs["captf_control_plane"] = capi.IsControlPlane(m)
-	inputs["captf_failure_domain"] = fd
-	inputs["captf_kubernetes_version"] = version
+	inputs["captf_failure_domain"] = capi.MachineFailureDomain(m)
+	inputs["captf_kubernetes_version"] = capi.MachineVersion(m)
 }
 
 // readOutputs takes the provider ID into the spec, once: it never changes;

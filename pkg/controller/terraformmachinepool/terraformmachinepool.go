@@ -41,16 +41,10 @@ var Kind = engine.Kind[*infrav1.TerraformMachinePool]{
 
 // inputs are the pool's inputs (docs/inputs.md) from its MachinePool.
 func inputs(mp *unstructured.Unstructured, inputs map[string]any) {
-	replicas, found, _ := unstructured.NestedInt64(mp.Object, "spec", "replicas")
-	if !found {
-		replicas = 1 // Cluster API's default
-	}
-	version, _, _ := unstructured.NestedString(mp.Object, "spec", "template", "spec", "version")
-	domains, _, _ := unstructured.NestedStringSlice(mp.Object, "spec", "failureDomains")
 	inputs["captf_machine_pool_name"] = mp.GetName()
-	inputs["captf_replicas"] = replicas
-	inputs["captf_kubernetes_version"] = version
-	inputs["captf_failure_domains"] = append([]string{}, domains...)
+	inputs["captf_replicas"] = capi.PoolReplicas(mp)
+	inputs["captf_kubernetes_version"] = capi.PoolVersion(mp)
+	inputs["captf_failure_domains"] = capi.PoolFailureDomains(mp)
 }
 
 // readOutputs takes the provider IDs into the spec and their count into the
