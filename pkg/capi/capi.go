@@ -171,13 +171,25 @@ func Trim(obj any) (any, error) {
 	trimmed := map[string]any{"apiVersion": u.Object["apiVersion"], "kind": u.Object["kind"], "metadata": u.Object["metadata"]}
 	for _, path := range cachedFields {
 		if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); found && err == nil {
-			if err := unstructured.SetNestedField(trimmed, v, path...); err != nil {
-				return nil, err
-			}
+			setNoCopy(trimmed, v, path)
 		}
 	}
 	u.Object = trimmed
 	return u, nil
+}
+
+// setNoCopy sets path in m to v, moved, not copied: the informer's object
+// it comes from is dropped.
+func setNoCopy(m map[string]any, v any, path []string) {
+	for _, key := range path[:len(path)-1] {
+		next, ok := m[key].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[key] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = v
 }
 
 // MachineVersion is a Machine's Kubernetes version.

@@ -20,7 +20,7 @@ func TestTrim(t *testing.T) {
 	ref := map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformMachine", "name": "m"}
 	objs := map[string]*unstructured.Unstructured{
 		"cluster": {Object: map[string]any{"apiVersion": Group + "/" + Version, "kind": "Cluster", "metadata": meta("c"),
-			"spec": map[string]any{"paused": true, "infrastructureRef": ref, "controlPlaneEndpoint": map[string]any{"host": "h"}},
+			"spec":   map[string]any{"paused": true, "infrastructureRef": ref, "controlPlaneEndpoint": map[string]any{"host": "h"}},
 			"status": map[string]any{"initialization": map[string]any{"infrastructureProvisioned": true, "controlPlaneInitialized": true}, "conditions": conditions}}},
 		"machine": {Object: map[string]any{"apiVersion": Group + "/" + Version, "kind": "Machine", "metadata": meta("m"),
 			"spec": map[string]any{"clusterName": "c", "version": "v1.34.0", "failureDomain": "a", "infrastructureRef": ref,
