@@ -209,14 +209,15 @@ func Main(args []string) error {
 	}
 	m.synced.Store(true) // a standby has no controllers to wait for
 	hostname, _ := os.Hostname()
-	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, podNamespace, "captf-manager",
+	lease := names.LeaderLease(o.WatchFilter)
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, podNamespace, lease,
 		resourcelock.ResourceLockConfig{Identity: hostname + "_" + string(uuid.NewUUID())}, cfg, o.RenewDeadline)
 	if err != nil {
 		return err
 	}
 	var runErr error
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: "captf-manager", WatchDog: health,
+		Lock: lock, Name: lease, WatchDog: health,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 		// The Lease is not released on stop: a successor waits it out, so
 		// two leaders never overlap.

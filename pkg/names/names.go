@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/captf/captf/pkg/capi"
 )
 
@@ -175,6 +177,22 @@ func (o Object) BackupChunk(backup string, i int) string { return fmt.Sprintf("%
 
 // DurableInputs is the Secret with the inputs of the last successful apply.
 func (o Object) DurableInputs() string { return o.base() + "-inputs" }
+
+// LeaderLease is the Lease the manager's replicas elect their leader with,
+// in the manager's namespace: one per --watch-filter value, so that the
+// managers of two shards of a fleet lead at once, each its own objects.
+func LeaderLease(watchFilter string) string {
+	const base = "captf-manager"
+	if watchFilter == "" {
+		return base
+	}
+	if len(validation.IsDNS1123Label(watchFilter)) == 0 {
+		return base + "-" + watchFilter
+	}
+	// A label value may hold capitals, '_' and '.': no Lease name.
+	sum := sha256.Sum256([]byte(watchFilter))
+	return base + "-" + hex.EncodeToString(sum[:8])
+}
 
 // Lock is the Lease that locks the object's state.
 func (o Object) Lock() string { return o.base() + "-lock" }

@@ -90,3 +90,28 @@ func TestLegacyNames(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderLease: one Lease per shard, each a valid name, none shared.
+func TestLeaderLease(t *testing.T) {
+	seen := map[string]string{}
+	for _, tc := range []struct{ filter, want string }{
+		{"", "captf-manager"},
+		{"canary", "captf-manager-canary"},
+		{"shard-1", "captf-manager-shard-1"},
+		{"Shard_1", ""},
+		{"shard.1", ""},
+		{strings.Repeat("x", 63), "captf-manager-" + strings.Repeat("x", 63)},
+	} {
+		got := LeaderLease(tc.filter)
+		if tc.want != "" && got != tc.want {
+			t.Errorf("LeaderLease(%q) = %q, want %q", tc.filter, got, tc.want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("LeaderLease(%q) = %q: %v", tc.filter, got, errs)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("filters %q and %q share the Lease %q", other, tc.filter, got)
+		}
+		seen[got] = tc.filter
+	}
+}

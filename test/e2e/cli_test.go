@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 // TestManagerHelp: `captf manager -h` exits 0 and lists CAPTF's flags and
@@ -109,5 +111,54 @@ func TestJSONLogsAndWatchFilter(t *testing.T) {
 	}
 	if lines < 10 {
 		t.Errorf("%d JSON log lines", lines)
+	}
+}
+
+// TestShards: two managers with --leader-elect and different watch filters
+// split a fleet: each leads at once through its own Lease and applies
+// exactly its shard's objects; neither creates a Job for the other's.
+func TestShards(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	managers := map[string]*framework.Manager{}
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		managers[shard] = e.startManager("--leader-elect", "--watch-filter="+shard)
+	}
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		name := "in-" + shard
+		cluster := e.newCluster(name, false)
+		patch := []byte(`{"metadata":{"labels":{"` + capi.WatchFilterLabel + `":"` + shard + `"}}}`)
+		if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tc := e.localCloud(name, cluster, map[string]any{"instances": 1})
+		tc.Labels[capi.WatchFilterLabel] = shard
+		e.create(tc)
+	}
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		e.waitFor("in-"+shard, 2*time.Minute, "Ready", isReady)
+	}
+	for shard, m := range managers {
+		lease, err := plane.Kube.CoordinationV1().Leases(e.ns).Get(ctx, names.LeaderLease(shard), metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			t.Errorf("the Lease of %s: %v %+v", shard, err, lease)
+		}
+		log, err := os.ReadFile(m.LogFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := "shard-b"
+		if shard == "shard-b" {
+			other = "shard-a"
+		}
+		if !bytes.Contains(log, []byte(`"Created Job" job="`+e.ns+`/tfc-in-`+shard)) {
+			t.Errorf("the %s manager did not create its object's Job:\n%s", shard, tail(string(log), 30))
+		}
+		if bytes.Contains(log, []byte("tfc-in-"+other)) {
+			t.Errorf("the %s manager touched a Job of %s:\n%s", shard, other, tail(string(log), 30))
+		}
+	}
+	if len(e.jobs("apply")) != 2 {
+		t.Errorf("apply Jobs %d, want one per object", len(e.jobs("apply")))
 	}
 }
