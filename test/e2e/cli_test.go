@@ -151,7 +151,7 @@ func TestShards(t *testing.T) {
 		if shard == "shard-b" {
 			other = "shard-a"
 		}
-		if !bytes.Contains(log, []byte(`"Created Job" job="`+e.ns+`/tfc-in-`+shard)) {
+		if !bytes.Contains(log, []byte(`job="`+e.ns+`/tfc-in-`+shard+`-apply-`)) {
 			t.Errorf("the %s manager did not create its object's Job:\n%s", shard, tail(string(log), 30))
 		}
 		if bytes.Contains(log, []byte("tfc-in-"+other)) {
