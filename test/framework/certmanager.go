@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -213,16 +214,7 @@ func (cp *ControlPlane) injectCAs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		changed := false
-		for i := range vwc.Webhooks {
-			if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, ca) {
-				vwc.Webhooks[i].ClientConfig.CABundle, changed = ca, true
-			}
-		}
-		if changed {
+		if ok && setCABundles(vwc.Webhooks, ca, func(w *admissionregistrationv1.ValidatingWebhook) *[]byte { return &w.ClientConfig.CABundle }) {
 			if _, err := cp.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, &vwc, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
@@ -237,16 +229,7 @@ func (cp *ControlPlane) injectCAs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		changed := false
-		for i := range mwc.Webhooks {
-			if !bytes.Equal(mwc.Webhooks[i].ClientConfig.CABundle, ca) {
-				mwc.Webhooks[i].ClientConfig.CABundle, changed = ca, true
-			}
-		}
-		if changed {
+		if ok && setCABundles(mwc.Webhooks, ca, func(w *admissionregistrationv1.MutatingWebhook) *[]byte { return &w.ClientConfig.CABundle }) {
 			if _, err := cp.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, &mwc, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
@@ -277,6 +260,18 @@ func (cp *ControlPlane) injectCAs(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setCABundles sets the CA bundle of each webhook to ca, and says whether
+// one changed.
+func setCABundles[W any](webhooks []W, ca []byte, bundle func(*W) *[]byte) bool {
+	changed := false
+	for i := range webhooks {
+		if b := bundle(&webhooks[i]); !bytes.Equal(*b, ca) {
+			*b, changed = ca, true
+		}
+	}
+	return changed
 }
 
 // caFor is the ca.crt of the Certificate annotations name for injection;

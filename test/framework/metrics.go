@@ -21,16 +21,22 @@ const MetricsScraper = "metrics-scraper"
 // MetricsReaderToken returns a token of ServiceAccount MetricsScraper in
 // namespace, bound to captf-metrics-reader as a scraper's would be.
 func (cp *ControlPlane) MetricsReaderToken(ctx context.Context, namespace string) (string, error) {
-	if _, err := cp.Kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: MetricsScraper}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	return cp.boundToken(ctx, namespace, MetricsScraper, "captf-metrics-reader")
+}
+
+// boundToken returns a token of ServiceAccount sa in namespace, which it
+// makes and binds to ClusterRole role.
+func (cp *ControlPlane) boundToken(ctx context.Context, namespace, sa, role string) (string, error) {
+	if _, err := cp.Kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "captf-metrics-reader-" + namespace},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-metrics-reader"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: MetricsScraper, Namespace: namespace}}}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role + "-" + namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}}
 	if _, err := cp.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	return cp.Token(ctx, namespace, MetricsScraper)
+	return cp.Token(ctx, namespace, sa)
 }
 
 // Token is a fresh token of a ServiceAccount.
@@ -55,21 +61,12 @@ const Profiler = "profiler"
 // ProfilerToken returns a token of ServiceAccount Profiler in namespace,
 // bound to a ClusterRole that may get /debug/pprof/*.
 func (cp *ControlPlane) ProfilerToken(ctx context.Context, namespace string) (string, error) {
-	if _, err := cp.Kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Profiler}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "captf-profiler"},
 		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/debug/pprof/*"}, Verbs: []string{"get"}}}}
 	if _, err := cp.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "captf-profiler-" + namespace},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "captf-profiler"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: Profiler, Namespace: namespace}}}
-	if _, err := cp.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	return cp.Token(ctx, namespace, Profiler)
+	return cp.boundToken(ctx, namespace, Profiler, role.Name)
 }
 
 // GetMetricsPath gets path (with its query) from the manager's metrics

@@ -120,3 +120,29 @@ func (cp *ControlPlane) WaitQuickstartMachines(ctx context.Context, n int) ([]st
 	fmt.Printf("    %d Machines have their provider IDs\n", n)
 	return out, nil
 }
+
+// InstanceFiles maps each instance file the example modules made in dir
+// to its content and modification time, to tell whether an instance was
+// made or replaced; their hidden bookkeeping files are left out.
+func InstanceFiles(dir string) (map[string]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = fmt.Sprintf("%q@%s", b, info.ModTime().Format(time.RFC3339Nano))
+	}
+	return out, nil
+}

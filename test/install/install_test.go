@@ -328,23 +328,14 @@ func jobsByOperation(t *testing.T) map[string][]string {
 	return out
 }
 
-// instanceFiles maps each instance file to its content and modification time.
+// instanceFiles is framework.InstanceFiles of dir.
 func instanceFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
+	files, err := framework.InstanceFiles(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
-	for _, e := range entries {
-		info, err := e.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-		out[e.Name()] = fmt.Sprintf("%q@%s", b, info.ModTime().Format(time.RFC3339Nano))
-	}
-	return out
+	return files
 }
 
 // waitLeader waits until pod holds the manager's leader-election Lease.
