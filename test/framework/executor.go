@@ -219,7 +219,9 @@ func (e *Executor) sync(ctx context.Context, key cache.ObjectName) error {
 			return nil
 		}
 		if pod.Spec.NodeName == NodeName {
-			// Nothing runs: finish the deletion as a kubelet does.
+			// Nothing runs (the pod may have waited for a volume): take its
+			// network down and finish the deletion as a kubelet does.
+			e.teardown(pod.UID)
 			return ignoreNotFound(e.cp.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 				GracePeriodSeconds: ptrTo(int64(0)), Preconditions: &metav1.Preconditions{UID: &pod.UID}}))
 		}

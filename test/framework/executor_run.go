@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -71,7 +72,7 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	volumes, err := e.materialiseVolumes(ctx, pod, proc.podIP(), filepath.Join(proc.dir, "volumes"))
 	var cfgErr *configError
 	if errors.As(err, &cfgErr) {
-		e.teardown(proc)
+		e.teardown(proc.pod.UID)
 		return e.finish(ctx, pod, nil, 1, cfgErr.reason, cfgErr.message)
 	}
 	if err != nil {
@@ -438,7 +439,7 @@ func (e *Executor) finishPod(ctx context.Context, proc *podProcess, started *met
 	if err := e.finish(ctx, pod, started, code, reason, message); err != nil {
 		klog.FromContext(ctx).Error(err, "Setting pod finished", "pod", klog.KObj(pod))
 	}
-	e.teardown(proc)
+	e.teardown(proc.pod.UID)
 	e.mu.Lock()
 	terminating := proc.terminating
 	if e.running[pod.UID] == proc {
@@ -476,14 +477,15 @@ func (e *Executor) sandbox(pod *corev1.Pod) (*podSandbox, error) {
 	return sb, nil
 }
 
-func (e *Executor) teardown(proc *podProcess) {
-	if proc.sandbox == nil {
-		return
-	}
+// teardown takes a pod's network down, if it has one.
+func (e *Executor) teardown(uid types.UID) {
 	e.mu.Lock()
-	delete(e.sandboxes, proc.pod.UID)
+	sb := e.sandboxes[uid]
+	delete(e.sandboxes, uid)
 	e.mu.Unlock()
-	e.cp.network.detach(proc.sandbox)
+	if sb != nil {
+		e.cp.network.detach(sb)
+	}
 }
 
 // terminate stops the pod's container as a kubelet does when its pod is
