@@ -76,6 +76,8 @@ type Options struct {
 	SyncPeriod                 time.Duration
 	DriftDefaultInterval       time.Duration
 	StateBackups               int
+	MaxConcurrentJobs          int
+	MaxConcurrentJobsPerNS     int
 	MaxStateBytes              int64
 	RunnerImage                string
 	WebhookPort                int
@@ -113,6 +115,8 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Minute, "how often every object is synced even without a change")
 	fs.DurationVar(&o.DriftDefaultInterval, "drift-default-interval", 30*time.Minute, "drift check interval of objects that set none")
 	fs.IntVar(&o.StateBackups, "state-backups", 5, "state backups kept per object")
+	fs.IntVar(&o.MaxConcurrentJobs, "max-concurrent-jobs", 0, "runner Jobs that run at once, in all (0: no cap); drift checks and refreshes yield to applies and destroys")
+	fs.IntVar(&o.MaxConcurrentJobsPerNS, "max-concurrent-jobs-per-namespace", 0, "runner Jobs that run at once in one namespace (0: no cap)")
 	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", runner.DefaultMaxStateBytes, "largest state or backup CAPTF reads (uncompressed, and compressed); past it: a condition, never an out-of-memory kill")
 	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
@@ -412,7 +416,13 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 		return cc, engine.Config{}, nil, err
 	}
 	api := engine.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
-	config := engine.Config{Access: access, RunnerAPI: api, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
+	slots := engine.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS)
+	if slots != nil {
+		if err := slots.Watch(cc.KubeInformers.Batch().V1().Jobs().Informer()); err != nil {
+			return cc, engine.Config{}, nil, err
+		}
+	}
+	config := engine.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &engine.Collector{MaxStateBytes: o.MaxStateBytes}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())

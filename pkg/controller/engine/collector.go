@@ -41,6 +41,8 @@ var (
 		"Size of the inputs rendered for the object's newest Job.", objectLabels, nil)
 	jobsActiveDesc = prometheus.NewDesc("captf_jobs_active",
 		"Runner Jobs not finished, by kind and operation.", []string{"kind", "operation"}, nil)
+	jobsWaitingDesc = prometheus.NewDesc("captf_jobs_waiting",
+		"Objects whose Job waits for a slot (--max-concurrent-jobs, --max-concurrent-jobs-per-namespace), by kind and operation.", []string{"kind", "operation"}, nil)
 	stateMaxDesc = prometheus.NewDesc("captf_state_max_bytes",
 		"The largest state CAPTF reads (--max-state-bytes): a larger one stops the object with StateTooLarge.", nil, nil)
 	inputsMaxDesc = prometheus.NewDesc("captf_inputs_max_bytes",
@@ -67,7 +69,7 @@ func (c *Collector) add(e *Engine, store cache.Store) {
 // Describe sends the descriptions of every series the collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{readyDesc, driftedDesc, stateMissingDesc, jobFailingDesc, lastSuccessDesc, driftIntervalDesc,
-		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, stateMaxDesc, inputsMaxDesc} {
+		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, jobsWaitingDesc, stateMaxDesc, inputsMaxDesc} {
 		ch <- d
 	}
 }
@@ -88,6 +90,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if len(engines) > 0 {
 		collectActiveJobs(ch, engines[0].JobIndex)
+		if slots := engines[0].Slots; slots != nil {
+			for ko, n := range slots.waiters(time.Now()) {
+				gauge(ch, jobsWaitingDesc, float64(n), ko[0], ko[1])
+			}
+		}
 	}
 }
 

@@ -126,7 +126,8 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
 	c.engine = &Engine{Kube: cc.Kube, Jobs: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage,
-		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now}
+		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now,
+		Slots: config.Slots}
 	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
 		return nil, err
 	}

@@ -84,6 +84,8 @@ type Config struct {
 	StateSecrets informers.GenericInformer
 	// Metrics, if set, reports every controller's objects at each scrape.
 	Metrics *Collector
+	// Slots, if set, caps the Jobs that run at once.
+	Slots *JobSlots
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -107,6 +109,8 @@ type Engine struct {
 	// set none.
 	DriftDefaultInterval time.Duration
 	Now                  func() time.Time
+	// Slots caps the Jobs that run at once; nil: no cap.
+	Slots *JobSlots
 }
 
 // Sync is what one sync of one object knows and decides.
@@ -490,6 +494,20 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
 	job := BuildJob(spec)
+	created := false // the Job exists: its slot is taken until it finishes
+	if e.Slots != nil {
+		key := cache.MetaObjectToName(job)
+		ok, why := e.Slots.take(r.Key, key, e.GVK.Kind, op, e.Now())
+		if !ok {
+			e.waitForSlot(r, op, why)
+			return nil
+		}
+		defer func() {
+			if !created {
+				e.Slots.release(key)
+			}
+		}()
+	}
 	if err := e.blockMove(ctx, r, true); err != nil {
 		return err
 	}
@@ -516,6 +534,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	default:
 		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
 	}
+	created = true
 	e.RecordJob(r, job, "Running")
 	switch op {
 	case infrav1.OperationDestroy:
@@ -524,6 +543,16 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
 	}
 	return nil
+}
+
+// waitForSlot retries the Job later: an apply or destroy says so in Ready;
+// a drift check or refresh waits without a word (the object is as Ready as
+// it was).
+func (e *Engine) waitForSlot(r *Sync, op infrav1.Operation, why string) {
+	r.Requeue = slotRetry
+	if op == infrav1.OperationApply || op == infrav1.OperationDestroy {
+		e.SetReady(r, metav1.ConditionFalse, ReasonWaitingForJobSlot, fmt.Sprintf("The %s Job waits for a slot: %s", op, why))
+	}
 }
 
 // terminating turns the API server's refusal to create anything in a

@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// ReasonWaitingForJobSlot: an apply or destroy waits while
+// --max-concurrent-jobs (or its per-namespace cap) Jobs run.
+const ReasonWaitingForJobSlot = "WaitingForJobSlot"
+
+// slotRetry is how often an object waiting for a Job slot tries again;
+// waiterTTL how long a waiting apply or destroy holds drift checks and
+// refreshes back without trying again (its object gone, say).
+const (
+	slotRetry = 5 * time.Second
+	waiterTTL = 6 * slotRetry
+)
+
+// JobSlots caps the runner Jobs that run at once, in all and per
+// namespace (0: no cap). It counts the Jobs the Job informer shows
+// unfinished and those created since, so that workers creating Jobs at
+// the same moment cannot overshoot. Drift checks and refreshes yield: none
+// starts while an apply or destroy waits for a slot.
+type JobSlots struct {
+	Max, MaxPerNamespace int
+
+	mu          sync.Mutex
+	active      map[cache.ObjectName]bool // unfinished Jobs, seen or created
+	inNamespace map[string]int
+	waiting     map[cache.ObjectName]waiter // objects refused a slot
+}
+
+type waiter struct {
+	kind   string
+	op     infrav1.Operation
+	urgent bool // an apply or destroy
+	since  time.Time
+	last   time.Time
+}
+
+// NewJobSlots makes the caps; nil when there are none.
+func NewJobSlots(max, maxPerNamespace int) *JobSlots {
+	if max <= 0 && maxPerNamespace <= 0 {
+		return nil
+	}
+	return &JobSlots{Max: max, MaxPerNamespace: maxPerNamespace, active: map[cache.ObjectName]bool{},
+		inNamespace: map[string]int{}, waiting: map[cache.ObjectName]waiter{}}
+}
+
+// Watch keeps the count of unfinished Jobs from the Job informer.
+func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
+	_, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.observe,
+		UpdateFunc: func(_, cur any) { s.observe(cur) },
+		DeleteFunc: func(obj any) {
+			if job, ok := obj.(*batchv1.Job); ok {
+				s.release(cache.MetaObjectToName(job))
+			} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				if name, err := cache.ParseObjectName(tomb.Key); err == nil {
+					s.release(name)
+				}
+			}
+		},
+	})
+	return err
+}
+
+func (s *JobSlots) observe(obj any) {
+	job, ok := obj.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	key := cache.MetaObjectToName(job)
+	if finished, _ := JobFinished(job); finished {
+		s.release(key)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.add(key)
+}
+
+func (s *JobSlots) add(key cache.ObjectName) {
+	if !s.active[key] {
+		s.active[key] = true
+		s.inNamespace[key.Namespace]++
+	}
+}
+
+// release frees the slot of a Job that finished, went, or was never made.
+func (s *JobSlots) release(key cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active[key] {
+		delete(s.active, key)
+		if s.inNamespace[key.Namespace]--; s.inNamespace[key.Namespace] <= 0 {
+			delete(s.inNamespace, key.Namespace)
+		}
+	}
+}
+
+// take gives object's Job a slot, or says why it must wait.
+func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Operation, now time.Time) (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active[job] { // made before (the informer has not shown it yet)
+		delete(s.waiting, object)
+		return true, ""
+	}
+	urgent := op == infrav1.OperationApply || op == infrav1.OperationDestroy
+	why := ""
+	switch {
+	case s.Max > 0 && len(s.active) >= s.Max:
+		why = fmt.Sprintf("%d runner Jobs run, the cap of --max-concurrent-jobs", len(s.active))
+	case s.MaxPerNamespace > 0 && s.inNamespace[job.Namespace] >= s.MaxPerNamespace:
+		why = fmt.Sprintf("%d runner Jobs run in namespace %s, the cap of --max-concurrent-jobs-per-namespace", s.inNamespace[job.Namespace], job.Namespace)
+	case !urgent && s.urgentWaiting(now):
+		why = "applies and destroys wait for a slot, and go first"
+	}
+	if why != "" {
+		w, ok := s.waiting[object]
+		if !ok || w.op != op {
+			w = waiter{kind: kind, op: op, urgent: urgent, since: now}
+		}
+		w.last = now
+		s.waiting[object] = w
+		return false, why
+	}
+	delete(s.waiting, object)
+	s.add(job)
+	return true, ""
+}
+
+func (s *JobSlots) urgentWaiting(now time.Time) bool {
+	for key, w := range s.waiting {
+		if now.Sub(w.last) > waiterTTL {
+			delete(s.waiting, key)
+			continue
+		}
+		if w.urgent {
+			return true
+		}
+	}
+	return false
+}
+
+// waiters counts the objects waiting now, by kind and operation.
+func (s *JobSlots) waiters(now time.Time) map[[2]string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[[2]string]int{}
+	for key, w := range s.waiting {
+		if now.Sub(w.last) > waiterTTL {
+			delete(s.waiting, key)
+			continue
+		}
+		out[[2]string{w.kind, string(w.op)}]++
+	}
+	return out
+}

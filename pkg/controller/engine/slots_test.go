@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// TestJobSlots: the caps count Jobs created and not yet seen, free a slot
+// when a Job finishes or goes, and hold drift checks and refreshes back
+// while an apply or destroy waits.
+func TestJobSlots(t *testing.T) {
+	now := time.Now()
+	obj := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name} }
+	job := func(ns, name string) cache.ObjectName { return cache.ObjectName{Namespace: ns, Name: name} }
+	type step struct {
+		take   cache.ObjectName // the Job
+		object cache.ObjectName
+		op     infrav1.Operation
+		want   bool
+	}
+	for _, tc := range []struct {
+		name        string
+		max, perNS  int
+		before      func(*JobSlots)
+		steps       []step
+		wantWaiting int
+	}{
+		{name: "global cap, Jobs created at once", max: 2, steps: []step{
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
+			{job("b", "j2"), obj("o2"), infrav1.OperationApply, true},
+			{job("a", "j3"), obj("o3"), infrav1.OperationApply, false},
+		}, wantWaiting: 1},
+		{name: "per namespace", perNS: 1, steps: []step{
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
+			{job("a", "j2"), obj("o2"), infrav1.OperationDestroy, false},
+			{job("b", "j3"), obj("o3"), infrav1.OperationApply, true},
+		}, wantWaiting: 1},
+		{name: "a finished Job frees its slot", max: 1, before: func(s *JobSlots) {
+			running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}}
+			s.observe(running)
+			done := running.DeepCopy()
+			done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+			s.observe(done)
+		}, steps: []step{
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
+		}},
+		{name: "a running Job seen takes a slot", max: 1, before: func(s *JobSlots) {
+			s.observe(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}})
+		}, steps: []step{
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, false},
+		}, wantWaiting: 1},
+		{name: "a Job that holds a slot keeps it", max: 1, steps: []step{
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
+			{job("a", "j2"), obj("o2"), infrav1.OperationApply, false},
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true}, // made, not seen yet: the same slot
+		}, wantWaiting: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewJobSlots(tc.max, tc.perNS)
+			if tc.before != nil {
+				tc.before(s)
+			}
+			for i, st := range tc.steps {
+				if got, why := s.take(st.object, st.take, "TerraformCluster", st.op, now); got != st.want {
+					t.Errorf("step %d: take %v = %v (%s), want %v", i, st.take, got, why, st.want)
+				}
+			}
+			n := 0
+			for _, c := range s.waiters(now) {
+				n += c
+			}
+			if n != tc.wantWaiting {
+				t.Errorf("%d waiting, want %d", n, tc.wantWaiting)
+			}
+		})
+	}
+
+	// Drift checks wait while an apply does, and go once it has its slot.
+	s := NewJobSlots(1, 0)
+	s.take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
+	if ok, _ := s.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); ok {
+		t.Fatal("a second apply got the only slot")
+	}
+	s.release(job("a", "j1"))
+	if ok, why := s.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now); ok {
+		t.Errorf("a drift check went before the waiting apply")
+	} else if why == "" {
+		t.Error("no reason given")
+	}
+	if ok, _ := s.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); !ok {
+		t.Fatal("the waiting apply did not get the free slot")
+	}
+	s.release(job("a", "j2"))
+	if ok, _ := s.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now); !ok {
+		t.Error("the drift check still waits with no apply waiting")
+	}
+	// A waiting apply that stops asking holds nothing back for long.
+	s2 := NewJobSlots(1, 0)
+	s2.take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
+	s2.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now)
+	s2.release(job("a", "j1"))
+	if ok, _ := s2.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now.Add(waiterTTL+time.Second)); !ok {
+		t.Error("an apply that stopped waiting still holds drift checks back")
+	}
+	if NewJobSlots(0, 0) != nil {
+		t.Error("no caps should mean no JobSlots")
+	}
+}
