@@ -449,6 +449,10 @@ func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res 
 // saveDurableInputs keeps the inputs destroy runs with; like the state, they
 // outlive the object until its infrastructure is destroyed.
 func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, labels map[string]string) error {
+	return retryTransient(ctx, func() error { return r.saveDurableInputsOnce(ctx, data, labels) })
+}
+
+func (r *Runner) saveDurableInputsOnce(ctx context.Context, data map[string][]byte, labels map[string]string) error {
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
 	sec := NewStateSecret(r.Config.Namespace, r.obj.DurableInputs(), r.obj, names.SecretTypeDurableInput, labels)
 	sec.Data = map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]}
@@ -477,6 +481,42 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
+	return retryTransient(ctx, func() error { return r.writeResultOnce(ctx, b) })
+}
+
+// retryTransient runs write, a create-or-update that may run twice, again
+// while its connection to the runner API fails (the manager's pod
+// replaced, a connection lost mid-request) or the API answers 5xx or 429:
+// the apply it reports on has run, and losing its report would run it again.
+func retryTransient(ctx context.Context, write func() error) error {
+	deadline := time.Now().Add(redialWait)
+	delay := 250 * time.Millisecond
+	for {
+		err := write()
+		if err == nil || !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("Writing through the runner API failed; retrying", "err", err, "in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return err
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// transient: no answer from the API at all, or one that says try again.
+func transient(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
+}
+
+func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
 	labels := withType(ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
@@ -485,7 +525,7 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
 		Data:       data,
 	}
-	_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
+	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		current, gerr := secrets.Get(ctx, name, metav1.GetOptions{})
 		if gerr != nil {
