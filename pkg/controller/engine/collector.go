@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -90,10 +91,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if len(engines) > 0 {
 		collectActiveJobs(ch, engines[0].JobIndex)
-		if slots := engines[0].Slots; slots != nil {
-			for ko, n := range slots.waiters(time.Now()) {
-				gauge(ch, jobsWaitingDesc, float64(n), ko[0], ko[1])
+		// Applies and destroys of every kind are reported, 0 without a cap.
+		waiting := map[[2]string]int{}
+		for _, e := range engines {
+			for _, op := range []infrav1.Operation{infrav1.OperationApply, infrav1.OperationDestroy} {
+				waiting[[2]string{e.GVK.Kind, string(op)}] = 0
 			}
+		}
+		if slots := engines[0].Slots; slots != nil {
+			maps.Copy(waiting, slots.waiters(time.Now()))
+		}
+		for ko, n := range waiting {
+			gauge(ch, jobsWaitingDesc, float64(n), ko[0], ko[1])
 		}
 	}
 }
