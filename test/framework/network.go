@@ -45,7 +45,7 @@ type podNetwork struct {
 	used map[int]bool // host numbers of pod addresses in use
 }
 
-// podNetworkRange is the service range kube-apiserver is told.
+// serviceRange is the service range kube-apiserver is told.
 func (n *podNetwork) serviceRange() string { return fmt.Sprintf("198.19.%d.0/24", n.index) }
 
 // newPodNetwork takes the first network index no other plane on the machine
@@ -308,7 +308,6 @@ func (p *serviceProxy) endpoint(namespace, name string, port corev1.ServicePort)
 	if len(ready) == 0 {
 		return ""
 	}
-	slices.Sort(ready)
 	return ready[rand.IntN(len(ready))]
 }
 

@@ -35,6 +35,8 @@ type JobSlots struct {
 	active      map[cache.ObjectName]bool // unfinished Jobs, seen or created
 	inNamespace map[string]int
 	waiting     map[cache.ObjectName]waiter // objects refused a slot
+	urgent      int                         // the applies and destroys among them
+	pruned      time.Time
 }
 
 type waiter struct {
@@ -110,8 +112,9 @@ func (s *JobSlots) release(key cache.ObjectName) {
 func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Operation, now time.Time) (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.prune(now)
 	if s.active[job] { // made before (the informer has not shown it yet)
-		delete(s.waiting, object)
+		s.unwait(object)
 		return true, ""
 	}
 	urgent := op == infrav1.OperationApply || op == infrav1.OperationDestroy
@@ -121,46 +124,57 @@ func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Op
 		why = fmt.Sprintf("%d runner Jobs run, the cap of --max-concurrent-jobs", len(s.active))
 	case s.MaxPerNamespace > 0 && s.inNamespace[job.Namespace] >= s.MaxPerNamespace:
 		why = fmt.Sprintf("%d runner Jobs run in namespace %s, the cap of --max-concurrent-jobs-per-namespace", s.inNamespace[job.Namespace], job.Namespace)
-	case !urgent && s.urgentWaiting(now):
+	case !urgent && s.urgent > 0:
 		why = "applies and destroys wait for a slot, and go first"
 	}
 	if why != "" {
 		w, ok := s.waiting[object]
 		if !ok || w.op != op {
+			s.unwait(object)
 			w = waiter{kind: kind, op: op, urgent: urgent, since: now}
+			if urgent {
+				s.urgent++
+			}
 		}
 		w.last = now
 		s.waiting[object] = w
 		return false, why
 	}
-	delete(s.waiting, object)
+	s.unwait(object)
 	s.add(job)
 	return true, ""
 }
 
-func (s *JobSlots) urgentWaiting(now time.Time) bool {
-	for key, w := range s.waiting {
-		if now.Sub(w.last) > waiterTTL {
-			delete(s.waiting, key)
-			continue
-		}
+func (s *JobSlots) unwait(object cache.ObjectName) {
+	if w, ok := s.waiting[object]; ok {
+		delete(s.waiting, object)
 		if w.urgent {
-			return true
+			s.urgent--
 		}
 	}
-	return false
+}
+
+// prune drops the waiters that stopped asking, at most once a second:
+// take runs for every waiting object every slotRetry.
+func (s *JobSlots) prune(now time.Time) {
+	if now.Sub(s.pruned) < time.Second {
+		return
+	}
+	s.pruned = now
+	for key, w := range s.waiting {
+		if now.Sub(w.last) > waiterTTL {
+			s.unwait(key)
+		}
+	}
 }
 
 // waiters counts the objects waiting now, by kind and operation.
 func (s *JobSlots) waiters(now time.Time) map[[2]string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.prune(now)
 	out := map[[2]string]int{}
-	for key, w := range s.waiting {
-		if now.Sub(w.last) > waiterTTL {
-			delete(s.waiting, key)
-			continue
-		}
+	for _, w := range s.waiting {
 		out[[2]string{w.kind, string(w.op)}]++
 	}
 	return out
