@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 )
 
 // cert-manager's own Go modules for its controllers are not served by the
@@ -56,13 +57,18 @@ func (cp *ControlPlane) StartCertManager(ctx context.Context) error {
 	if err := cp.InstallCRDs(ctx, dir); err != nil {
 		return err
 	}
+	meta, err := metadata.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		last := ""
+		injected := map[string]string{} // CRD name → the resourceVersion it had with its CA
 		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			err := errors.Join(cp.issueCertificates(ctx), cp.injectCAs(ctx))
+			err := errors.Join(cp.issueCertificates(ctx), cp.injectCAs(ctx, meta, injected))
 			if err != nil && ctx.Err() == nil && err.Error() != last {
 				fmt.Fprintf(os.Stderr, "cert-manager stand-in: %v\n", err)
 			}
@@ -204,7 +210,7 @@ func (cp *ControlPlane) setCertificateReady(ctx context.Context, cert *unstructu
 
 // injectCAs sets the caBundle of every webhook of a webhook configuration,
 // and the conversion webhook of a CRD, that asks for it.
-func (cp *ControlPlane) injectCAs(ctx context.Context) error {
+func (cp *ControlPlane) injectCAs(ctx context.Context, meta metadata.Interface, injected map[string]string) error {
 	vwcs, err := cp.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -235,29 +241,35 @@ func (cp *ControlPlane) injectCAs(ctx context.Context) error {
 			}
 		}
 	}
-	crds, err := cp.Dynamic.Resource(crdsGVR).List(ctx, metav1.ListOptions{})
+	// CRDs are big: their metadata tells which ask for a CA, and a CRD
+	// is read whole only when it changed since its CA was injected.
+	crds, err := meta.Resource(crdsGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	for _, crd := range crds.Items {
-		ca, ok, err := cp.caFor(ctx, crd.GetAnnotations())
+	for _, m := range crds.Items {
+		ca, ok, err := cp.caFor(ctx, m.Annotations)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		stamp := m.ResourceVersion + "/" + base64.StdEncoding.EncodeToString(ca)
+		if !ok || injected[m.Name] == stamp {
 			continue
 		}
-		path := []string{"spec", "conversion", "webhook", "clientConfig", "caBundle"}
-		if strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); strategy != "Webhook" {
-			continue
-		}
-		if old, _, _ := unstructured.NestedString(crd.Object, path...); old == base64.StdEncoding.EncodeToString(ca) {
-			continue
-		}
-		_ = unstructured.SetNestedField(crd.Object, base64.StdEncoding.EncodeToString(ca), path...)
-		if _, err := cp.Dynamic.Resource(crdsGVR).Update(ctx, &crd, metav1.UpdateOptions{}); err != nil {
+		crd, err := cp.Dynamic.Resource(crdsGVR).Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
 			return err
 		}
+		path := []string{"spec", "conversion", "webhook", "clientConfig", "caBundle"}
+		if strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); strategy == "Webhook" {
+			if old, _, _ := unstructured.NestedString(crd.Object, path...); old != base64.StdEncoding.EncodeToString(ca) {
+				_ = unstructured.SetNestedField(crd.Object, base64.StdEncoding.EncodeToString(ca), path...)
+				if crd, err = cp.Dynamic.Resource(crdsGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+					return err
+				}
+			}
+		}
+		injected[m.Name] = crd.GetResourceVersion() + "/" + base64.StdEncoding.EncodeToString(ca)
 	}
 	return nil
 }
