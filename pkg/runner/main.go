@@ -134,6 +134,32 @@ func clientConfig() (*rest.Config, error) {
 // a manager restarting, or the only replica rolling over.
 const redialWait = 2 * time.Minute
 
+// backoff waits between retries: from 250 ms, doubling up to 5 s, until a
+// deadline.
+type backoff struct {
+	deadline time.Time
+	delay    time.Duration
+}
+
+func newBackoff(wait time.Duration) *backoff {
+	return &backoff{deadline: time.Now().Add(wait), delay: 250 * time.Millisecond}
+}
+
+// sleep waits the next delay; false when the deadline has passed or ctx
+// ends first.
+func (b *backoff) sleep(ctx context.Context) bool {
+	if time.Now().After(b.deadline) || ctx.Err() != nil {
+		return false
+	}
+	select {
+	case <-time.After(b.delay):
+	case <-ctx.Done():
+		return false
+	}
+	b.delay = min(2*b.delay, 5*time.Second)
+	return true
+}
+
 // redial retries a request whose connection could not even be made: the
 // request never reached the manager, so sending it again is safe (a state
 // write is fenced by its resourceVersion in any case).
@@ -143,21 +169,20 @@ type redial struct {
 }
 
 func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
-	deadline := time.Now().Add(r.wait)
-	delay := 250 * time.Millisecond
+	wait := newBackoff(r.wait)
 	for {
 		resp, err := r.next.RoundTrip(req)
 		var op *net.OpError
-		if err == nil || !errors.As(err, &op) || op.Op != "dial" || time.Now().After(deadline) || req.Context().Err() != nil {
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" {
 			return resp, err
 		}
-		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", delay)
-		select {
-		case <-time.After(delay):
-		case <-req.Context().Done():
-			return nil, req.Context().Err()
+		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.delay)
+		if !wait.sleep(req.Context()) {
+			if ctxErr := req.Context().Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			return resp, err
 		}
-		delay = min(2*delay, 5*time.Second)
 		if req.GetBody != nil {
 			body, berr := req.GetBody()
 			if berr != nil {

@@ -489,20 +489,16 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 // replaced, a connection lost mid-request) or the API answers 5xx or 429:
 // the apply it reports on has run, and losing its report would run it again.
 func retryTransient(ctx context.Context, write func() error) error {
-	deadline := time.Now().Add(redialWait)
-	delay := 250 * time.Millisecond
+	wait := newBackoff(redialWait)
 	for {
 		err := write()
-		if err == nil || !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || !transient(err) {
 			return err
 		}
-		klog.FromContext(ctx).Info("Writing through the runner API failed; retrying", "err", err, "in", delay)
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
+		klog.FromContext(ctx).Info("Writing through the runner API failed; retrying", "err", err, "in", wait.delay)
+		if !wait.sleep(ctx) {
 			return err
 		}
-		delay = min(2*delay, 5*time.Second)
 	}
 }
 
