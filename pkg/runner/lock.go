@@ -52,7 +52,13 @@ func (l *Lock) Acquire(ctx context.Context, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(timeout)
 	for {
-		holder, err := l.try(ctx)
+		// try reads the Lease first, so one whose answer was lost finds
+		// the lock held by this run.
+		var holder string
+		err := retryTransient(ctx, func() (err error) {
+			holder, err = l.try(ctx)
+			return err
+		})
 		if err == nil && holder == "" {
 			l.mu.Lock()
 			l.held = true
@@ -212,6 +218,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !held {
 		return nil
 	}
+	return retryTransient(ctx, func() error { return l.release(ctx) })
+}
+
+func (l *Lock) release(ctx context.Context) error {
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
 	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
 	if err != nil {

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // heldLease is the lock as another run holds it, renewed at renewed.
@@ -120,5 +122,49 @@ func TestLockLost(t *testing.T) {
 	lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
 	if ptrValue(lease.Spec.HolderIdentity) != "other" {
 		t.Errorf("a lost lock's release freed another run's lock: holder %q", ptrValue(lease.Spec.HolderIdentity))
+	}
+}
+
+// TestLockAnswerLost: a write to the Lease that reached the API but whose
+// answer was lost (the manager's pod killed mid-request) is not a failed run:
+// the lock is found held by this run and taken, then released.
+func TestLockAnswerLost(t *testing.T) {
+	for _, verb := range []string{"create", "update"} {
+		t.Run(verb, func(t *testing.T) {
+			var objects []runtime.Object
+			if verb == "update" {
+				objects = append(objects, heldLease(time.Now().Add(-time.Minute))) // stale: taken by an update
+			}
+			client := fake.NewClientset(objects...)
+			lost := 0
+			client.PrependReactor(verb, "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if lost > 0 {
+					return false, nil, nil
+				}
+				lost++
+				a := action.(interface{ GetObject() runtime.Object })
+				var err error
+				if verb == "create" {
+					err = client.Tracker().Create(action.GetResource(), a.GetObject(), action.GetNamespace())
+				} else {
+					err = client.Tracker().Update(action.GetResource(), a.GetObject(), action.GetNamespace())
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return true, nil, io.ErrUnexpectedEOF
+			})
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
+			if err := l.Acquire(context.Background(), time.Second); err != nil {
+				t.Fatalf("acquire: %v", err)
+			}
+			if lost != 1 || l.Waits != 0 {
+				t.Errorf("answers lost %d, waits %d: want 1 and 0", lost, l.Waits)
+			}
+			lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
+			if ptrValue(lease.Spec.HolderIdentity) != "me" {
+				t.Errorf("holder %q, want me", ptrValue(lease.Spec.HolderIdentity))
+			}
+		})
 	}
 }

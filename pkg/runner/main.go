@@ -160,9 +160,10 @@ func (b *backoff) sleep(ctx context.Context) bool {
 	return true
 }
 
-// redial retries a request whose connection could not even be made: the
-// request never reached the manager, so sending it again is safe (a state
-// write is fenced by its resourceVersion in any case).
+// redial retries a request whose connection could not even be made (the
+// request never reached the manager, so sending it again is safe; a state
+// write is fenced by its resourceVersion in any case), and a read whose
+// connection was lost before its answer.
 type redial struct {
 	next http.RoundTripper
 	wait time.Duration
@@ -173,7 +174,7 @@ func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		resp, err := r.next.RoundTrip(req)
 		var op *net.OpError
-		if err == nil || !errors.As(err, &op) || op.Op != "dial" {
+		if err == nil || (req.Method != http.MethodGet && !(errors.As(err, &op) && op.Op == "dial")) {
 			return resp, err
 		}
 		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.delay)

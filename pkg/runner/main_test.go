@@ -27,11 +27,13 @@ func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // TestRedial: a request that could not connect (the manager restarting) is
-// sent again, whole; one that reached the manager is never repeated.
+// sent again, whole; a write that reached the manager is never repeated, a
+// read whose answer was lost is.
 func TestRedial(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
 	tests := map[string]struct {
+		method   string
 		failures []error
 		wait     time.Duration
 		wantErr  error
@@ -40,11 +42,16 @@ func TestRedial(t *testing.T) {
 		"refused twice, then up":        {failures: []error{refused, refused}, wait: time.Minute, sends: 3},
 		"reset after sending: no retry": {failures: []error{reset}, wait: time.Minute, wantErr: reset, sends: 1},
 		"refused past the wait":         {failures: []error{refused, refused}, wait: 0, wantErr: refused, sends: 1},
+		"read reset: sent again":        {method: http.MethodGet, failures: []error{reset, io.ErrUnexpectedEOF}, wait: time.Minute, sends: 3},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			ft := &flakyTransport{failures: tc.failures}
-			req, _ := http.NewRequest(http.MethodPut, "https://runner-api.test/x", strings.NewReader("state"))
+			method := http.MethodPut
+			if tc.method != "" {
+				method = tc.method
+			}
+			req, _ := http.NewRequest(method, "https://runner-api.test/x", strings.NewReader("state"))
 			_, err := (&redial{next: ft, wait: tc.wait}).RoundTrip(req)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)

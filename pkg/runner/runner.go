@@ -262,7 +262,9 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *R
 	if r.Config.Operation == infrav1.OperationDrift {
 		claim = store.CheckReadOnly // a plan only: no write, not even a claim
 	}
-	if err := claim(ctx, string(r.Config.PodUID), r.Config.ExpectState); err != nil {
+	// A claim re-reads the state each time, so one whose answer was lost
+	// can run again: it finds its own stamp.
+	if err := retryTransient(ctx, func() error { return claim(ctx, string(r.Config.PodUID), r.Config.ExpectState) }); err != nil {
 		return nil, nil, nil, err
 	}
 	backend := &Backend{Store: store}
@@ -484,18 +486,20 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 	return retryTransient(ctx, func() error { return r.writeResultOnce(ctx, b) })
 }
 
-// retryTransient runs write, a create-or-update that may run twice, again
-// while its connection to the runner API fails (the manager's pod
-// replaced, a connection lost mid-request) or the API answers 5xx or 429:
-// the apply it reports on has run, and losing its report would run it again.
-func retryTransient(ctx context.Context, write func() error) error {
+// retryTransient runs call, a request that may run twice (a create-or-update,
+// or a read-then-write that finds its own earlier write), again while its
+// connection to the runner API fails (the manager's pod replaced, a
+// connection lost mid-request) or the API answers 5xx or 429. A run that
+// failed on such an error would be run again by a new Job: for an apply whose
+// report was lost, a second apply.
+func retryTransient(ctx context.Context, call func() error) error {
 	wait := newBackoff(redialWait)
 	for {
-		err := write()
-		if err == nil || !transient(err) {
+		err := call()
+		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
-		klog.FromContext(ctx).Info("Writing through the runner API failed; retrying", "err", err, "in", wait.delay)
+		klog.FromContext(ctx).Info("A request to the runner API failed; retrying", "err", err, "in", wait.delay)
 		if !wait.sleep(ctx) {
 			return err
 		}
