@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -506,14 +508,21 @@ func retryTransient(ctx context.Context, call func() error) error {
 	}
 }
 
-// transient: no answer from the API at all, or one that says try again.
+// transient: no answer from the API (the request failed in transport, or
+// its connection was cut), or one that says try again. A refusal, or an
+// error of the runner's own checks, is not.
 func transient(err error) bool {
 	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true
+	if errors.As(err, &status) {
+		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+			apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
 	}
-	return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
-		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var uerr *url.Error
+	return errors.As(err, &uerr) || errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err) ||
+		utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err)
 }
 
 func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {

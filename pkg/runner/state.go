@@ -305,16 +305,24 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 	if b, _ := json.Marshal(backups); len(backups) > 0 {
 		head.Annotations[annotationBackups] = string(b)
 	}
-	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
+	genValue := head.Annotations[annotationGeneration]
+	updated, err := s.updateHead(ctx, head, func(current *corev1.Secret) bool {
+		return current.Annotations[annotationGeneration] == genValue
+	})
 	if err != nil {
+		if transient(err) {
+			// Whether the write landed is not known: its chunks may be the
+			// state now, and deleting them would lose it.
+			return fmt.Errorf("writing state secret (not known whether it was written): %w", err)
+		}
 		_, chunks := chunkInfo(head)
 		for i := range chunks { // nothing points at them
 			if derr := s.deleteSecret(ctx, s.Object.StateChunk(gen, i)); derr != nil {
 				logger.Error(derr, "Deleting an unused state chunk")
 			}
 		}
-		if apierrors.IsConflict(err) {
-			return ErrFenced
+		if errors.Is(err, ErrFenced) {
+			return err
 		}
 		return fmt.Errorf("writing state secret: %w", err)
 	}
@@ -343,15 +351,48 @@ func (s *StateStore) MarkApplied(ctx context.Context) error {
 	}
 	head := s.head.DeepCopy()
 	head.Annotations[annotationApplied] = "true"
-	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) {
-		return ErrFenced
-	}
+	sum := head.Annotations[annotationStateSum]
+	updated, err := s.updateHead(ctx, head, func(current *corev1.Secret) bool {
+		return current.Annotations[annotationApplied] == "true" && current.Annotations[annotationStateSum] == sum
+	})
 	if err != nil {
 		return err
 	}
 	s.head = updated
 	return nil
+}
+
+// updateHead writes head, fenced by its resourceVersion. When an answer is
+// lost (the runner API's pod killed mid-request), the write may have landed:
+// the head is read back and written tells whether it holds this write;
+// writing again blindly would find a conflict with itself and fail the run.
+// A conflict with another writer is ErrFenced.
+func (s *StateStore) updateHead(ctx context.Context, head *corev1.Secret, written func(current *corev1.Secret) bool) (*corev1.Secret, error) {
+	var updated *corev1.Secret
+	uncertain := false
+	err := retryTransient(ctx, func() error {
+		if uncertain {
+			current, err := s.secrets().Get(ctx, head.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if current.ResourceVersion != head.ResourceVersion {
+				if written(current) && current.Annotations[annotationHolder] == head.Annotations[annotationHolder] {
+					updated = current
+					return nil
+				}
+				return ErrFenced
+			}
+		}
+		var err error
+		updated, err = s.secrets().Update(ctx, head, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return ErrFenced
+		}
+		uncertain = err != nil && transient(err)
+		return err
+	})
+	return updated, err
 }
 
 // Restore makes a backup the current state, the current one a backup first;
@@ -529,7 +570,19 @@ func (s *StateStore) writeBlob(ctx context.Context, sec *corev1.Secret, gz []byt
 	for off := 0; off < len(gz); off += size {
 		chunk := s.newSecret(chunkName(n), chunkType)
 		chunk.Data = map[string][]byte{dataKey: gz[off:min(off+size, len(gz))]}
-		if _, err := s.secrets().Create(ctx, chunk, metav1.CreateOptions{}); err != nil {
+		// A chunk's name is this write's alone: one that exists after a
+		// cut connection is the one this write sent (and the blob's sum
+		// is checked on every read).
+		cut := false
+		err := retryTransient(ctx, func() error {
+			_, err := s.secrets().Create(ctx, chunk, metav1.CreateOptions{})
+			if cut && apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			cut = err != nil && transient(err)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("writing chunk %s: %w", chunk.Name, err)
 		}
 		n++

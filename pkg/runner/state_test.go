@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -255,6 +259,99 @@ func TestStateSafety(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			client := fake.NewClientset()
 			test(t, client, newStore(client, 3, 0))
+		})
+	}
+}
+
+// TestStateWriteAnswerLost: a state write whose connection is cut (the
+// runner API's pod killed mid-request) neither fails the run nor loses the
+// state, whether or not the write landed; a write that lost a real race is
+// still fenced.
+func TestStateWriteAnswerLost(t *testing.T) {
+	random := make([]byte, 200<<10) // incompressible: two chunks
+	if _, err := rand.Read(random); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		state     []byte
+		landed    bool // the cut write reached the API before its answer was lost
+		raced     bool // another run wrote the head in between
+		wantFence bool
+	}{
+		"inline, landed":         {state: []byte(`{"serial":2}`), landed: true},
+		"inline, not landed":     {state: []byte(`{"serial":2}`)},
+		"chunked, landed":        {state: random, landed: true},
+		"chunked, not landed":    {state: random},
+		"another run wrote last": {state: []byte(`{"serial":2}`), raced: true, wantFence: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			s := newStore(client, 2, 128<<10)
+			if err := s.Claim(ctx, "run-1", false); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(ctx, []byte(`{"serial":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			cut, chunkCut := false, false
+			client.PrependReactor("create", "secrets", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				sec := action.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
+				if chunkCut || sec.Labels[names.LabelSecretType] != names.SecretTypeStateChunk {
+					return false, nil, nil
+				}
+				chunkCut = true // the first chunk lands, its answer is lost
+				if err := client.Tracker().Create(action.GetResource(), sec, "ns"); err != nil {
+					return true, nil, err
+				}
+				return true, nil, io.ErrUnexpectedEOF
+			})
+			// resourceVersion fencing, which the fake tracker does not do,
+			// and one cut connection on the next write of the head.
+			client.PrependReactor("update", "secrets", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				sec := action.(k8stesting.UpdateAction).GetObject().(*corev1.Secret).DeepCopy()
+				current, err := client.Tracker().Get(action.GetResource(), "ns", sec.Name)
+				if err != nil {
+					return true, nil, err
+				}
+				rv := current.(*corev1.Secret).ResourceVersion
+				if sec.ResourceVersion != rv {
+					return true, nil, apierrors.NewConflict(action.GetResource().GroupResource(), sec.Name, errors.New("changed"))
+				}
+				n, _ := strconv.Atoi(rv)
+				sec.ResourceVersion = strconv.Itoa(n + 1)
+				if sec.Name == "tfc-c-state" && !cut {
+					cut = true
+					if tc.raced {
+						other := current.(*corev1.Secret).DeepCopy()
+						other.Annotations[annotationHolder] = "run-2"
+						other.ResourceVersion = sec.ResourceVersion
+						_ = client.Tracker().Update(action.GetResource(), other, "ns")
+					} else if tc.landed {
+						_ = client.Tracker().Update(action.GetResource(), sec, "ns")
+					}
+					return true, nil, io.ErrUnexpectedEOF
+				}
+				return true, sec, client.Tracker().Update(action.GetResource(), sec, "ns")
+			})
+			err := s.Write(ctx, tc.state)
+			if tc.wantFence {
+				if !errors.Is(err, ErrFenced) {
+					t.Fatalf("Write = %v, want ErrFenced", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Write = %v", err)
+			}
+			got, err := newStore(client, 2, 128<<10).Read(ctx)
+			if err != nil || !bytes.Equal(got, tc.state) {
+				t.Fatalf("read back %d bytes (%v), wrote %d", len(got), err, len(tc.state))
+			}
+			if err := s.MarkApplied(ctx); err != nil {
+				t.Fatalf("MarkApplied after the cut write: %v", err)
+			}
 		})
 	}
 }
