@@ -17,7 +17,8 @@ import (
 
 // TestClusterLifecycle: create → Ready with endpoint and failure domains
 // from outputs; a variable change → one new apply; delete → destroy, files,
-// finalizer and Secrets gone.
+// finalizer and Secrets gone. Going back to the first inputs applies them
+// again.
 func TestClusterLifecycle(t *testing.T) {
 	e := newEnv(t)
 	m := e.startManager()
@@ -70,6 +71,21 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 	if body := e.scrape(m); !strings.Contains(body, `workqueue_adds_total{name="terraformcluster"}`) {
 		t.Errorf("metrics lack the terraformcluster workqueue:\n%s", tail(body, 20))
+	}
+
+	// Back to the first inputs: their old apply Job is still in the
+	// history, but the infrastructure is at the second inputs now.
+	e.update("prod", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 2, "instance_dir": e.instances})
+	})
+	e.waitFor("prod", 2*time.Minute, "applied the first inputs again", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Status.AppliedInputsHash == firstHash
+	})
+	if n := len(e.jobs("apply")); n != 3 {
+		t.Errorf("%d apply Jobs after going back to the first inputs, want 3", n)
+	}
+	if files := e.instanceFiles(); !slices.Equal(files, []string{"prod-0", "prod-1"}) {
+		t.Errorf("instance files = %v after going back to the first inputs, want prod-0 and prod-1", files)
 	}
 
 	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), "prod", metav1.DeleteOptions{}); err != nil {
