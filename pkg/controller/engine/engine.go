@@ -180,6 +180,12 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result
 			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
 		}
 	}
+	// Other inputs were applied after the last Job of these (the spec went
+	// back to earlier inputs): that Job's plan and outputs are of another
+	// infrastructure than today's.
+	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
+	}
 	if st.AppliedInputsHash == in.Hash {
 		// A refresh of the applied inputs: the caller reads its outputs.
 		if res, job, err := e.refreshResult(ctx, r); err != nil || res != nil {
