@@ -74,15 +74,25 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 
 	// Back to the first inputs: their old apply Job is still in the
-	// history, but the infrastructure is at the second inputs now.
+	// history, but the infrastructure is at the second inputs now: a new
+	// plan, which destroys the third instance and so waits for approval.
 	e.update("prod", func(tc *infrav1.TerraformCluster) {
 		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 2, "instance_dir": e.instances})
 	})
+	tc = e.waitFor("prod", 2*time.Minute, "the destroy of the third instance blocked", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionDestructivePlanBlocked)
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	if tc.Status.AppliedInputsHash == firstHash {
+		t.Error("the first inputs are recorded as applied before their plan was approved")
+	}
+	e.annotate("prod", infrav1.AnnotationApproveDestructivePlan, tc.Status.LastPlan.Hash)
 	e.waitFor("prod", 2*time.Minute, "applied the first inputs again", func(tc *infrav1.TerraformCluster) bool {
 		return isReady(tc) && tc.Status.AppliedInputsHash == firstHash
 	})
-	if n := len(e.jobs("apply")); n != 3 {
-		t.Errorf("%d apply Jobs after going back to the first inputs, want 3", n)
+	// The first inputs, the second, the blocked plan, the approved apply.
+	if n := len(e.jobs("apply")); n != 4 {
+		t.Errorf("%d apply Jobs after going back to the first inputs, want 4", n)
 	}
 	if files := e.instanceFiles(); !slices.Equal(files, []string{"prod-0", "prod-1"}) {
 		t.Errorf("instance files = %v after going back to the first inputs, want prod-0 and prod-1", files)
