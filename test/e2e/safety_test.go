@@ -711,6 +711,18 @@ func TestRescuedState(t *testing.T) {
 	if files := e.instanceFiles(); len(files) != 1 {
 		t.Errorf("instances %v, want 1", files)
 	}
+	// Changed inputs do not get around the hold: their apply would run on
+	// the state that lacks the instance too.
+	e.update("rescue", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"state_padding_kib": 15, "instance_dir": e.instances})
+	})
+	time.Sleep(5 * time.Second)
+	if jobs := e.jobs("apply"); len(jobs) != 1 {
+		t.Errorf("%d apply Jobs after a spec change: an apply on the state that lacks the instance", len(jobs))
+	}
+	if r := condition(e.get("rescue"), infrav1.ConditionReady).Reason; r != "StateRescued" {
+		t.Errorf("Ready reason %q after a spec change, want StateRescued", r)
+	}
 
 	// The operator lifts the limit and restores the rescued state, through
 	// the webhook.

@@ -469,10 +469,32 @@ func (e *Engine) holdForRescue(r *Sync, job *batchv1.Job, res *runner.Result) bo
 	return true
 }
 
+// rescueHeld keeps every Job from starting while a rescued state waits for a
+// restore, whatever the inputs: the current state may lack what the failed
+// run created, and any run on it (an apply of changed inputs, a destroy)
+// would create it twice or leave it behind.
+func (e *Engine) rescueHeld(r *Sync) bool {
+	st := r.Obj.WorkspaceStatus()
+	c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionStateRescued)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return false
+	}
+	if lr := st.LastRestore; lr != nil && lr.Time.After(c.LastTransitionTime.Time) {
+		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored,
+			fmt.Sprintf("Backup %s was restored after the state was rescued", lr.Backup))
+		return false
+	}
+	e.SetReady(r, metav1.ConditionFalse, ReasonStateRescued, c.Message)
+	return true
+}
+
 // start creates the run-inputs Secret (unless data is nil: destroy with the
 // durable inputs) and the Job of one attempt.
 func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
 	obj := r.Obj
+	if e.rescueHeld(r) {
+		return nil
+	}
 	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
 		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
 		return nil
