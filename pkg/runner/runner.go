@@ -132,7 +132,25 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	if werr := r.writeResult(context.WithoutCancel(ctx), res); werr != nil {
 		return res, errors.Join(err, fmt.Errorf("writing the result: %w", werr))
 	}
+	r.deleteRunInputs(context.WithoutCancel(ctx))
 	return res, err
+}
+
+// deleteRunInputs deletes this run's inputs once its result is written: they
+// hold the run's credentials, and the Job runs no second pod. Failing to
+// delete them costs nothing but time: the manager deletes them with the
+// Job's history.
+func (r *Runner) deleteRunInputs(ctx context.Context) {
+	if r.Config.UseDurableInputs {
+		return
+	}
+	name := r.obj.RunInputs(r.Config.Job)
+	err := retryTransient(ctx, func() error {
+		return r.Client.CoreV1().Secrets(r.Config.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Deleting the run's inputs", "secret", klog.KRef(r.Config.Namespace, name))
+	}
 }
 
 func (r *Runner) run(ctx context.Context, res *Result) error {

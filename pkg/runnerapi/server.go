@@ -315,10 +315,10 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 				return nil, forbid("not a Secret of this run")
 			}
 		case http.MethodDelete:
-			// Old chunks and rotated backups; never the state or the
-			// durable inputs themselves.
-			if !id.Object.HoldsState(name) || name == id.Object.State() || name == id.Object.DurableInputs() {
-				return nil, forbid("only state chunks and backups are deleted")
+			// Old chunks and rotated backups, and the run's inputs once it
+			// is done; never the state or the durable inputs themselves.
+			if name != id.Object.RunInputs(id.Job) && (!id.Object.HoldsState(name) || name == id.Object.State() || name == id.Object.DurableInputs()) {
+				return nil, forbid("only state chunks, backups and this run's inputs are deleted")
 			}
 		case http.MethodPost, http.MethodPut:
 		default:

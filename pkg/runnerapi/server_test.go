@@ -60,6 +60,9 @@ func TestAuthorize(t *testing.T) {
 			s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "x", UID: "uid-x", BlockOwnerDeletion: ptrTo(true)}}
 		})},
 		"delete a rotated backup":              {method: "DELETE", path: secrets + "/tfc-prod-backup-20261130-174914-1", allowed: true},
+		"delete its run inputs when done":      {method: "DELETE", path: secrets + "/" + me.Job, allowed: true},
+		"delete another Job's run inputs":      {method: "DELETE", path: secrets + "/tfc-prod-apply-ffffffffffffffff-0"},
+		"delete its result":                    {method: "DELETE", path: secrets + "/" + me.Job + "-result"},
 		"hold its lock":                        {method: "PUT", path: leases + "/tfc-prod-lock", body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
 		"create its lock":                      {method: "POST", path: leases, body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
 		"ask a lock holder's phase":            {method: "GET", path: "/api/v1/namespaces/ns/pods/holder", allowed: true},

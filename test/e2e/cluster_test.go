@@ -104,6 +104,17 @@ func TestClusterLifecycle(t *testing.T) {
 	if files := e.instanceFiles(); !slices.Equal(files, []string{"prod-0", "prod-1"}) {
 		t.Errorf("instance files = %v after going back to the first inputs, want prod-0 and prod-1", files)
 	}
+	// What the four runs left: the result of the last one only; each
+	// runner deleted its inputs (and credentials) when done.
+	perRun := map[string][]string{}
+	for _, s := range e.secrets() {
+		if typ := s.Labels[names.LabelSecretType]; typ == names.SecretTypeRunInputs || typ == names.SecretTypeResult {
+			perRun[typ] = append(perRun[typ], s.Name)
+		}
+	}
+	if len(perRun[names.SecretTypeRunInputs]) != 0 || len(perRun[names.SecretTypeResult]) != 1 {
+		t.Errorf("per-run Secrets left: %v; want one result and no inputs", perRun)
+	}
 
 	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), "prod", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

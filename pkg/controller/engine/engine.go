@@ -247,6 +247,12 @@ func (e *Engine) stateChangedAfter(r *Sync) time.Time {
 // caller.
 func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *batchv1.Job, in *Inputs) (*runner.Result, *batchv1.Job, error) {
 	res, err := e.readResult(ctx, r, job)
+	if errors.Is(err, errNoResult) {
+		// Nothing says what it applied or planned: plan again (an
+		// applied module plans no change).
+		klog.FromContext(ctx).Info("An apply Job's result is gone; planning again", "job", klog.KObj(job))
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(job)+1, in.SecretData())
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -561,6 +567,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		return fmt.Errorf("creating Job %s: %w", job.Name, err)
 	default:
 		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
+		e.deletePreviousRunSecrets(ctx, r, job)
 	}
 	created = true
 	e.RecordJob(r, job, "Running")
@@ -640,11 +647,15 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 	return err
 }
 
+// errNoResult: a finished Job's result is not there (its runner was killed
+// before writing it, or someone deleted it).
+var errNoResult = errors.New("finished without a result")
+
 // readResult reads what the runner of job reported.
 func (e *Engine) readResult(ctx context.Context, r *Sync, job *batchv1.Job) (*runner.Result, error) {
 	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("job %s finished without a result", job.Name)
+		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)
 	}
 	if err != nil {
 		return nil, err
@@ -656,12 +667,32 @@ func (e *Engine) readResult(ctx context.Context, r *Sync, job *batchv1.Job) (*ru
 	return &res, nil
 }
 
+// deletePreviousRunSecrets deletes the run Secrets of the Job that ran op
+// before job: once a newer Job of the operation runs, nothing reads them
+// again. (The runner deletes its inputs itself when it is done; these are
+// what a killed runner left.) Each object so keeps at most the result of the
+// latest Job of each operation, not two Secrets per Job of its history.
+func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *batchv1.Job) {
+	n := e.Names(r.Obj)
+	for _, prev := range r.Jobs { // newest first
+		if prev.Name == job.Name || prev.Labels[names.LabelOperation] != job.Labels[names.LabelOperation] {
+			continue
+		}
+		for _, name := range []string{n.RunInputs(prev.Name), n.Result(prev.Name)} {
+			if err := e.Kube.CoreV1().Secrets(prev.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				klog.FromContext(ctx).Error(err, "Deleting a run Secret of an earlier Job", "secret", klog.KRef(prev.Namespace, name))
+			}
+		}
+		return
+	}
+}
+
 // cleanupHistory keeps the newest finished Jobs of each operation within
-// the policy's limits, with their run Secrets.
+// the policy's limits. Their run Secrets went when the next Job of their
+// operation started.
 func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	kept := map[string]int32{}
 	var errs []error
-	n := e.Names(r.Obj)
 	for _, job := range r.Jobs { // newest first
 		finished, succeeded := JobFinished(job)
 		if !finished || job.DeletionTimestamp != nil {
@@ -675,11 +706,6 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 		if kept[k] < limit {
 			kept[k]++
 			continue
-		}
-		for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
-			if err := e.Kube.CoreV1().Secrets(job.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
-			}
 		}
 		if err := e.Jobs.Delete(ctx, job, metav1.DeletePropagationBackground); err != nil {
 			errs = append(errs, err)
