@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -69,5 +72,65 @@ func TestMaxConcurrentJobs(t *testing.T) {
 	}
 	if n := len(e.jobs("apply")); n != len(names) {
 		t.Errorf("%d apply Jobs, want %d", n, len(names))
+	}
+}
+
+// TestResourceQuota: a ResourceQuota that refuses the runner Job, then one
+// that refuses its pod, is said in Ready (QuotaExceeded, naming the quota)
+// and an event, not only in the manager's log; once the quota allows it the
+// same run goes on, with one apply Job in all.
+func TestResourceQuota(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.startManager()
+	quota := func(name string, hard corev1.ResourceList) {
+		t.Helper()
+		q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+		if _, err := plane.Kube.CoreV1().ResourceQuotas(e.ns).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Admission counts against the usage the quota controller computes.
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			q, err := plane.Kube.CoreV1().ResourceQuotas(e.ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && len(q.Status.Hard) > 0, nil
+		}); err != nil {
+			t.Fatalf("quota %s never got its status: %v", name, err)
+		}
+	}
+	unquota := func(name string) {
+		t.Helper()
+		if err := plane.Kube.CoreV1().ResourceQuotas(e.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quotaExceeded := func(quota string) func(*metav1.Condition, *infrav1.TerraformCluster) bool {
+		return func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+			return c.Status == metav1.ConditionFalse && c.Reason == engine.ReasonQuotaExceeded && strings.Contains(c.Message, "exceeded quota: "+quota)
+		}
+	}
+
+	quota("runner-jobs", corev1.ResourceList{"count/jobs.batch": resource.MustParse("0")})
+	e.create(e.localCloud("quota", e.newCluster("quota", false), map[string]any{"instances": 1}))
+	waitCondition(e, "quota", infrav1.ConditionReady, engine.ReasonQuotaExceeded, quotaExceeded("runner-jobs"))
+	if ev := findEvent(t, e.ns, "quota", engine.ReasonQuotaExceeded); ev == nil || !strings.Contains(ev.Message, "runner-jobs") {
+		t.Errorf("no QuotaExceeded event naming the quota: %+v", ev)
+	}
+	if n := len(e.jobs("")); n != 0 {
+		t.Fatalf("%d Jobs past a quota of none", n)
+	}
+
+	// The Job is allowed now, its pod is not.
+	quota("runner-pods", corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")})
+	unquota("runner-jobs")
+	tc := waitCondition(e, "quota", infrav1.ConditionReady, engine.ReasonQuotaExceeded, quotaExceeded("runner-pods"))
+	jobs := e.jobs("apply")
+	if len(jobs) != 1 || !strings.Contains(condition(tc, infrav1.ConditionReady).Message, jobs[0].Name) {
+		t.Errorf("Jobs %d; the message %q should name the one whose pod is refused", len(jobs), condition(tc, infrav1.ConditionReady).Message)
+	}
+
+	unquota("runner-pods")
+	e.waitFor("quota", 3*time.Minute, "Ready", isReady)
+	if n := len(e.jobs("apply")); n != 1 {
+		t.Errorf("%d apply Jobs, want the one that waited for its pod", n)
 	}
 }

@@ -234,6 +234,7 @@ var controllers = []string{
 	"serviceaccount-controller",
 	"root-ca-certificate-publisher-controller",
 	"clusterrole-aggregation-controller",
+	"resourcequota-controller",
 }
 
 func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {

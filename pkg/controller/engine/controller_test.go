@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -619,6 +621,37 @@ func TestDocumentedReasons(t *testing.T) {
 				f.sync()
 			},
 			want: engine.ReasonDestroyFailed, wantNoJob: true,
+		},
+		"a Job a ResourceQuota refuses": {
+			run: func(f *fixture) {
+				f.jobs.refuse = apierrors.NewForbidden(batchv1.Resource("jobs"), "x",
+					errors.New("exceeded quota: runner-jobs, requested: count/jobs.batch=1, used: count/jobs.batch=2, limited: count/jobs.batch=2"))
+				f.sync()
+				if msg := f.condition(infrav1.ConditionReady).Message; !strings.Contains(msg, "exceeded quota: runner-jobs") {
+					f.t.Errorf("Ready message %q does not name the quota", msg)
+				}
+			},
+			want: engine.ReasonQuotaExceeded, wantEvent: engine.ReasonQuotaExceeded, wantNoJob: true,
+		},
+		"a runner pod a ResourceQuota refuses": {
+			run: func(f *fixture) {
+				f.sync()
+				job := f.createdJobs()[0].DeepCopy()
+				job.UID = "job-uid"
+				job.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute))
+				f.observe(job)
+				ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "job.1", Namespace: "ns"}, Reason: "FailedCreate", Type: corev1.EventTypeWarning,
+					InvolvedObject: corev1.ObjectReference{Kind: "Job", Name: job.Name, UID: job.UID}, LastTimestamp: metav1.Now(),
+					Message: `Error creating: pods "x" is forbidden: exceeded quota: runner-cpu, requested: requests.cpu=500m, used: requests.cpu=2, limited: requests.cpu=2`}
+				if _, err := f.kube.CoreV1().Events("ns").Create(context.Background(), ev, metav1.CreateOptions{}); err != nil {
+					f.t.Fatal(err)
+				}
+				f.sync()
+				if msg := f.condition(infrav1.ConditionReady).Message; !strings.Contains(msg, "exceeded quota: runner-cpu") || !strings.Contains(msg, job.Name) {
+					f.t.Errorf("Ready message %q does not name the Job and the quota", msg)
+				}
+			},
+			want: engine.ReasonQuotaExceeded, wantEvent: engine.ReasonQuotaExceeded, wantNoJob: true,
 		},
 		"a restore asked while a Job runs waits for it": {
 			run: func(f *fixture) {

@@ -97,9 +97,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 	}
 	due := base.Add(interval + jitter(obj, interval))
 	if wait := due.Sub(e.Now()); wait > 0 {
-		if r.Requeue == 0 || wait < r.Requeue {
-			r.Requeue = wait
-		}
+		r.requeueWithin(wait)
 		return nil
 	}
 	// One check per due time: the name says which, so a restarted manager

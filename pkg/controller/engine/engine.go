@@ -139,6 +139,13 @@ type Sync struct {
 	TerraformCluster *infrav1.TerraformCluster
 }
 
+// requeueWithin asks for a sync after wait at the latest.
+func (r *Sync) requeueWithin(wait time.Duration) {
+	if r.Requeue == 0 || wait < r.Requeue {
+		r.Requeue = wait
+	}
+}
+
 // NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
 func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
@@ -226,6 +233,9 @@ func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *batchv1.Job,
 		return nil
 	}
 	e.RecordJob(r, active, "Running")
+	if refused, err := e.podRefused(ctx, r, active); err != nil || refused {
+		return err
+	}
 	if op == infrav1.OperationApply {
 		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
 	}
@@ -547,6 +557,9 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	}
 	if data != nil {
 		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
+			if e.refusedByQuota(r, op, "inputs Secret", err) {
+				return nil
+			}
 			return e.terminating(r, err)
 		}
 	}
@@ -564,6 +577,9 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		// Ours: the name is deterministic. The informer will show it.
 	case err != nil:
 		e.Expectations.JobObserved(r.Key, job.Name)
+		if e.refusedByQuota(r, op, "Job", err) {
+			return nil
+		}
 		return fmt.Errorf("creating Job %s: %w", job.Name, err)
 	default:
 		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))

@@ -194,9 +194,14 @@ func forKinds(t *testing.T, test func(t *testing.T, k kindCase)) {
 type fakeJobControl struct {
 	created []*batchv1.Job
 	deleted []string
+	// refuse, when set, is the API server's answer to every create.
+	refuse error
 }
 
 func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
+	if f.refuse != nil {
+		return f.refuse
+	}
 	for _, j := range f.created {
 		if j.Name == job.Name {
 			return apierrors.NewAlreadyExists(batchv1.Resource("jobs"), job.Name)
