@@ -41,16 +41,28 @@ func (e *Engine) driftPolicy(obj Object) (enabled bool, interval time.Duration, 
 	return enabled, interval, d.Remediation == infrav1.DriftRemediationApply
 }
 
-// jitter spreads objects' checks over a tenth of the interval, the same
-// for an object every time so that restarts do not bunch them.
-func jitter(obj Object, interval time.Duration) time.Duration {
-	span := int64(interval / 10)
-	if span <= 0 {
-		return 0
+// nextDriftCheck is when obj's next drift check is due after base (its
+// last check or apply). Each object checks at a fixed phase of the
+// interval, from its UID: a fleet applied in one burst (a new cluster, a
+// restore, a manager upgrade) checks evenly over the interval ever after
+// (N/interval checks a second) instead of in a burst every interval. The
+// first check after base comes after half an interval at least.
+func nextDriftCheck(obj Object, base time.Time, interval time.Duration) time.Time {
+	if interval <= 0 {
+		return base
 	}
 	h := fnv.New64a()
 	h.Write([]byte(obj.GetUID()))
-	return time.Duration(h.Sum64() % uint64(span))
+	phase := time.Duration(h.Sum64() % uint64(interval))
+	earliest := base.Add(interval / 2)
+	// The slots are phase + k*interval from the Unix epoch.
+	since := earliest.Sub(time.Unix(0, 0).Add(phase))
+	k := since / interval
+	due := time.Unix(0, 0).Add(phase + k*interval)
+	if due.Before(earliest) {
+		due = due.Add(interval)
+	}
+	return due
 }
 
 // remediationTime is when drift was found that the object's policy
@@ -95,7 +107,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 	if base == nil {
 		return nil
 	}
-	due := base.Add(interval + jitter(obj, interval))
+	due := nextDriftCheck(obj, base.Time, interval)
 	if wait := due.Sub(e.Now()); wait > 0 {
 		r.requeueWithin(wait)
 		return nil
