@@ -4,7 +4,11 @@
 // made per object until its Job existed, and its writes per minute once
 // idle. API writes are counted from the API server's audit log.
 //
+// With -drift, a fake runner then completes every Job (no terraform), and
+// the bench measures how evenly drift checks come at that interval.
+//
 //	go run ./test/cmd/bench -n 1000
+//	go run ./test/cmd/bench -n 10000 -drift 4m
 package main
 
 import (
@@ -53,14 +57,23 @@ func main() {
 	n := flag.Int("n", 1000, "TerraformClusters to create")
 	idle := flag.Duration("idle", time.Minute, "how long to count idle writes")
 	managerArgs := flag.String("manager-args", "", "extra manager flags, space separated")
+	drift := flag.Duration("drift", 0, "then make every object Ready (a fake runner completes the Jobs) and measure drift checks at this --drift-default-interval")
+	driftFor := flag.Duration("drift-for", 0, "how long to measure drift checks (default twice -drift)")
 	flag.Parse()
-	if err := run(*n, *idle, strings.Fields(*managerArgs)); err != nil {
+	args := strings.Fields(*managerArgs)
+	if *drift > 0 {
+		args = append(args, "--drift-default-interval="+drift.String())
+		if *driftFor == 0 {
+			*driftFor = 2 * *drift
+		}
+	}
+	if err := run(*n, *idle, args, *drift, *driftFor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, idle time.Duration, managerArgs []string) error {
+func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.Duration) error {
 	ctx := context.Background()
 	binary, err := framework.BuildCAPTF("captf")
 	if err != nil {
@@ -193,6 +206,48 @@ func run(n int, idle time.Duration, managerArgs []string) error {
 	for _, k := range sortedKeys(idleBy) {
 		fmt.Printf("  %-40s %d\n", k, idleBy[k])
 	}
+	if drift > 0 {
+		return measureDrift(ctx, cp, mgr, auditLog, user, ns, n, drift, driftFor)
+	}
+	return nil
+}
+
+// measureDrift makes every object Ready with a fake runner, waits until
+// each has had its first drift check at its phase (half an interval after
+// the last apply), then counts drift Jobs over driftFor.
+func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framework.Manager, auditLog, user, ns string, n int, drift, driftFor time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	fr := startFakeRunner(ctx, cp, ns, 8)
+	var objects []string
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		objects = objects[:0]
+		for _, tc := range list.Items {
+			if tc.Status.Ready {
+				objects = append(objects, tc.Name)
+			}
+		}
+		return len(objects) == n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("not every object became Ready: %d of %d", len(objects), n)
+	}
+	allReady := time.Now()
+	fmt.Printf("fake runner: every object Ready %s after it started (%d runs)\n", allReady.Sub(start).Round(time.Second), fr.done.Load())
+	from := allReady.Add(drift / 2)
+	time.Sleep(time.Until(from.Add(driftFor)) + 5*time.Second)
+	rss, _ := procStats(mgr.Pid())
+	fmt.Printf("manager RSS with every object Ready and drift checks running: %.1f MiB; fake runs: %d\n", float64(rss)/(1<<20), fr.done.Load())
+	events, err := readAudit(auditLog)
+	if err != nil {
+		return err
+	}
+	fmt.Print(driftFigures(events, user, from, driftFor, drift+drift/10+30*time.Second, objects))
 	return nil
 }
 
