@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,7 +68,8 @@ type Executor struct {
 	mu       sync.Mutex
 	running  map[types.UID]*podProcess
 	finished map[types.UID]bool // never run or rewrite these again, whatever a stale cache says
-	mounts   map[string]int     // host paths the executor created, by users
+	runs     []PodRun
+	mounts   map[string]int // host paths the executor created, by users
 	images   map[string]*unpackedImage
 	// sandboxes are the pods' network namespaces, by pod.
 	sandboxes map[types.UID]*podSandbox
@@ -168,6 +170,21 @@ func (e *Executor) Logs(namespace, name string) (string, error) {
 }
 
 // Running is the number of pod processes running now.
+// PodRun is one container run the executor finished: when its process
+// started and ended, to the nanosecond (pod statuses keep seconds).
+type PodRun struct {
+	Namespace, Name   string
+	Started, Finished time.Time
+	ExitCode          int32
+}
+
+// Runs returns the container runs finished so far.
+func (e *Executor) Runs() []PodRun {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.runs)
+}
+
 func (e *Executor) Running() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -435,12 +435,15 @@ func (e *Executor) waiting(ctx context.Context, pod *corev1.Pod, proc *podProces
 // finishPod writes the pod's terminal status, takes its network down, and
 // finishes a deletion that waited for the container.
 func (e *Executor) finishPod(ctx context.Context, proc *podProcess, started *metav1.Time, code int32, reason, message string) {
-	pod := proc.pod
+	pod, ended := proc.pod, time.Now()
 	if err := e.finish(ctx, pod, started, code, reason, message); err != nil {
 		klog.FromContext(ctx).Error(err, "Setting pod finished", "pod", klog.KObj(pod))
 	}
 	e.teardown(proc.pod.UID)
 	e.mu.Lock()
+	if started != nil {
+		e.runs = append(e.runs, PodRun{Namespace: pod.Namespace, Name: pod.Name, Started: started.Time, Finished: ended, ExitCode: code})
+	}
 	terminating := proc.terminating
 	if e.running[pod.UID] == proc {
 		delete(e.running, pod.UID)
