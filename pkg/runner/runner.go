@@ -564,12 +564,15 @@ func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
 	return err
 }
 
-// failureReason names the state failures a person must act on.
+// failureReasons name the state failures a person must act on; the
+// manager takes them as Ready's reason.
+var failureReasons = []struct {
+	err    error
+	reason string
+}{{ErrStateMissing, "StateMissing"}, {ErrOtherOwner, "StateOwnedByOther"}, {ErrStateTooLarge, "StateTooLarge"}, {errLockLost, "LockLost"}, {ErrFenced, "LockLost"}}
+
 func failureReason(err error) string {
-	for _, r := range []struct {
-		err    error
-		reason string
-	}{{ErrStateMissing, "StateMissing"}, {ErrOtherOwner, "StateOwnedByOther"}, {ErrStateTooLarge, "StateTooLarge"}, {errLockLost, "LockLost"}, {ErrFenced, "LockLost"}} {
+	for _, r := range failureReasons {
 		if errors.Is(err, r.err) {
 			return r.reason
 		}
