@@ -5,6 +5,7 @@
 #     metadata.yaml                    release series -> contract
 #     infrastructure-components.yaml   manifests/clusterctl, clusterctl variables and defaults
 #     cluster-template*.yaml           the flavors in templates/
+#     clusterclass-*.yaml              the ClusterClasses they use
 #     release-notes.md                 the commits since the previous v* tag
 # Needs kubectl in bin/ (make controlplane builds it) for kustomize.
 set -euo pipefail
@@ -33,7 +34,7 @@ rm -rf "${OUT}"
 mkdir -p "${OUT}"
 cp "${ROOT}/metadata.yaml" "${OUT}/metadata.yaml"
 "${BIN}/kubectl" kustomize "${ROOT}/manifests/clusterctl" 2>/dev/null | sed "s/@VERSION@/${VERSION}/g" > "${OUT}/infrastructure-components.yaml"
-cp "${ROOT}"/templates/cluster-template*.yaml "${OUT}/"
+cp "${ROOT}"/templates/cluster-template*.yaml "${ROOT}"/templates/clusterclass-*.yaml "${OUT}/"
 
 previous=$(git -C "${ROOT}" describe --tags --abbrev=0 --match 'v*' HEAD^ 2>/dev/null || true)
 {

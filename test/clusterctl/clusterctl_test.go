@@ -95,7 +95,9 @@ func (s *suite) init(t *testing.T, cp *framework.ControlPlane) *env {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out, err := cp.Clusterctl(ctx, s.config, nil, "init", "--infrastructure", "terraform:"+s.version,
+	// CLUSTER_TOPOLOGY: Cluster API's ClusterClass support, for the
+	// clusterclass flavor.
+	out, err := cp.Clusterctl(ctx, s.config, []string{"CLUSTER_TOPOLOGY=true"}, "init", "--infrastructure", "terraform:"+s.version,
 		"--core", "cluster-api:"+framework.CAPIVersion, "--bootstrap", "kubeadm:"+framework.CAPIVersion,
 		"--control-plane", "kubeadm:"+framework.CAPIVersion)
 	if err != nil {
@@ -207,6 +209,8 @@ func TestClusterctl(t *testing.T) {
 	if len(before) != 3 {
 		t.Errorf("instances %v, want the control-plane host and 2 workers", slices.Sorted(maps.Keys(before)))
 	}
+
+	clusterClass(t, s, vars)
 
 	plan, err := plane.Clusterctl(ctx, s.config, nil, "upgrade", "plan")
 	if err != nil {
@@ -330,4 +334,53 @@ func instanceFiles(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return files
+}
+
+// clusterClass: the clusterclass flavor (with the ClusterClass clusterctl
+// adds from the repository) makes a Cluster whose TerraformCluster Cluster
+// API's topology controller creates from CAPTF's TerraformClusterTemplate,
+// with the module and variables the Cluster's topology variables set; CAPTF
+// applies it and the Cluster's infrastructure is provisioned. (Its kubeadm
+// control plane and workers wait: no kubeadm controller runs here.)
+func clusterClass(t *testing.T, s *suite, vars []string) {
+	ctx := context.Background()
+	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "classy"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := plane.Clusterctl(ctx, s.config, vars, "generate", "cluster", "classy", "--infrastructure", "terraform:"+s.version,
+		"--target-namespace", "classy", "--flavor", "clusterclass", "--kubernetes-version", "v1.34.0",
+		"--control-plane-machine-count", "1", "--worker-machine-count", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(manifest, "kind: ClusterClass") {
+		t.Fatalf("clusterctl did not add the ClusterClass to the clusterclass flavor:\n%s", manifest)
+	}
+	if out, err := plane.Kubectl(ctx, "apply", "--server-side", "-f", writeFile(t, manifest)); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("kubectl apply of the clusterclass flavor:\n%s", out)
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cluster, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("classy").Get(ctx, "classy", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		provisioned, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned")
+		list, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("classy").List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			last = fmt.Sprintf("provisioned=%v, TerraformClusters: %v %v", provisioned, list, err)
+			return false, nil
+		}
+		tc := list.Items[0]
+		last = fmt.Sprintf("provisioned=%v, TerraformCluster %s: module %+v, variables %d, conditions %+v", provisioned, tc.Name, tc.Spec.Module, len(tc.Spec.Variables), tc.Status.Conditions)
+		owner := metav1.GetControllerOf(&tc)
+		return provisioned && tc.Status.Ready && owner != nil && owner.Kind == "Cluster" && owner.Name == "classy" &&
+			tc.Spec.Module.Source == filepath.Join(s.root, "examples", "local-cloud"), nil
+	})
+	if err != nil {
+		t.Fatalf("the ClusterClass cluster's infrastructure was not provisioned: %v (%s)", err, last)
+	}
 }

@@ -42,8 +42,10 @@ type Options struct {
 	// Dir is where the plane keeps its data, certificates and logs. Default: a
 	// new temporary directory, removed on Stop unless CAPTF_KEEP_PLANE is set.
 	Dir string
-	// ExtraAPIServerArgs are appended to kube-apiserver's flags.
-	ExtraAPIServerArgs []string
+	// ExtraAPIServerArgs are appended to kube-apiserver's flags, and
+	// ExtraControllerManagerArgs to kube-controller-manager's.
+	ExtraAPIServerArgs         []string
+	ExtraControllerManagerArgs []string
 	// PodNetwork gives the pods the executor runs from images a network of
 	// their own (see podNetwork), Services that forward to them, and the
 	// API server routes to Services' endpoints, as to pods of a cluster. It
@@ -192,7 +194,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 		return nil, err
 	}
 
-	if err := cp.start("kube-controller-manager", filepath.Join(opts.BinDir, "kube-controller-manager"), []string{
+	if err := cp.start("kube-controller-manager", filepath.Join(opts.BinDir, "kube-controller-manager"), append([]string{
 		"--kubeconfig=" + cp.KubeconfigFile,
 		"--controllers=" + strings.Join(controllers, ","),
 		"--service-account-private-key-file=" + files["sa.key"],
@@ -200,7 +202,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--v=1",
-	}, env); err != nil {
+	}, opts.ExtraControllerManagerArgs...), env); err != nil {
 		return nil, err
 	}
 	if err := cp.createNode(ctx); err != nil {
