@@ -389,10 +389,15 @@ func clusterClass(t *testing.T, s *suite, vars []string) {
 		tc := list.Items[0]
 		last = fmt.Sprintf("provisioned=%v, TerraformCluster %s: module %+v, variables %d, conditions %+v", provisioned, tc.Name, tc.Spec.Module, len(tc.Spec.Variables), tc.Status.Conditions)
 		owner := metav1.GetControllerOf(&tc)
+		var varNames []string
+		for _, v := range tc.Spec.Variables {
+			varNames = append(varNames, v.Name)
+		}
 		return provisioned && tc.Status.Ready && owner != nil && owner.Kind == "Cluster" && owner.Name == "classy" &&
-			tc.Spec.Module.Source == filepath.Join(s.root, "examples", "local-cloud"), nil
+			tc.Spec.Module.Source == filepath.Join(s.root, "examples", "local-cloud") && slices.Equal(varNames, []string{"instances", "instance_dir"}), nil
 	})
 	if err != nil {
 		t.Fatalf("the ClusterClass cluster's infrastructure was not provisioned: %v (%s)", err, last)
 	}
+	t.Logf("the ClusterClass cluster's infrastructure is provisioned: %s", last)
 }
