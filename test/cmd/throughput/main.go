@@ -14,10 +14,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,6 +92,7 @@ func run(n int) error {
 	}
 	before := len(ex.Runs())
 
+	cpu0, req0 := cpuByCommand(), apiRequests(ctx, cp)
 	md := schema.GroupVersionResource{Group: capi.Machine.Resource.Group, Version: capi.Machine.Resource.Version, Resource: "machinedeployments"}
 	start := time.Now()
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2)
@@ -99,6 +103,7 @@ func run(n int) error {
 		return err
 	}
 	captf := time.Since(start)
+	cpu1, req1 := cpuByCommand(), apiRequests(ctx, cp)
 	var pods []time.Duration
 	for _, r := range ex.Runs()[before:] {
 		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
@@ -151,7 +156,94 @@ func run(n int) error {
 		fmt.Printf("runner pods (%d apply Jobs): median %s, p90 %s; the runner's own time per Job: %s (median pod less median bare run)\n",
 			len(pods), median(pods), pods[len(pods)*9/10], (median(pods) - median(bare)).Round(time.Millisecond))
 	}
+	fmt.Printf("CPU seconds during the scale, by process (%.1f s of wall time on %d cores):\n", captf.Seconds(), runtime.NumCPU())
+	for _, k := range slices.Sorted(maps.Keys(cpu1)) {
+		if d := cpu1[k] - cpu0[k]; d >= 0.5 {
+			fmt.Printf("  %-40s %6.1f\n", k, d)
+		}
+	}
+	type count struct {
+		key string
+		n   float64
+	}
+	var reqs []count
+	total := 0.0
+	for k, v := range req1 {
+		if d := v - req0[k]; d > 0 {
+			reqs = append(reqs, count{k, d})
+			total += d
+		}
+	}
+	slices.SortFunc(reqs, func(a, b count) int { return int(b.n - a.n) })
+	fmt.Printf("API server requests during the scale: %.0f (%.1f per machine); the most:\n", total, total/float64(n))
+	for _, r := range reqs[:min(15, len(reqs))] {
+		fmt.Printf("  %-60s %6.0f\n", r.key, r.n)
+	}
 	return nil
+}
+
+// apiRequests reads the API server's apiserver_request_total, by verb,
+// resource and subresource.
+func apiRequests(ctx context.Context, cp *framework.ControlPlane) map[string]float64 {
+	out := map[string]float64{}
+	body, err := cp.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		fmt.Println("reading the API server's metrics:", err)
+		return out
+	}
+	label := func(line, name string) string {
+		i := strings.Index(line, name+`="`)
+		if i < 0 {
+			return ""
+		}
+		rest := line[i+len(name)+2:]
+		return rest[:strings.Index(rest, `"`)]
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if err != nil {
+			continue
+		}
+		key := label(line, "verb") + " " + label(line, "resource")
+		if sub := label(line, "subresource"); sub != "" {
+			key += "/" + sub
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// cpuByCommand sums the CPU time of the machine's processes by command
+// name; this process's exited children (runner pods, and the terraform
+// they ran) are counted apart from the executor in it.
+func cpuByCommand() map[string]float64 {
+	out := map[string]float64{}
+	entries, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		comm := st[strings.Index(st, "(")+1 : strings.LastIndex(st, ")")]
+		f := strings.Fields(st[strings.LastIndex(st, ")")+2:])
+		ticks := func(i int) float64 { v, _ := strconv.ParseFloat(f[i], 64); return v / 100 }
+		if pid == self {
+			out["executor (this process)"] += ticks(11) + ticks(12)
+			out["runner pods and their terraform (exited)"] += ticks(13) + ticks(14)
+			continue
+		}
+		out[comm] += ticks(11) + ticks(12)
+	}
+	return out
 }
 
 func median(sorted []time.Duration) time.Duration {
