@@ -6,6 +6,7 @@ package capi
 
 import (
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,6 +177,23 @@ func Trim(obj any) (any, error) {
 	}
 	u.Object = trimmed
 	return u, nil
+}
+
+// CachedChanged tells whether an update of a trimmed object changed what
+// CAPTF reads of it: the cachedFields, labels, annotations (pause) or its
+// deletion. Cluster API updates a Cluster's and a Machine's status many
+// times while machines come up; what Trim leaves of those updates is a new
+// resourceVersion, and syncing every machine of a cluster for each would
+// cost a read of every machine's inputs.
+func CachedChanged(old, cur *unstructured.Unstructured) bool {
+	for _, key := range []string{"spec", "status"} {
+		if !equality.Semantic.DeepEqual(old.Object[key], cur.Object[key]) {
+			return true
+		}
+	}
+	return !equality.Semantic.DeepEqual(old.GetLabels(), cur.GetLabels()) ||
+		!equality.Semantic.DeepEqual(old.GetAnnotations(), cur.GetAnnotations()) ||
+		!equality.Semantic.DeepEqual(old.GetDeletionTimestamp(), cur.GetDeletionTimestamp())
 }
 
 // setNoCopy sets path in m to v, moved, not copied: the informer's object

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -59,6 +60,51 @@ func TestTrim(t *testing.T) {
 			}
 			if _, found, _ := unstructured.NestedFieldNoCopy(trimmed.Object, "spec", "bootstrap", "configRef"); found {
 				t.Error("an unread field kept")
+			}
+		})
+	}
+}
+
+// TestCachedChanged: after Trim, an update that only moved what CAPTF does
+// not read (a Cluster's conditions, its resourceVersion) is no change; one
+// of a field it reads, a label, an annotation or the deletion is.
+func TestCachedChanged(t *testing.T) {
+	base := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+			"metadata": map[string]any{"name": "c", "namespace": "ns", "resourceVersion": "1"},
+			"spec":     map[string]any{"paused": false},
+			"status": map[string]any{"initialization": map[string]any{"infrastructureProvisioned": true},
+				"conditions": []any{map[string]any{"type": "Available", "status": "False"}}},
+		}}
+	}
+	tests := map[string]struct {
+		mutate func(u *unstructured.Unstructured)
+		want   bool
+	}{
+		"conditions and resourceVersion only": {mutate: func(u *unstructured.Unstructured) {
+			u.SetResourceVersion("2")
+			_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Available", "status": "True"}}, "status", "conditions")
+		}},
+		"paused": {mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, true, "spec", "paused") }, want: true},
+		"control plane initialized": {mutate: func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, true, "status", "initialization", "controlPlaneInitialized")
+		}, want: true},
+		"paused annotation": {mutate: func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"cluster.x-k8s.io/paused": ""}) }, want: true},
+		"label":             {mutate: func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "b"}) }, want: true},
+		"deleted": {mutate: func(u *unstructured.Unstructured) {
+			now := metav1.Now()
+			u.SetDeletionTimestamp(&now)
+		}, want: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			old, _ := Trim(base())
+			cur := base()
+			tc.mutate(cur)
+			trimmed, _ := Trim(cur)
+			if got := CachedChanged(old.(*unstructured.Unstructured), trimmed.(*unstructured.Unstructured)); got != tc.want {
+				t.Errorf("CachedChanged = %v, want %v", got, tc.want)
 			}
 		})
 	}

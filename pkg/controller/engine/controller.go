@@ -137,12 +137,20 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	handlers := []informerHandler{
 		{informer, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: c.updateObject, DeleteFunc: c.deleteObject}},
 		{jobs, JobEventHandler(logger, kind.GVK.Kind, loop.Queue, c.expectations)},
-		{owners.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.handleOwner, UpdateFunc: func(_, cur any) { c.handleOwner(cur) }}},
+		{owners.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.handleOwner, UpdateFunc: func(old, cur any) {
+			if cachedChanged(old, cur) {
+				c.handleOwner(cur)
+			}
+		}}},
 	}
 	if c.belongsToCluster() {
 		loop.Synced = append(loop.Synced, clusters.Informer().HasSynced, tcs.Informer().HasSynced)
 		handlers = append(handlers,
-			informerHandler{clusters.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, cur any) { c.handleCluster(cur) }}},
+			informerHandler{clusters.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
+				if cachedChanged(old, cur) {
+					c.handleCluster(cur)
+				}
+			}}},
 			informerHandler{tcs.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: c.handleTerraformCluster}})
 	}
 	for _, h := range handlers {
@@ -245,6 +253,9 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 	if reason, msg := c.waiting(s); reason != "" {
 		c.engine.SetReady(s, metav1.ConditionFalse, reason, msg)
 		return nil
+	}
+	if running, err := c.engine.Running(ctx, s); err != nil || running {
+		return err
 	}
 	in, err := c.render(ctx, s)
 	if err != nil {
@@ -423,6 +434,14 @@ func (c *Controller[T]) enqueueClusterMembers(namespace, cluster string) {
 	if err := cache.ListAllByNamespace(c.objects, namespace, selector, c.enqueue); err != nil {
 		utilruntime.HandleError(fmt.Errorf("listing the %ss of Cluster %s/%s: %w", c.kind.GVK.Kind, namespace, cluster, err))
 	}
+}
+
+// cachedChanged: an update of a Cluster API object changed what CAPTF
+// reads of it (a tombstone or another type always counts).
+func cachedChanged(old, cur any) bool {
+	o, ok1 := old.(*unstructured.Unstructured)
+	n, ok2 := cur.(*unstructured.Unstructured)
+	return !ok1 || !ok2 || capi.CachedChanged(o, n)
 }
 
 func fieldManager(gvk schema.GroupVersionKind) string { return "captf-" + runner.ShortKind(gvk.Kind) }

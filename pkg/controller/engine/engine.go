@@ -221,6 +221,18 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result
 	return e.applySucceeded(ctx, r, latest, in)
 }
 
+// Running reports a Job of the object that runs, unless it is a drift
+// check (which Apply stops for changed inputs): while it runs nothing needs
+// the inputs, and syncs that come with its progress (its pod, Cluster API's
+// status patches) read no Secret or ConfigMap.
+func (e *Engine) Running(ctx context.Context, r *Sync) (bool, error) {
+	active := activeJob(r.Jobs)
+	if active == nil || active.Labels[names.LabelOperation] == string(infrav1.OperationDrift) {
+		return false, nil
+	}
+	return true, e.whileRunning(ctx, r, active, "")
+}
+
 // whileRunning reports the running Job; a drift check never holds up an
 // apply of other inputs: it is stopped.
 func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *batchv1.Job, hash string) error {

@@ -92,7 +92,11 @@ func run(n int) error {
 	}
 	before := len(ex.Runs())
 
-	cpu0, req0 := cpuByCommand(), apiRequests(ctx, cp)
+	token, err := cp.MetricsReaderToken(ctx, "captf-system")
+	if err != nil {
+		return err
+	}
+	cpu0, req0, adds0 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
 	md := schema.GroupVersionResource{Group: capi.Machine.Resource.Group, Version: capi.Machine.Resource.Version, Resource: "machinedeployments"}
 	start := time.Now()
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2)
@@ -103,7 +107,7 @@ func run(n int) error {
 		return err
 	}
 	captf := time.Since(start)
-	cpu1, req1 := cpuByCommand(), apiRequests(ctx, cp)
+	cpu1, req1, adds1 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
 	var pods []time.Duration
 	for _, r := range ex.Runs()[before:] {
 		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
@@ -179,7 +183,34 @@ func run(n int) error {
 	for _, r := range reqs[:min(15, len(reqs))] {
 		fmt.Printf("  %-60s %6.0f\n", r.key, r.n)
 	}
+	fmt.Printf("manager syncs queued during the scale: ")
+	for _, k := range slices.Sorted(maps.Keys(adds1)) {
+		if d := adds1[k] - adds0[k]; d > 0 {
+			fmt.Printf("%s %.0f (%.1f per machine); ", k, d, d/float64(n))
+		}
+	}
+	fmt.Println()
 	return nil
+}
+
+// queueAdds reads the manager's workqueue_adds_total by queue.
+func queueAdds(mgr *framework.Manager, token string) map[string]float64 {
+	out := map[string]float64{}
+	_, body, err := mgr.Scrape(token)
+	if err != nil {
+		fmt.Println("scraping the manager:", err)
+		return out
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, `workqueue_adds_total{name="`) {
+			continue
+		}
+		name := strings.TrimPrefix(line, `workqueue_adds_total{name="`)
+		name = name[:strings.Index(name, `"`)]
+		v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		out[name] = v
+	}
+	return out
 }
 
 // apiRequests reads the API server's apiserver_request_total, by verb,
