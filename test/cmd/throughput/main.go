@@ -34,14 +34,15 @@ import (
 
 func main() {
 	n := flag.Int("n", 200, "machines")
+	profile := flag.Duration("apiserver-profile", 0, "take a CPU profile of kube-apiserver for this long from the scale on (kept in bin/bench/)")
 	flag.Parse()
-	if err := run(*n); err != nil {
+	if err := run(*n, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int) error {
+func run(n int, profile time.Duration) error {
 	ctx := context.Background()
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -51,7 +52,11 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	cp, err := framework.Start(ctx, framework.Options{})
+	var apiArgs []string
+	if profile > 0 {
+		apiArgs = []string{"--profiling=true"}
+	}
+	cp, err := framework.Start(ctx, framework.Options{ExtraAPIServerArgs: apiArgs})
 	if err != nil {
 		return err
 	}
@@ -102,6 +107,10 @@ func run(n int) error {
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2)
 	if _, err := cp.Dynamic.Resource(md).Namespace("demo").Patch(ctx, "demo-workers", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return err
+	}
+	profiled := make(chan string, 1)
+	if profile > 0 {
+		go func() { profiled <- apiServerProfile(ctx, cp, binary, profile) }()
 	}
 	if _, err := cp.WaitQuickstartMachines(ctx, n+2); err != nil {
 		return err
@@ -183,6 +192,9 @@ func run(n int) error {
 	for _, r := range reqs[:min(15, len(reqs))] {
 		fmt.Printf("  %-60s %6.0f\n", r.key, r.n)
 	}
+	if profile > 0 {
+		fmt.Print(<-profiled)
+	}
 	fmt.Printf("manager syncs queued during the scale: ")
 	for _, k := range slices.Sorted(maps.Keys(adds1)) {
 		if d := adds1[k] - adds0[k]; d > 0 {
@@ -191,6 +203,27 @@ func run(n int) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// apiServerProfile takes kube-apiserver's CPU profile for d and returns the
+// top of it.
+func apiServerProfile(ctx context.Context, cp *framework.ControlPlane, binary string, d time.Duration) string {
+	body, err := cp.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+time.Minute).DoRaw(ctx)
+	if err != nil {
+		return fmt.Sprintf("kube-apiserver CPU profile: %v\n", err)
+	}
+	file := filepath.Join(filepath.Dir(binary), "bench", "apiserver-cpu.pb.gz")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err.Error()
+	}
+	if err := os.WriteFile(file, body, 0o644); err != nil {
+		return err.Error()
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", file).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go tool pprof: %v\n%s", err, out)
+	}
+	return fmt.Sprintf("kube-apiserver CPU profile (%s, %s):\n%s", d, file, out)
 }
 
 // queueAdds reads the manager's workqueue_adds_total by queue.
