@@ -146,3 +146,57 @@ func InstanceFiles(dir string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// Local is the plane make local-up runs: the control plane, the executor
+// running Job pods as processes (the runner from binary, terraform from
+// PATH or root/bin), Cluster API's core controllers and the CAPTF manager.
+type Local struct {
+	*ControlPlane
+	Executor *Executor
+	CAPI     *CAPIManager
+	Manager  *Manager
+}
+
+// StartLocal starts a Local plane with opts; Stop stops all of it.
+func StartLocal(ctx context.Context, root, binary string, opts Options) (_ *Local, rErr error) {
+	cp, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Local{ControlPlane: cp}
+	defer func() {
+		if rErr != nil {
+			l.Stop()
+		}
+	}()
+	if l.Executor, err = cp.StartExecutor(ctx, ExecutorOptions{
+		Commands: map[string]string{"/captf": binary},
+		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
+	}); err != nil {
+		return l, err
+	}
+	if l.CAPI, err = cp.StartCAPI(ctx, "MachinePool=true"); err != nil {
+		return l, err
+	}
+	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
+		return l, err
+	}
+	if l.Manager, err = cp.StartManager(ctx, ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: cp.Dir}); err != nil {
+		return l, err
+	}
+	return l, l.Manager.WaitReady(ctx)
+}
+
+// Stop stops the manager, Cluster API, the executor and the control plane.
+func (l *Local) Stop() {
+	if l.Manager != nil {
+		l.Manager.Stop()
+	}
+	if l.CAPI != nil {
+		l.CAPI.Stop()
+	}
+	if l.Executor != nil {
+		l.Executor.Stop()
+	}
+	l.ControlPlane.Stop()
+}

@@ -43,7 +43,7 @@ func TestDriftSchedule(t *testing.T) {
 	}
 	// Minutes in which every object has had its first check and none has
 	// had its last: each should see about n/30 checks.
-	from := applied.Add(interval*3/2 + time.Minute).Unix() / 60
+	from := applied.Add(interval*3/2+time.Minute).Unix() / 60
 	to := from + int64(2*interval/time.Minute)
 	mean, peak := float64(n)/float64(interval/time.Minute), 0
 	for m := from; m < to; m++ {

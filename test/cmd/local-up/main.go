@@ -38,38 +38,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	step("starting etcd, kube-apiserver and kube-controller-manager")
-	cp, err := framework.Start(ctx, framework.Options{})
+	step("starting etcd, kube-apiserver, kube-controller-manager, the executor, Cluster API's core controllers and the CAPTF manager")
+	local, err := framework.StartLocal(ctx, root, binary, framework.Options{})
 	if err != nil {
 		return err
 	}
-	defer cp.Stop()
-	ex, err := cp.StartExecutor(ctx, framework.ExecutorOptions{
-		Commands: map[string]string{"/captf": binary},
-		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
-	})
-	if err != nil {
-		return err
-	}
-	defer ex.Stop()
-	step("starting Cluster API's core controllers")
-	capi, err := cp.StartCAPI(ctx, "MachinePool=true")
-	if err != nil {
-		return err
-	}
-	defer capi.Stop()
-	step("starting the CAPTF manager")
-	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
-		return err
-	}
-	mgr, err := cp.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: cp.Dir})
-	if err != nil {
-		return err
-	}
-	defer mgr.Stop()
-	if err := mgr.WaitReady(ctx); err != nil {
-		return err
-	}
+	defer local.Stop()
+	cp, mgr := local.ControlPlane, local.Manager
 	if _, err := cp.RegisterWebhook(ctx, "captf-validating-webhook-configuration", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "demo"); err != nil {
 		return err
 	}

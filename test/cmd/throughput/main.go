@@ -56,35 +56,12 @@ func run(n int, profile time.Duration) error {
 	if profile > 0 {
 		apiArgs = []string{"--profiling=true"}
 	}
-	cp, err := framework.Start(ctx, framework.Options{ExtraAPIServerArgs: apiArgs})
+	local, err := framework.StartLocal(ctx, root, binary, framework.Options{ExtraAPIServerArgs: apiArgs})
 	if err != nil {
 		return err
 	}
-	defer cp.Stop()
-	ex, err := cp.StartExecutor(ctx, framework.ExecutorOptions{
-		Commands: map[string]string{"/captf": binary},
-		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
-	})
-	if err != nil {
-		return err
-	}
-	defer ex.Stop()
-	capiMgr, err := cp.StartCAPI(ctx, "MachinePool=true")
-	if err != nil {
-		return err
-	}
-	defer capiMgr.Stop()
-	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
-		return err
-	}
-	mgr, err := cp.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: cp.Dir})
-	if err != nil {
-		return err
-	}
-	defer mgr.Stop()
-	if err := mgr.WaitReady(ctx); err != nil {
-		return err
-	}
+	defer local.Stop()
+	cp, ex, mgr := local.ControlPlane, local.Executor, local.Manager
 	instances := filepath.Join(cp.Dir, "instances")
 	if err := cp.ApplyQuickstart(ctx, root, instances); err != nil {
 		return err
@@ -208,7 +185,7 @@ func run(n int, profile time.Duration) error {
 // apiServerProfile takes kube-apiserver's CPU profile for d and returns the
 // top of it.
 func apiServerProfile(ctx context.Context, cp *framework.ControlPlane, binary string, d time.Duration) string {
-	body, err := cp.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+time.Minute).DoRaw(ctx)
+	body, err := cp.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
 	if err != nil {
 		return fmt.Sprintf("kube-apiserver CPU profile: %v\n", err)
 	}
