@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -174,7 +176,9 @@ func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		resp, err := r.next.RoundTrip(req)
 		var op *net.OpError
-		if err == nil || (req.Method != http.MethodGet && !(errors.As(err, &op) && op.Op == "dial")) {
+		dial := errors.As(err, &op) && op.Op == "dial"
+		cut := utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err) || errors.Is(err, io.ErrUnexpectedEOF)
+		if err == nil || !(dial || req.Method == http.MethodGet && cut) {
 			return resp, err
 		}
 		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.delay)

@@ -32,6 +32,7 @@ func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestRedial(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	badCert := errors.New("tls: failed to verify certificate: x509: certificate signed by unknown authority")
 	tests := map[string]struct {
 		method   string
 		failures []error
@@ -43,6 +44,7 @@ func TestRedial(t *testing.T) {
 		"reset after sending: no retry": {failures: []error{reset}, wait: time.Minute, wantErr: reset, sends: 1},
 		"refused past the wait":         {failures: []error{refused, refused}, wait: 0, wantErr: refused, sends: 1},
 		"read reset: sent again":        {method: http.MethodGet, failures: []error{reset, io.ErrUnexpectedEOF}, wait: time.Minute, sends: 3},
+		"read refused by TLS: no retry": {method: http.MethodGet, failures: []error{badCert}, wait: time.Minute, wantErr: badCert, sends: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
