@@ -639,6 +639,7 @@ func TestDocumentedReasons(t *testing.T) {
 				job := f.createdJobs()[0].DeepCopy()
 				job.UID = "job-uid"
 				job.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute))
+				job.Status.StartTime = &job.CreationTimestamp // the Job controller tried its pod
 				f.observe(job)
 				ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "job.1", Namespace: "ns"}, Reason: "FailedCreate", Type: corev1.EventTypeWarning,
 					InvolvedObject: corev1.ObjectReference{Kind: "Job", Name: job.Name, UID: job.UID}, LastTimestamp: metav1.Now(),

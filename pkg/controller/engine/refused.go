@@ -60,13 +60,15 @@ func (e *Engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
 // podRefused tells whether the running job has gone without a pod past its
 // grace because Kubernetes refuses to create it, and says why. The Job
 // controller reports that only in events on the Job, which nothing caches:
-// they are read only for a Job that has had no pod for podGrace.
+// they are read only for a Job the Job controller has started (it tries its
+// pod as it does) and that has had no pod for podGrace since. A Job
+// controller that is merely behind (a burst of Jobs) costs no read.
 func (e *Engine) podRefused(ctx context.Context, r *Sync, job *batchv1.Job) (bool, error) {
 	st := job.Status
-	if st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || (st.Terminating != nil && *st.Terminating > 0) {
+	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || (st.Terminating != nil && *st.Terminating > 0) {
 		return false, nil
 	}
-	if wait := podGrace - e.Now().Sub(job.CreationTimestamp.Time); wait > 0 {
+	if wait := podGrace - e.Now().Sub(st.StartTime.Time); wait > 0 {
 		r.requeueWithin(wait)
 		return false, nil
 	}
