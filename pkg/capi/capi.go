@@ -6,9 +6,9 @@ package capi
 
 import (
 	"fmt"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
