@@ -132,6 +132,13 @@ func clientConfig() (*rest.Config, error) {
 	return cfg, err
 }
 
+// connectionCut: the connection to the runner API broke while a request was
+// on it (the manager's pod killed, say): whether the request took effect is
+// not known.
+func connectionCut(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err)
+}
+
 // redialWait is how long a request waits for the runner API to come back:
 // a manager restarting, or the only replica rolling over.
 const redialWait = 2 * time.Minute
@@ -177,8 +184,7 @@ func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := r.next.RoundTrip(req)
 		var op *net.OpError
 		dial := errors.As(err, &op) && op.Op == "dial"
-		cut := utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err) || errors.Is(err, io.ErrUnexpectedEOF)
-		if err == nil || !(dial || req.Method == http.MethodGet && cut) {
+		if err == nil || !(dial || req.Method == http.MethodGet && connectionCut(err)) {
 			return resp, err
 		}
 		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.delay)

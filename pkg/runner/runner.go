@@ -539,8 +539,7 @@ func transient(err error) bool {
 		return false
 	}
 	var uerr *url.Error
-	return errors.As(err, &uerr) || errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err) ||
-		utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err)
+	return errors.As(err, &uerr) || connectionCut(err) || utilnet.IsConnectionRefused(err)
 }
 
 func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
