@@ -405,6 +405,29 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 	})
 }
 
+// TestResultGonePlansAgain: an apply Job whose result Secret is deleted
+// before the manager read it (by hand, by a cleanup tool) is planned again
+// with the next attempt, not taken as applied and not retried forever.
+func TestResultGonePlansAgain(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		job := f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Outputs: f.k.outputs})
+		result := names.Object{Kind: k.short, Name: "prod"}.Result(job.Name)
+		if err := f.kube.CoreV1().Secrets("ns").Delete(context.Background(), result, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || jobs[0].Labels[names.LabelAttempt] != "1" || jobs[0].Labels[names.LabelOperation] != string(infrav1.OperationApply) {
+			t.Fatalf("created %v, want the apply's next attempt", jobNames(jobs))
+		}
+		if st := f.object().WorkspaceStatus(); st.AppliedInputsHash != "" {
+			t.Errorf("applied inputs %q recorded without a result", st.AppliedInputsHash)
+		}
+	})
+}
+
 // TestHandlers: resyncs and spec or metadata changes sync; the controller's
 // own status writes do not; a delete syncs and forgets the object.
 func TestHandlers(t *testing.T) {
