@@ -78,7 +78,7 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 		}
 		// The webhook guards every write, CAPI's and the manager's own
 		// provider ID writes included.
-		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move")
+		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload")
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)

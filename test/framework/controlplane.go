@@ -51,6 +51,11 @@ type Options struct {
 	// API server routes to Services' endpoints, as to pods of a cluster. It
 	// needs root and `ip`.
 	PodNetwork bool
+
+	// workload starts the plane as a workload cluster's (StartWorkload):
+	// no CRDs, no executor Node, and the controller manager runs the node
+	// lifecycle controller for Nodes whose heartbeats stop.
+	workload bool
 }
 
 // ControlPlane is a running etcd, kube-apiserver and kube-controller-manager.
@@ -102,7 +107,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 			return nil, fmt.Errorf("%s is missing in %s: run hack/build-controlplane.sh (make test does)", b, opts.BinDir)
 		}
 	}
-	if opts.CRDDirs == nil {
+	if opts.CRDDirs == nil && !opts.workload {
 		capi, err := CAPICRDDir()
 		if err != nil {
 			return nil, err
@@ -194,9 +199,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 		return nil, err
 	}
 
+	kcmControllers := controllers
+	if opts.workload {
+		kcmControllers = workloadControllers
+		opts.ExtraControllerManagerArgs = append(opts.ExtraControllerManagerArgs, nodeLifecycleArgs...)
+	}
 	if err := cp.start("kube-controller-manager", filepath.Join(opts.BinDir, "kube-controller-manager"), append([]string{
 		"--kubeconfig=" + cp.KubeconfigFile,
-		"--controllers=" + strings.Join(controllers, ","),
+		"--controllers=" + strings.Join(kcmControllers, ","),
 		"--service-account-private-key-file=" + files["sa.key"],
 		"--root-ca-file=" + files["ca.crt"],
 		"--leader-elect=false",
@@ -205,8 +215,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 	}, opts.ExtraControllerManagerArgs...), env); err != nil {
 		return nil, err
 	}
-	if err := cp.createNode(ctx); err != nil {
-		return nil, err
+	if !opts.workload {
+		if err := cp.createNode(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := cp.InstallCRDs(ctx, opts.CRDDirs...); err != nil {
 		return nil, err

@@ -20,20 +20,9 @@ func Main(m *testing.M, opts Options, plane **ControlPlane) {
 
 func run(m *testing.M, opts Options, plane **ControlPlane) int {
 	start := time.Now()
-	var cp *ControlPlane
-	var err error
-	// A port found free can still be taken before the server binds it (by
-	// the plane of a test package running beside this one): start again
-	// on new ports.
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		cp, err = Start(ctx, opts)
-		cancel()
-		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v; again on other ports\n", err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	cp, err := startOnFreePorts(ctx, opts)
+	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
 		return 1
@@ -72,5 +61,20 @@ func waitNoProcesses(dir string, timeout time.Duration) []int {
 			return left
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startOnFreePorts starts a plane, again on other ports when one found free
+// was taken before the server bound it (by the plane of a test package
+// running beside this one).
+func startOnFreePorts(ctx context.Context, opts Options) (*ControlPlane, error) {
+	for attempt := 1; ; attempt++ {
+		attemptCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		cp, err := Start(attemptCtx, opts)
+		cancel()
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return cp, err
+		}
+		fmt.Fprintf(os.Stderr, "starting a control plane: %v; again on other ports\n", err)
 	}
 }
