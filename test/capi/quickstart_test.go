@@ -10,11 +10,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/test/framework"
 )
 
 // TestQuickstart: the objects of examples/quickstart, as make local-up and
-// the README apply them, reach Ready with Cluster API's controllers, and
-// deleting the Cluster destroys every instance.
+// the README apply them, reach Ready with Cluster API's controllers, their
+// Machines Running with Nodes in the workload cluster, and deleting the
+// Cluster destroys every instance.
 func TestQuickstart(t *testing.T) {
 	ctx := context.Background()
 	root, capiMgr := setup(t)
@@ -22,14 +24,22 @@ func TestQuickstart(t *testing.T) {
 	if err := plane.ApplyQuickstart(ctx, root, instances); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := plane.StartWorkload(ctx, "demo", "demo", instances); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := plane.WaitQuickstartReady(ctx); err != nil {
 		t.Fatalf("%v\ncapi log:\n%s", err, capiMgr.Logs(30))
 	}
-	machines, err := plane.WaitQuickstartMachines(ctx, 2)
+	machines, err := plane.WaitQuickstartMachines(ctx, framework.QuickstartMachines)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("machines: %v", machines)
+	nodes, err := plane.WaitQuickstartRunning(ctx, framework.QuickstartMachines)
+	if err != nil {
+		t.Fatalf("%v\ncapi log:\n%s", err, capiMgr.Logs(30))
+	}
+	t.Logf("nodes: %v", nodes)
 	if n := len(instanceFiles(instances, "")); n == 0 {
 		t.Fatalf("no instance in %s", instances)
 	}

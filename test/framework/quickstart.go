@@ -95,6 +95,37 @@ func (cp *ControlPlane) WaitQuickstartReady(ctx context.Context) (*infrav1.Terra
 	return tc, nil
 }
 
+// QuickstartMachines are the quickstart's Machines: the control plane and
+// two workers.
+const QuickstartMachines = 3
+
+// WaitQuickstartRunning waits until n Machines of the quickstart are Running
+// with the Nodes of their instances in the workload cluster, and returns
+// "name=node".
+func (cp *ControlPlane) WaitQuickstartRunning(ctx context.Context, n int) ([]string, error) {
+	var out []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		out = nil
+		for _, m := range list.Items {
+			phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
+			node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+			if phase == "Running" && node != "" {
+				out = append(out, m.GetName()+"="+node)
+			}
+		}
+		return len(out) == n, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d of %d Machines are Running with a Node: %w", len(out), n, err)
+	}
+	fmt.Printf("    %d Machines are Running with their Nodes\n", n)
+	return out, nil
+}
+
 // WaitQuickstartMachines waits until n Machines of the quickstart have the
 // provider ID their TerraformMachine's module reported, and returns
 // "name=providerID".

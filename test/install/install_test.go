@@ -152,15 +152,15 @@ images:
 	if _, err := plane.WaitQuickstartReady(ctx); err != nil {
 		t.Fatalf("%v\nmanager log:\n%s\ncapi log:\n%s", err, podLog(e.executor, first), e.capi.Logs(30))
 	}
-	machines, err := plane.WaitQuickstartMachines(ctx, 2)
+	machines, err := plane.WaitQuickstartMachines(ctx, framework.QuickstartMachines)
 	if err != nil {
 		t.Fatalf("%v\nmanager log:\n%s", err, podLog(e.executor, first))
 	}
 	t.Logf("quickstart Ready %s after kubectl apply: %v", time.Since(start).Round(time.Second), machines)
 
 	jobs := jobsByOperation(t)
-	if n := len(jobs["apply"]); n != 3 {
-		t.Errorf("%d apply Jobs, want 3 (the cluster and two machines): %v", n, jobs["apply"])
+	if n := len(jobs["apply"]); n != 1+framework.QuickstartMachines {
+		t.Errorf("%d apply Jobs, want %d (the cluster and its machines): %v", n, 1+framework.QuickstartMachines, jobs["apply"])
 	}
 	runnerPods, err := plane.Kube.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=apply"})
 	if err != nil {

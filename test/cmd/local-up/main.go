@@ -49,9 +49,14 @@ func run() error {
 		return err
 	}
 
-	step("applying examples/quickstart (a Cluster, its TerraformCluster and a MachineDeployment of 2 TerraformMachines)")
+	step("applying examples/quickstart (a Cluster, its TerraformCluster, a control-plane Machine and a MachineDeployment of 2 workers, each a TerraformMachine)")
 	instances := filepath.Join(cp.Dir, "instances")
 	if err := cp.ApplyQuickstart(ctx, root, instances); err != nil {
+		return err
+	}
+	step("starting the workload cluster (its own etcd and kube-apiserver) and a node agent that registers a Node for each instance")
+	workload, err := cp.StartWorkload(ctx, "demo", "demo", instances)
+	if err != nil {
 		return err
 	}
 	tc, err := cp.WaitQuickstartReady(ctx)
@@ -59,9 +64,14 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "manager log:\n%s\n", tailFile(mgr.LogFile, 30))
 		return err
 	}
-	machines, err := cp.WaitQuickstartMachines(ctx, 2)
+	machines, err := cp.WaitQuickstartMachines(ctx, framework.QuickstartMachines)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manager log:\n%s\n", tailFile(mgr.LogFile, 30))
+		return err
+	}
+	nodes, err := cp.WaitQuickstartRunning(ctx, framework.QuickstartMachines)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "capi log:\n%s\n", local.CAPI.Logs(30))
 		return err
 	}
 	files, _ := os.ReadDir(instances)
@@ -76,11 +86,13 @@ func run() error {
 		domains = append(domains, fd.Name)
 	}
 	fmt.Printf(`
-Cluster demo/demo is provisioned, with its 2 workers (%s from the start).
+Cluster demo/demo is provisioned, with its control plane and 2 workers
+Running with their Nodes (%s from the start).
 
   endpoint:        %s:%d (from the module's control_plane_endpoint output)
   failure domains: %s
   machines:        %s
+  nodes:           %s
   instances:       %s in %s
   plan applied:    %s
 
@@ -92,6 +104,19 @@ Look around:
   kubectl -n demo describe terraformcluster demo
   kubectl -n demo get jobs,secrets,leases
   ls %s
+  kubectl --kubeconfig %s get nodes    # the workload cluster
+
+A dead host is replaced: remove a worker's instance file; its Node turns
+Unknown, the MachineHealthCheck deletes the Machine, CAPTF destroys it and
+applies the replacement the MachineDeployment makes:
+
+  rm %s/<a worker's name>
+  kubectl -n demo get machines,jobs -w
+
+A new version rolls the workers one at a time (a new one Ready before an
+old one goes):
+
+  kubectl -n demo patch machinedeployment demo-workers --type=merge -p '{"spec":{"template":{"spec":{"version":"v1.37.3"}}}}'
 
 Change it, e.g. three cluster instances or three workers, and watch:
 
@@ -107,8 +132,8 @@ its exact plan, e.g. going down to one instance:
 
 The manager logs to %s. Ctrl-C stops everything and removes %s.
 `, time.Since(start).Round(100*time.Millisecond), tc.Spec.ControlPlaneEndpoint.Host, tc.Spec.ControlPlaneEndpoint.Port,
-		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
-		cp.KubeconfigFile, instances, mgr.LogFile, cp.Dir)
+		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(nodes, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
+		cp.KubeconfigFile, instances, workload.KubeconfigFile, instances, mgr.LogFile, cp.Dir)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil

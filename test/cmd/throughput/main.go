@@ -69,7 +69,7 @@ func run(n int, profile time.Duration) error {
 	if _, err := cp.WaitQuickstartReady(ctx); err != nil {
 		return err
 	}
-	if _, err := cp.WaitQuickstartMachines(ctx, 2); err != nil {
+	if _, err := cp.WaitQuickstartMachines(ctx, framework.QuickstartMachines); err != nil {
 		return err
 	}
 	before := len(ex.Runs())
@@ -89,7 +89,7 @@ func run(n int, profile time.Duration) error {
 	if profile > 0 {
 		go func() { profiled <- apiServerProfile(ctx, cp, binary, profile) }()
 	}
-	if _, err := cp.WaitQuickstartMachines(ctx, n+2); err != nil {
+	if _, err := cp.WaitQuickstartMachines(ctx, n+framework.QuickstartMachines); err != nil {
 		return err
 	}
 	captf := time.Since(start)
