@@ -12,14 +12,19 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/test/framework"
@@ -220,31 +225,92 @@ func TestClusterctl(t *testing.T) {
 		t.Errorf("clusterctl upgrade plan does not show CAPTF:\n%s", plan)
 	}
 
-	// clusterctl move (and its --to-directory backup) waits for an
-	// initialized control plane and a Node for every Machine: there are
-	// none without a workload cluster, which this plane does not run yet.
+	// clusterctl move takes only clusters whose control plane is
+	// initialized and whose Machines all have Nodes: a control-plane Machine
+	// stands in for a control-plane provider's (the default flavor leaves
+	// the control plane to one), and the workload cluster's node agent
+	// registers the hosts as they join.
+	addControlPlaneMachine(t, "demo")
+	if _, err := plane.StartWorkload(ctx, "demo", "demo", s.instances); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	waitNodes(t, source, 3)
+	t.Logf("every Machine has its Node %s after the workload cluster started", time.Since(start).Round(time.Second))
+	before = instanceFiles(t, s.instances)
 	states := stateSecrets(t, plane)
-	if len(states) != 3 {
+	if len(states) != 4 {
 		t.Errorf("state Secrets: %v, want one per object", states)
 	}
-	jobs := jobNames(t, plane)
 
-	// The source's CAPTF goes; its objects and the infrastructure stay.
-	if out, err := plane.Clusterctl(ctx, s.config, nil, "delete", "--infrastructure", "terraform"); err != nil {
+	// The target: a second plane, its own clusterctl init.
+	ctx2, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	targetPlane, err := framework.Start(ctx2, framework.Options{PodNetwork: true, CRDDirs: []string{}})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(targetPlane.Stop)
+	target := s.init(t, targetPlane)
+
+	sourceJobs := watchJobs(t, plane)
+	start = time.Now()
+	out, err := plane.Clusterctl(ctx, s.config, nil, "move", "--namespace", "demo", "--to-kubeconfig", targetPlane.KubeconfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clusterctl move in %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	moved := time.Now()
+
+	// The source has nothing left of the cluster.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tcs, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").List(ctx, metav1.ListOptions{})
+		tms, err2 := plane.Captf.InfrastructureV1alpha1().TerraformMachines("demo").List(ctx, metav1.ListOptions{})
+		return err == nil && err2 == nil && len(tcs.Items) == 0 && len(tms.Items) == 0 && len(stateSecrets(t, plane)) == 0, nil
+	}); err != nil {
+		t.Errorf("the source keeps the cluster's objects or state after the move: %v", err)
+	}
+	// In the target: the same state, the Machines with their Nodes again
+	// (its Cluster API reaches the workload cluster with the kubeconfig
+	// Secret that moved), every object Ready.
+	waitNodes(t, target, 3)
+	waitObjectsReady(t, targetPlane)
+	t.Logf("the target has every Machine with its Node and every object Ready %s after the move", time.Since(moved).Round(time.Second))
+	if got := stateSecrets(t, targetPlane); !slices.Equal(got, states) {
+		t.Errorf("state Secrets in the target %v, want the source's %v", got, states)
+	}
+	time.Sleep(5 * time.Second)
+	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
+		t.Errorf("instances changed by the move:\nbefore %v\nafter  %v", before, got)
+	}
+	if added := sourceJobs(); len(added) != 0 {
+		t.Errorf("Jobs created in the source during or after the move: %v", added)
+	}
+	targetJobs := jobNames(t, targetPlane)
+	t.Logf("Jobs in the target after the move: %v", targetJobs)
+	for _, name := range targetJobs {
+		if strings.Contains(name, "-destroy-") {
+			t.Errorf("a destroy Job ran in the target: %s", name)
+		}
+	}
+
+	// The target's CAPTF goes; its objects and the infrastructure stay.
+	jobs := jobNames(t, targetPlane)
+	if out, err := targetPlane.Clusterctl(ctx, s.config, nil, "delete", "--infrastructure", "terraform"); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Logf("clusterctl delete --infrastructure terraform:\n%s", out)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := plane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{})
+		pods, err := targetPlane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
 	}); err != nil {
-		t.Fatalf("the source's CAPTF manager is still there: %v", err)
+		t.Fatalf("the target's CAPTF manager is still there: %v", err)
 	}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{}); err != nil {
-		t.Errorf("the source's TerraformCluster after clusterctl delete: %v", err)
+	if _, err := targetPlane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{}); err != nil {
+		t.Errorf("the TerraformCluster after clusterctl delete: %v", err)
 	}
-	if got := stateSecrets(t, plane); !slices.Equal(got, states) {
+	if got := stateSecrets(t, targetPlane); !slices.Equal(got, states) {
 		t.Errorf("state Secrets after clusterctl delete: %v, before %v", got, states)
 	}
 
@@ -253,8 +319,134 @@ func TestClusterctl(t *testing.T) {
 	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
 		t.Errorf("instances changed after clusterctl delete:\nbefore %v\nafter  %v", before, got)
 	}
-	if got := jobNames(t, plane); !slices.Equal(got, jobs) {
+	if got := jobNames(t, targetPlane); !slices.Equal(got, jobs) {
 		t.Errorf("Jobs changed after clusterctl delete: before %v, after %v", jobs, got)
+	}
+}
+
+// addControlPlaneMachine adds to the cluster a control-plane Machine of
+// the workers' TerraformMachineTemplate.
+func addControlPlaneMachine(t *testing.T, cluster string) {
+	t.Helper()
+	ctx := context.Background()
+	tmpl, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Get(ctx, cluster+"-workers", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := cluster + "-control-plane"
+	labels := map[string]string{"cluster.x-k8s.io/cluster-name": cluster}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines("demo").Create(ctx, &infrav1.TerraformMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: tmpl.Spec.Template.Spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+		"metadata": map[string]any{"name": name, "namespace": "demo", "labels": map[string]any{"cluster.x-k8s.io/cluster-name": cluster, "cluster.x-k8s.io/control-plane": ""}},
+		"spec": map[string]any{"clusterName": cluster, "version": "v1.34.0", "bootstrap": map[string]any{"dataSecretName": cluster + "-workers-bootstrap"},
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": name}}}}
+	if _, err := plane.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitNodes waits until the demo Cluster's control plane is initialized
+// and its n Machines have Nodes.
+func waitNodes(t *testing.T, e *env, n int) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cluster, err := e.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		initialized, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
+		machines, err := e.plane.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		withNode := 0
+		for _, m := range machines.Items {
+			if node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name"); node != "" {
+				withNode++
+			}
+		}
+		last = fmt.Sprintf("control plane initialized=%v, %d of %d Machines with a Node", initialized, withNode, len(machines.Items))
+		return initialized && withNode == n && len(machines.Items) == n, nil
+	})
+	if err != nil {
+		t.Fatalf("the demo cluster's Machines did not get their Nodes: %v (%s)", err, last)
+	}
+}
+
+// waitObjectsReady waits until the demo TerraformCluster and every
+// TerraformMachine are Ready.
+func waitObjectsReady(t *testing.T, cp *framework.ControlPlane) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		tms, err := cp.Captf.InfrastructureV1alpha1().TerraformMachines("demo").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = fmt.Sprintf("TerraformCluster %v", readyCondition(tc.Status.Conditions))
+		ready := isReady(tc.Status.Conditions)
+		for _, tm := range tms.Items {
+			last += fmt.Sprintf(", TerraformMachine %s %v", tm.Name, readyCondition(tm.Status.Conditions))
+			ready = ready && isReady(tm.Status.Conditions)
+		}
+		return ready && len(tms.Items) == 3, nil
+	})
+	if err != nil {
+		t.Fatalf("the moved objects did not become Ready: %v (%s)", err, last)
+	}
+	t.Logf("moved objects: %s", last)
+}
+
+func readyCondition(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, infrav1.ConditionReady); c != nil {
+		return fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	return "no Ready condition"
+}
+
+func isReady(conds []metav1.Condition) bool {
+	return meta.IsStatusConditionTrue(conds, infrav1.ConditionReady)
+}
+
+// watchJobs records the Jobs created in demo from now on; the returned
+// function lists them.
+func watchJobs(t *testing.T, cp *framework.ControlPlane) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	list, err := cp.Kube.BatchV1().Jobs("demo").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cp.Kube.BatchV1().Jobs("demo").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var added []string
+	go func() {
+		for e := range w.ResultChan() {
+			if j, ok := e.Object.(*batchv1.Job); ok && e.Type == watch.Added {
+				mu.Lock()
+				added = append(added, j.Name)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(added)
 	}
 }
 

@@ -56,6 +56,9 @@ type Options struct {
 	// no CRDs, no executor Node, and the controller manager runs the node
 	// lifecycle controller for Nodes whose heartbeats stop.
 	workload bool
+	// apiServerHost is the address the API server listens on and clients
+	// use. Default: 127.0.0.1.
+	apiServerHost string
 }
 
 // ControlPlane is a running etcd, kube-apiserver and kube-controller-manager.
@@ -114,7 +117,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 		}
 		opts.CRDDirs = []string{filepath.Join(root, "manifests", "crd"), capi}
 	}
-	cp := &ControlPlane{Dir: opts.Dir, APIServerHost: "127.0.0.1"}
+	if opts.apiServerHost == "" {
+		opts.apiServerHost = "127.0.0.1"
+	}
+	cp := &ControlPlane{Dir: opts.Dir, APIServerHost: opts.apiServerHost}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "captf-plane-"); err != nil {
 			return nil, err
@@ -166,7 +172,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 
 	apiArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address=" + cp.APIServerHost, "--advertise-address=" + cp.APIServerHost,
 		"--secure-port=" + strconv.Itoa(cp.APIServerPort),
 		"--cert-dir=" + pki,
 		"--tls-cert-file=" + files["serving.crt"], "--tls-private-key-file=" + files["serving.key"],
@@ -262,7 +268,7 @@ func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {
 	if err := os.WriteFile(files["ca.crt"], ca.CertPEM, 0o600); err != nil {
 		return nil, err
 	}
-	hosts := []string{"127.0.0.1", "localhost", "10.0.0.1",
+	hosts := []string{cp.APIServerHost, "127.0.0.1", "localhost", "10.0.0.1",
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 	if cp.network != nil {
 		hosts = append(hosts, cp.network.serviceIP)

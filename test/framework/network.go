@@ -32,8 +32,12 @@ import (
 // RFC 2544 sets aside for tests), an address the API server can use as an
 // endpoint. Services get cluster IPs from 198.19.N.0/24, local to the host:
 // a proxy in the test process forwards each to a ready endpoint (what
-// kube-proxy's first, userspace mode did). Pods route only those two
-// ranges: no pod traffic leaves the machine. It needs root and `ip`.
+// kube-proxy's first, userspace mode did). Workload clusters' API servers
+// listen on 198.18.255.1, local to the host too, which pods of every
+// network reach, as pods of a real management cluster reach the clusters it
+// manages (and reach them still after a clusterctl move to another plane).
+// Pods route only those three ranges: no pod traffic leaves the machine. It
+// needs root and `ip`.
 type podNetwork struct {
 	index     int
 	bridge    string
@@ -44,6 +48,12 @@ type podNetwork struct {
 	mu   sync.Mutex
 	used map[int]bool // host numbers of pod addresses in use
 }
+
+// workloadRange holds the addresses of workload clusters' API servers.
+const (
+	workloadRange         = "198.18.255.0/24"
+	workloadAPIServerHost = "198.18.255.1"
+)
 
 // serviceRange is the service range kube-apiserver is told.
 func (n *podNetwork) serviceRange() string { return fmt.Sprintf("198.19.%d.0/24", n.index) }
@@ -56,7 +66,7 @@ func newPodNetwork() (*podNetwork, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, errors.New("the pod network needs the ip command (Debian's iproute2) and root")
 	}
-	for i := range 256 {
+	for i := range 255 { // 198.18.255.0/24 is the workload range
 		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("captf-pod-network-%d.lock", i)), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return nil, err
@@ -85,6 +95,16 @@ func (n *podNetwork) setUp() error {
 		// Every service address is the host's own.
 		{"route", "add", "local", n.serviceRange(), "dev", n.bridge},
 	})
+}
+
+// ensureWorkloadRange makes the workload range local to the host, once for
+// every plane (so it outlives them: an address range for tests only).
+func ensureWorkloadRange() error {
+	out, err := exec.Command("ip", "route", "add", "local", workloadRange, "dev", "lo").CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "File exists") {
+		return fmt.Errorf("ip route add local %s dev lo: %v: %s", workloadRange, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // namespacePrefix names this network's pod network namespaces.
@@ -140,6 +160,7 @@ func (n *podNetwork) attach(uid string) (*podSandbox, error) {
 		{"-n", sb.name, "link", "set", "lo", "up"},
 		{"-n", sb.name, "link", "set", "eth0", "up"},
 		{"-n", sb.name, "route", "add", n.serviceRange(), "via", n.gateway},
+		{"-n", sb.name, "route", "add", workloadRange, "via", n.gateway},
 	})
 	if err != nil {
 		n.detach(sb)

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 )
 
 // workloadControllers run in a workload cluster's controller manager: the
@@ -64,7 +63,16 @@ func KubeconfigSecretName(cluster string) string { return cluster + "-kubeconfig
 // removed out of band stops its heartbeats, and the node lifecycle
 // controller turns its Node Unknown. It stops with cp.
 func (cp *ControlPlane) StartWorkload(ctx context.Context, namespace, name string, instanceDirs ...string) (*WorkloadCluster, error) {
-	plane, err := startOnFreePorts(ctx, Options{workload: true})
+	opts := Options{workload: true}
+	if cp.network != nil {
+		// Cluster API runs in a pod: its API server must be reachable from
+		// pods, of this plane and of any other a move takes the cluster to.
+		if err := ensureWorkloadRange(); err != nil {
+			return nil, err
+		}
+		opts.apiServerHost = workloadAPIServerHost
+	}
+	plane, err := startOnFreePorts(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("workload cluster %s/%s: %w", namespace, name, err)
 	}
@@ -194,9 +202,10 @@ func (wc *WorkloadCluster) beat(ctx context.Context, host string, leases map[str
 	}
 	lease, err := wc.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, host, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		holder, duration := host, int32(40)
 		lease, err = wc.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: host, OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: host, UID: node.UID}}},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(host), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration, RenewTime: &now},
 		}, metav1.CreateOptions{})
 	}
 	if err != nil {
