@@ -359,7 +359,14 @@ func waitNodes(t *testing.T, e *env, n int) {
 			last = err.Error()
 			return false, nil
 		}
-		initialized, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
+		// A Cluster without a control-plane provider has the condition only.
+		initialized := false
+		conds, _, _ := unstructured.NestedSlice(cluster.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "ControlPlaneInitialized" {
+				initialized = m["status"] == "True"
+			}
+		}
 		machines, err := e.plane.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
