@@ -356,7 +356,9 @@ func waitNodes(t *testing.T, e *env, n int) {
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		cluster, err := e.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Get(ctx, "demo", metav1.GetOptions{})
 		if err != nil {
-			last = err.Error()
+			if ctx.Err() == nil {
+				last = err.Error()
+			}
 			return false, nil
 		}
 		// A Cluster without a control-plane provider has the condition only.
@@ -393,7 +395,9 @@ func waitObjectsReady(t *testing.T, cp *framework.ControlPlane) {
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
 		if err != nil {
-			last = err.Error()
+			if ctx.Err() == nil {
+				last = err.Error()
+			}
 			return false, nil
 		}
 		tms, err := cp.Captf.InfrastructureV1alpha1().TerraformMachines("demo").List(ctx, metav1.ListOptions{})
