@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -158,9 +159,12 @@ func tail(s string, n int) string {
 // cluster with CAPTF's default flavor makes a Cluster that becomes Ready
 // with its workers, the machinepool flavor passes the API server and every
 // webhook, and --list-variables names the templates' variables; clusterctl
-// upgrade plan reads CAPTF's metadata; clusterctl delete --infrastructure
-// terraform removes the manager and keeps the objects, their state and the
-// infrastructure: nothing destroyed, nothing applied.
+// upgrade plan reads CAPTF's metadata; clusterctl move, started while an
+// apply runs, waits for it and takes the cluster to a second plane where
+// every object converges with an empty plan, nothing created or destroyed,
+// nothing run in the source after the pause; clusterctl delete
+// --infrastructure terraform removes the manager and keeps the objects,
+// their state and the infrastructure: nothing destroyed, nothing applied.
 func TestClusterctl(t *testing.T) {
 	ctx := context.Background()
 	s := newSuite(t)
@@ -253,14 +257,43 @@ func TestClusterctl(t *testing.T) {
 	t.Cleanup(targetPlane.Stop)
 	target := s.init(t, targetPlane)
 
+	// A second control-plane host, slow to create: the move starts while
+	// its apply runs, and must wait for it (CAPTF's block-move annotation),
+	// or the target would get the state without it and create it again.
+	tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range tc.Spec.Variables {
+		if v.Name == "instances" {
+			tc.Spec.Variables[i].Value = &runtime.RawExtension{Raw: []byte("2")}
+		}
+	}
+	tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "sleep_seconds", Value: &runtime.RawExtension{Raw: []byte("8")}})
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	applies := len(jobsOf(t, plane, "tfc-demo-apply-"))
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		_, blocked := tc.Annotations[capi.BlockMoveAnnotation]
+		return err == nil && blocked && len(jobsOf(t, plane, "tfc-demo-apply-")) > applies, nil
+	}); err != nil {
+		t.Fatalf("no apply Job of the second host with the block-move annotation: %v", err)
+	}
+
 	sourceJobs := watchJobs(t, plane)
 	start = time.Now()
 	out, err := plane.Clusterctl(ctx, s.config, nil, "move", "--namespace", "demo", "--to-kubeconfig", targetPlane.KubeconfigFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("clusterctl move in %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	t.Logf("clusterctl move, started while an apply ran, in %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
 	moved := time.Now()
+	if _, ok := instanceFiles(t, s.instances)["demo-1"]; !ok {
+		t.Errorf("clusterctl move finished before the apply it had to wait for made demo-1")
+	}
+	before["demo-1"] = instanceFiles(t, s.instances)["demo-1"]
 
 	// The source has nothing left of the cluster.
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -289,8 +322,8 @@ func TestClusterctl(t *testing.T) {
 	targetJobs := jobNames(t, targetPlane)
 	t.Logf("Jobs in the target after the move: %v", targetJobs)
 	for _, name := range targetJobs {
-		if strings.Contains(name, "-destroy-") {
-			t.Errorf("a destroy Job ran in the target: %s", name)
+		if !strings.Contains(name, "-apply-") {
+			t.Errorf("a Job other than an apply ran in the target: %s", name)
 		}
 	}
 
@@ -388,7 +421,7 @@ func waitNodes(t *testing.T, e *env, n int) {
 }
 
 // waitObjectsReady waits until the demo TerraformCluster and every
-// TerraformMachine are Ready.
+// TerraformMachine are Ready with a plan that changed nothing.
 func waitObjectsReady(t *testing.T, cp *framework.ControlPlane) {
 	t.Helper()
 	var last string
@@ -405,10 +438,10 @@ func waitObjectsReady(t *testing.T, cp *framework.ControlPlane) {
 			return false, nil
 		}
 		last = fmt.Sprintf("TerraformCluster %v", readyCondition(tc.Status.Conditions))
-		ready := isReady(tc.Status.Conditions)
+		ready := appliedEmpty(tc.Status.Conditions)
 		for _, tm := range tms.Items {
 			last += fmt.Sprintf(", TerraformMachine %s %v", tm.Name, readyCondition(tm.Status.Conditions))
-			ready = ready && isReady(tm.Status.Conditions)
+			ready = ready && appliedEmpty(tm.Status.Conditions)
 		}
 		return ready && len(tms.Items) == 3, nil
 	})
@@ -425,8 +458,16 @@ func readyCondition(conds []metav1.Condition) string {
 	return "no Ready condition"
 }
 
-func isReady(conds []metav1.Condition) bool {
-	return meta.IsStatusConditionTrue(conds, infrav1.ConditionReady)
+// appliedEmpty tells whether an object is Ready with a plan that changed
+// nothing.
+func appliedEmpty(conds []metav1.Condition) bool {
+	c := meta.FindStatusCondition(conds, infrav1.ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "0 to add, 0 to change, 0 to destroy, 0 to replace")
+}
+
+// jobsOf are the names of the Jobs in demo named prefix*.
+func jobsOf(t *testing.T, cp *framework.ControlPlane, prefix string) []string {
+	return slices.DeleteFunc(jobNames(t, cp), func(n string) bool { return !strings.HasPrefix(n, prefix) })
 }
 
 // watchJobs records the Jobs created in demo from now on; the returned
