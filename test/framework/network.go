@@ -90,6 +90,11 @@ func newPodNetwork() (*podNetwork, error) {
 func (n *podNetwork) setUp() error {
 	return ipCommands([][]string{
 		{"link", "add", n.bridge, "type", "bridge"},
+		// A bridge without an address of its own takes the lowest of its
+		// ports': a pod joining with a lower one would change the
+		// gateway's address under the other pods, whose ARP entries then
+		// point nowhere for a minute (their API calls and webhooks time out).
+		{"link", "set", n.bridge, "address", fmt.Sprintf("02:ca:f7:00:%02x:01", n.index)},
 		{"addr", "add", n.gateway + "/24", "dev", n.bridge},
 		{"link", "set", n.bridge, "up"},
 		// Every service address is the host's own.
