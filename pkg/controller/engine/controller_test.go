@@ -67,6 +67,10 @@ func TestSync(t *testing.T) {
 		durable := runner.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
 		durable.Data = map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}
 		fin := withFinalizer(k)
+		// Run inputs a killed runner left: nothing owns them.
+		leftover := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(k.short + "-prod-apply-0123456789abcdef-0"), Namespace: "ns",
+			Labels: runner.ObjectLabels(k.kind, "prod", "obj-uid")}}
+		leftover.Labels[names.LabelSecretType] = names.SecretTypeRunInputs
 
 		tests := map[string]struct {
 			obj        engine.Object
@@ -130,15 +134,16 @@ func TestSync(t *testing.T) {
 					o.SetAnnotations(map[string]string{infrav1.AnnotationAbandonInfrastructure: "true"})
 				}),
 				capi:       k.capi,
-				objects:    []runtime.Object{stateSecret, durable},
-				wantWrites: []string{"update {res} prod", "update secrets {k}-prod-", "update secrets {k}-prod-"},
+				objects:    []runtime.Object{stateSecret, durable, leftover},
+				wantWrites: []string{"update {res} prod", "update secrets {k}-prod-", "update secrets {k}-prod-", "delete secrets {k}-prod-apply-"},
 				wantEvents: []string{"Normal Abandoned"},
 				wantNoJob:  true,
 			},
-			"deleted, never applied: the finalizer goes, and the lock": {
+			"deleted, never applied: the finalizer goes, and the lock and left run inputs": {
 				obj:        newObject(k, fin, deleting),
 				capi:       k.capi,
-				wantWrites: []string{"update {res} prod", "delete leases {k}-prod-lock"},
+				objects:    []runtime.Object{leftover},
+				wantWrites: []string{"update {res} prod", "delete secrets {k}-prod-apply-", "delete leases {k}-prod-lock"},
 				wantNoJob:  true,
 			},
 			"deleted after an apply, its state gone: StateMissing, no destroy, the finalizer stays": {
@@ -358,6 +363,11 @@ func TestInputs(t *testing.T) {
 		sec, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), names.Object{Kind: k.short, Name: "prod"}.RunInputs(jobs[0].Name), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// No owner: clusterctl move would copy it, and fail when the runner
+		// deletes it meanwhile.
+		if len(sec.OwnerReferences) != 0 {
+			t.Errorf("run inputs owned by %v, want no owner", sec.OwnerReferences)
 		}
 		vars := string(sec.Data["terraform.tfvars.json"])
 		for _, w := range want[k.kind] {

@@ -663,10 +663,13 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 	labels := runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
 	labels[names.LabelSecretType] = names.SecretTypeRunInputs
 	labels[names.LabelOperation] = job.Labels[names.LabelOperation]
+	// No owner: clusterctl move copies what the objects it moves own, and
+	// would fail when the runner deletes these during the move. The runner
+	// deletes them when it is done, the next Job of the operation does
+	// otherwise, and releasing or abandoning the state does last.
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: e.Names(obj).RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(obj, e.GVK)}},
-		Data: data,
+		ObjectMeta: metav1.ObjectMeta{Name: e.Names(obj).RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels},
+		Data:       data,
 	}
 	_, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})
 	if apierrors.IsAlreadyExists(err) {

@@ -41,24 +41,47 @@ func (e *Engine) stateStore(obj Object) *runner.StateStore {
 // durable inputs. They are found by kind and name, not by UID: a restored
 // or moved object has a new UID and the same state.
 func (e *Engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret, error) {
+	state, _, err := e.objectSecrets(ctx, obj)
+	return state, err
+}
+
+// objectSecrets lists obj's state Secrets, and apart its run inputs (the
+// results go with the object, their owner).
+func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInputs []corev1.Secret, err error) {
 	sel := labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: e.Names(obj).Kind,
 		names.LabelObjectName: names.LabelValue(obj.GetName())}.String()
 	list, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []corev1.Secret
 	for _, s := range list.Items {
 		switch s.Labels[names.LabelSecretType] {
-		case names.SecretTypeRunInputs, names.SecretTypeResult:
-			continue // per run: collected with the object
+		case names.SecretTypeRunInputs:
+			if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
+				runInputs = append(runInputs, s)
+			}
+			continue
+		case names.SecretTypeResult:
+			continue
 		}
 		if n, ok := s.Annotations[names.AnnotationObjectName]; ok && n != obj.GetName() {
 			continue // another object whose name hashes to the same label
 		}
-		out = append(out, s)
+		state = append(state, s)
 	}
-	return out, nil
+	return state, runInputs, nil
+}
+
+// deleteRunInputs deletes run inputs left over (a runner killed before it
+// deleted its own): they have no owner to take them with the object.
+func (e *Engine) deleteRunInputs(ctx context.Context, secrets []corev1.Secret) error {
+	var errs []error
+	for _, s := range secrets {
+		if err := e.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // listBackups names obj's backups (rescued states included), newest first.
@@ -297,11 +320,11 @@ func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func
 // releaseState runs once obj's infrastructure is destroyed: its state
 // Secrets and lock go.
 func (e *Engine) releaseState(ctx context.Context, obj Object) error {
-	secrets, err := e.stateSecrets(ctx, obj)
+	secrets, runInputs, err := e.objectSecrets(ctx, obj)
 	if err != nil {
 		return err
 	}
-	var errs []error
+	errs := []error{e.deleteRunInputs(ctx, runInputs)}
 	for _, s := range secrets {
 		errs = append(errs, runner.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
 	}
@@ -315,6 +338,13 @@ func (e *Engine) releaseState(ctx context.Context, obj Object) error {
 // abandon keeps state, backups and inputs, labelled so an operator finds
 // them, and no longer protected: they are the operator's now.
 func (e *Engine) abandon(ctx context.Context, obj Object) error {
+	_, runInputs, err := e.objectSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	if err := e.deleteRunInputs(ctx, runInputs); err != nil {
+		return err
+	}
 	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
 		s.OwnerReferences = nil
 		s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == names.StateFinalizer })
