@@ -179,6 +179,9 @@ images:
 		t.Fatal("no instance files")
 	}
 
+	if namespace == "captf-system" {
+		checkReadinessCommands(t, e.root)
+	}
 	if replacePod {
 		// The pod goes; the Deployment makes another, which takes the lead.
 		if err := plane.Kube.CoreV1().Pods(namespace).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
