@@ -3,6 +3,7 @@ package capi
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -235,7 +236,7 @@ func TestWorkloadCluster(t *testing.T) {
 		} else {
 			t.Errorf("workers %v after %v: want one replacement", after, before)
 		}
-		if got := tl.jobsSince(mark); !mapsEqual(got, want) {
+		if got := tl.jobsSince(mark); !maps.Equal(got, want) {
 			t.Errorf("Jobs during the remediation: %v, want %v", got, want)
 		}
 	})
@@ -317,7 +318,7 @@ func TestWorkloadCluster(t *testing.T) {
 		for _, n := range workerNames() {
 			want["apply "+n] = 1
 		}
-		if got := tl.jobsSince(mark); !mapsEqual(got, want) {
+		if got := tl.jobsSince(mark); !maps.Equal(got, want) {
 			t.Errorf("Jobs during the rollout: %v, want %v", got, want)
 		}
 		if files := instanceFiles(instances, "wl-md-"); len(files) != 2 {
@@ -334,18 +335,6 @@ func conditionStatus(u *unstructured.Unstructured, t string) string {
 		}
 	}
 	return ""
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // watchReadyWorkers samples, until stop, the Ready Nodes of prefix whose

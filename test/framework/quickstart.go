@@ -103,6 +103,29 @@ const QuickstartMachines = 3
 // with the Nodes of their instances in the workload cluster, and returns
 // "name=node".
 func (cp *ControlPlane) WaitQuickstartRunning(ctx context.Context, n int) ([]string, error) {
+	return cp.waitQuickstartMachines(ctx, n, "are Running with their Nodes", func(m unstructured.Unstructured) string {
+		phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
+		node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+		if phase != "Running" {
+			return ""
+		}
+		return node
+	})
+}
+
+// WaitQuickstartMachines waits until n Machines of the quickstart have the
+// provider ID their TerraformMachine's module reported, and returns
+// "name=providerID".
+func (cp *ControlPlane) WaitQuickstartMachines(ctx context.Context, n int) ([]string, error) {
+	return cp.waitQuickstartMachines(ctx, n, "have their provider IDs", func(m unstructured.Unstructured) string {
+		id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID")
+		return id
+	})
+}
+
+// waitQuickstartMachines waits until value gives n Machines of the
+// quickstart a value, and returns "name=value".
+func (cp *ControlPlane) waitQuickstartMachines(ctx context.Context, n int, what string, value func(unstructured.Unstructured) string) ([]string, error) {
 	var out []string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := cp.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{})
@@ -111,44 +134,16 @@ func (cp *ControlPlane) WaitQuickstartRunning(ctx context.Context, n int) ([]str
 		}
 		out = nil
 		for _, m := range list.Items {
-			phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
-			node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
-			if phase == "Running" && node != "" {
-				out = append(out, m.GetName()+"="+node)
+			if v := value(m); v != "" {
+				out = append(out, m.GetName()+"="+v)
 			}
 		}
 		return len(out) == n, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%d of %d Machines are Running with a Node: %w", len(out), n, err)
+		return nil, fmt.Errorf("%d of %d Machines %s: %w", len(out), n, what, err)
 	}
-	fmt.Printf("    %d Machines are Running with their Nodes\n", n)
-	return out, nil
-}
-
-// WaitQuickstartMachines waits until n Machines of the quickstart have the
-// provider ID their TerraformMachine's module reported, and returns
-// "name=providerID".
-func (cp *ControlPlane) WaitQuickstartMachines(ctx context.Context, n int) ([]string, error) {
-	machines := capi.Machine.Resource
-	var out []string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := cp.Dynamic.Resource(machines).Namespace("demo").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		out = nil
-		for _, m := range list.Items {
-			if id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID"); id != "" {
-				out = append(out, m.GetName()+"="+id)
-			}
-		}
-		return len(out) == n, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%d of %d Machines got a provider ID: %w", len(out), n, err)
-	}
-	fmt.Printf("    %d Machines have their provider IDs\n", n)
+	fmt.Printf("    %d Machines %s\n", n, what)
 	return out, nil
 }
 

@@ -318,7 +318,7 @@ func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func
 }
 
 // releaseState runs once obj's infrastructure is destroyed: its state
-// Secrets and lock go.
+// Secrets, lock and leftover run inputs go.
 func (e *Engine) releaseState(ctx context.Context, obj Object) error {
 	secrets, runInputs, err := e.objectSecrets(ctx, obj)
 	if err != nil {
