@@ -42,7 +42,7 @@ func Path(kind string) string {
 }
 
 // Kinds are the kinds the webhook validates.
-var Kinds = []string{"TerraformCluster", "TerraformClusterTemplate", "TerraformMachine", "TerraformMachinePool", "TerraformMachineTemplate"}
+var Kinds = []string{"TerraformCluster", "TerraformClusterTemplate", "TerraformMachine", "TerraformMachinePool", "TerraformMachinePoolTemplate", "TerraformMachineTemplate"}
 
 // Handler admits or refuses writes of the Terraform* kinds.
 type Handler struct {
@@ -157,6 +157,8 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 		errs, err = validate(req, ValidateTerraformClusterTemplate)
 	case "TerraformMachineTemplate":
 		errs, err = validate(req, ValidateTerraformMachineTemplate)
+	case "TerraformMachinePoolTemplate":
+		errs, err = validate(req, ValidateTerraformMachinePoolTemplate)
 	case "TerraformMachine":
 		errs, err = validate(req, func(obj, old *infrav1.TerraformMachine) field.ErrorList {
 			errs := ValidateTerraformMachine(obj, old)

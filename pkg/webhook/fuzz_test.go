@@ -49,6 +49,7 @@ func FuzzValidate(f *testing.F) {
 		fuzzKind(obj, old, ValidateTerraformMachine)
 		fuzzKind(obj, old, ValidateTerraformMachinePool)
 		fuzzKind(obj, old, ValidateTerraformMachineTemplate)
+		fuzzKind(obj, old, ValidateTerraformMachinePoolTemplate)
 	})
 }
 

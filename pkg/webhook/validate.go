@@ -98,6 +98,21 @@ func ValidateTerraformMachineTemplate(obj, old *infrav1.TerraformMachineTemplate
 	return errs
 }
 
+// ValidateTerraformMachinePoolTemplate validates a create (old nil) or an
+// update.
+func ValidateTerraformMachinePoolTemplate(obj, old *infrav1.TerraformMachinePoolTemplate) field.ErrorList {
+	spec := field.NewPath("spec", "template", "spec")
+	errs := validateWorkspace(&obj.Spec.Template.Spec.WorkspaceSpec, spec)
+	if len(obj.Spec.Template.Spec.ProviderIDList) > 0 {
+		errs = append(errs, field.Forbidden(spec.Child("providerIDList"), "a template cannot name provider IDs: each pool gets its own"))
+	}
+	errs = append(errs, validateTemplateMeta(&obj.Spec.Template.ObjectMeta, field.NewPath("spec", "template", "metadata"))...)
+	if old != nil && !dryRun(obj) && !apiequality.Semantic.DeepEqual(obj.Spec, old.Spec) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "a template is immutable: create a new template and point the ClusterClass at it"))
+	}
+	return errs
+}
+
 func dryRun(obj metav1.Object) bool {
 	_, ok := obj.GetAnnotations()[capi.DryRunAnnotation]
 	return ok

@@ -168,6 +168,21 @@ func TestValidateTemplatesImmutable(t *testing.T) {
 	withID.Spec.Template.Spec.ProviderID = "local:///x"
 	checkErrors(t, ValidateTerraformMachineTemplate(withID, nil).ToAggregate(), "spec.template.spec.providerID: Forbidden")
 
+	oldP := &infrav1.TerraformMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
+	oldP.Spec.Template.Spec.Module.Inline = "a"
+	changedP := oldP.DeepCopy()
+	changedP.Spec.Template.Spec.Module.Inline = "b"
+	checkErrors(t, ValidateTerraformMachinePoolTemplate(changedP, nil).ToAggregate(), "")
+	checkErrors(t, ValidateTerraformMachinePoolTemplate(changedP, oldP).ToAggregate(), "spec: Forbidden: a template is immutable")
+	changedP.Annotations = map[string]string{capi.DryRunAnnotation: ""}
+	checkErrors(t, ValidateTerraformMachinePoolTemplate(changedP, oldP).ToAggregate(), "")
+	withIDs := oldP.DeepCopy()
+	withIDs.Spec.Template.Spec.ProviderIDList = []string{"local:///x"}
+	checkErrors(t, ValidateTerraformMachinePoolTemplate(withIDs, nil).ToAggregate(), "spec.template.spec.providerIDList: Forbidden")
+	noModule := oldP.DeepCopy()
+	noModule.Spec.Template.Spec.Module.Inline = ""
+	checkErrors(t, ValidateTerraformMachinePoolTemplate(noModule, nil).ToAggregate(), "spec.template.spec.module")
+
 	oldC := &infrav1.TerraformClusterTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
 	oldC.Spec.Template.Spec.Module.Inline = "a"
 	changedC := oldC.DeepCopy()

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -644,4 +645,31 @@ func clusterClass(t *testing.T, s *suite, vars []string) {
 		t.Fatalf("the ClusterClass cluster's infrastructure was not provisioned: %v (%s)", err, last)
 	}
 	t.Logf("the ClusterClass cluster's infrastructure is provisioned: %s", last)
+
+	// A machine pool of the class's default-pool, as a user adds one: the
+	// topology controller makes its TerraformMachinePool from CAPTF's
+	// TerraformMachinePoolTemplate, with the module the variables name.
+	patch := fmt.Appendf(nil, `[
+		{"op": "add", "path": "/spec/topology/workers/machinePools", "value": [{"class": "default-pool", "name": "mp-0", "replicas": 1}]},
+		{"op": "add", "path": "/spec/topology/variables/-", "value": {"name": "poolModuleSource", "value": %q}}]`,
+		filepath.Join(s.root, "examples", "local-pool"))
+	if _, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("classy").Patch(ctx, "classy", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := plane.Captf.InfrastructureV1alpha1().TerraformMachinePools("classy").List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			last = fmt.Sprintf("TerraformMachinePools: %d %v", len(list.Items), err)
+			return false, nil
+		}
+		pool := list.Items[0]
+		owner := metav1.GetControllerOf(&pool)
+		last = fmt.Sprintf("TerraformMachinePool %s: module %+v, variables %d, owner %v, conditions %+v", pool.Name, pool.Spec.Module, len(pool.Spec.Variables), owner, pool.Status.Conditions)
+		return owner != nil && owner.Kind == "MachinePool" && pool.Spec.Module.Source == filepath.Join(s.root, "examples", "local-pool") &&
+			len(pool.Spec.Variables) == 1 && pool.Spec.Variables[0].Name == "instance_dir", nil
+	})
+	if err != nil {
+		t.Fatalf("the ClusterClass cluster's machine pool got no TerraformMachinePool from the template: %v (%s)", err, last)
+	}
+	t.Logf("the ClusterClass cluster's machine pool: %s", last)
 }

@@ -48,13 +48,16 @@ func TestRoundTrip(t *testing.T) {
 	infs := factory.Infrastructure().V1alpha1()
 	clusters, clusterTemplates := infs.TerraformClusters().Lister(), infs.TerraformClusterTemplates().Lister()
 	machines, machineTemplates := infs.TerraformMachines().Lister(), infs.TerraformMachineTemplates().Lister()
-	pools := infs.TerraformMachinePools().Lister()
+	pools, poolTemplates := infs.TerraformMachinePools().Lister(), infs.TerraformMachinePoolTemplates().Lister()
 	listers := map[string]func(name string) (any, error){
 		"TerraformCluster":         func(n string) (any, error) { return clusters.TerraformClusters(ns).Get(n) },
 		"TerraformClusterTemplate": func(n string) (any, error) { return clusterTemplates.TerraformClusterTemplates(ns).Get(n) },
 		"TerraformMachine":         func(n string) (any, error) { return machines.TerraformMachines(ns).Get(n) },
 		"TerraformMachineTemplate": func(n string) (any, error) { return machineTemplates.TerraformMachineTemplates(ns).Get(n) },
 		"TerraformMachinePool":     func(n string) (any, error) { return pools.TerraformMachinePools(ns).Get(n) },
+		"TerraformMachinePoolTemplate": func(n string) (any, error) {
+			return poolTemplates.TerraformMachinePoolTemplates(ns).Get(n)
+		},
 	}
 	stop := make(chan struct{})
 	defer close(stop)
@@ -153,6 +156,14 @@ func TestRoundTrip(t *testing.T) {
 				}
 				return err
 			}, nil
+		},
+		"TerraformMachinePoolTemplate": func() (string, func() error, error) {
+			_, err := c.TerraformMachinePoolTemplates(ns).Create(ctx, &infrav1.TerraformMachinePoolTemplate{
+				ObjectMeta: metav1.ObjectMeta{Name: "mpt"},
+				Spec: infrav1.TerraformMachinePoolTemplateSpec{
+					Template: infrav1.TerraformMachinePoolTemplateResource{Spec: infrav1.TerraformMachinePoolSpec{WorkspaceSpec: inlineModule()}}},
+			}, metav1.CreateOptions{})
+			return "mpt", func() error { return nil }, err
 		},
 		"TerraformMachinePool": func() (string, func() error, error) {
 			obj, err := c.TerraformMachinePools(ns).Create(ctx, &infrav1.TerraformMachinePool{
@@ -327,6 +338,8 @@ func TestPrinterColumns(t *testing.T) {
 		Spec: infrav1.TerraformMachineTemplateSpec{Template: infrav1.TerraformMachineTemplateResource{Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: ws}}}}, metav1.CreateOptions{}))
 	mustCreate(c.TerraformMachinePools(ns).Create(ctx, &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: labels},
 		Spec: infrav1.TerraformMachinePoolSpec{WorkspaceSpec: ws}}, metav1.CreateOptions{}))
+	mustCreate(c.TerraformMachinePoolTemplates(ns).Create(ctx, &infrav1.TerraformMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Name: "mpt"},
+		Spec: infrav1.TerraformMachinePoolTemplateSpec{Template: infrav1.TerraformMachinePoolTemplateResource{Spec: infrav1.TerraformMachinePoolSpec{WorkspaceSpec: ws}}}}, metav1.CreateOptions{}))
 
 	tests := map[string]struct {
 		columns []string
@@ -341,8 +354,9 @@ func TestPrinterColumns(t *testing.T) {
 			columns: []string{"Name", "Cluster", "Ready", "Provisioned", "ProviderID", "Reason", "Machine", "Drifted", "Age"},
 			cells:   map[string]any{"ProviderID": "local:///vm-1", "Ready": "True", "Provisioned": true, "Reason": "Applied"},
 		},
-		"terraformmachinetemplates": {columns: []string{"Name", "CPU", "Memory", "Age"}},
-		"terraformmachinepools":     {columns: []string{"Name", "Cluster", "Replicas", "Ready", "Provisioned", "Reason", "Drifted", "Age"}},
+		"terraformmachinetemplates":     {columns: []string{"Name", "CPU", "Memory", "Age"}},
+		"terraformmachinepools":         {columns: []string{"Name", "Cluster", "Replicas", "Ready", "Provisioned", "Reason", "Drifted", "Age"}},
+		"terraformmachinepooltemplates": {columns: []string{"Name", "Age"}},
 	}
 	for resource, tc := range tests {
 		t.Run(resource, func(t *testing.T) {
@@ -380,7 +394,7 @@ func TestPrinterColumns(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]string{"terraformclusters": "tfc", "terraformclustertemplates": "tfct", "terraformmachines": "tfm",
-			"terraformmachinetemplates": "tfmt", "terraformmachinepools": "tfmp"}
+			"terraformmachinetemplates": "tfmt", "terraformmachinepools": "tfmp", "terraformmachinepooltemplates": "tfmpt"}
 		for _, l := range lists {
 			if l.GroupVersion != infrav1.SchemeGroupVersion.String() {
 				continue

@@ -62,3 +62,47 @@ type TerraformMachinePoolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TerraformMachinePool `json:"items"`
 }
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=terraformmachinepooltemplates,scope=Namespaced,shortName=tfmpt,categories=cluster-api;captf
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// TerraformMachinePoolTemplate is the template of TerraformMachinePools, for
+// the machine pool classes of a ClusterClass.
+type TerraformMachinePoolTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec TerraformMachinePoolTemplateSpec `json:"spec"`
+}
+
+// TerraformMachinePoolTemplateSpec holds the template.
+type TerraformMachinePoolTemplateSpec struct {
+	// Template is what TerraformMachinePools are made from. It is immutable:
+	// to change pools, make a new template and point to it.
+	// +required
+	Template TerraformMachinePoolTemplateResource `json:"template"`
+}
+
+// TerraformMachinePoolTemplateResource is what a TerraformMachinePool is
+// made from.
+type TerraformMachinePoolTemplateResource struct {
+	// +optional
+	ObjectMeta TemplateMeta `json:"metadata,omitempty,omitzero"`
+	// +required
+	Spec TerraformMachinePoolSpec `json:"spec"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+
+// TerraformMachinePoolTemplateList is a list of TerraformMachinePoolTemplates.
+type TerraformMachinePoolTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TerraformMachinePoolTemplate `json:"items"`
+}

@@ -70,6 +70,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformMachineList{},
 		&TerraformMachinePool{},
 		&TerraformMachinePoolList{},
+		&TerraformMachinePoolTemplate{},
+		&TerraformMachinePoolTemplateList{},
 		&TerraformMachineTemplate{},
 		&TerraformMachineTemplateList{},
 	)

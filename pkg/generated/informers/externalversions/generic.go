@@ -61,6 +61,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformMachines().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformmachinepools"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformMachinePools().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("terraformmachinepooltemplates"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformMachinePoolTemplates().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformmachinetemplates"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformMachineTemplates().Informer()}, nil
 

@@ -50,6 +50,14 @@ type TerraformMachinePoolListerExpansion interface{}
 // TerraformMachinePoolNamespaceLister.
 type TerraformMachinePoolNamespaceListerExpansion interface{}
 
+// TerraformMachinePoolTemplateListerExpansion allows custom methods to be added to
+// TerraformMachinePoolTemplateLister.
+type TerraformMachinePoolTemplateListerExpansion interface{}
+
+// TerraformMachinePoolTemplateNamespaceListerExpansion allows custom methods to be added to
+// TerraformMachinePoolTemplateNamespaceLister.
+type TerraformMachinePoolTemplateNamespaceListerExpansion interface{}
+
 // TerraformMachineTemplateListerExpansion allows custom methods to be added to
 // TerraformMachineTemplateLister.
 type TerraformMachineTemplateListerExpansion interface{}

@@ -32,6 +32,8 @@ type Interface interface {
 	TerraformMachines() TypedTerraformMachineInformer
 	// TerraformMachinePools returns a TerraformMachinePoolInformer.
 	TerraformMachinePools() TypedTerraformMachinePoolInformer
+	// TerraformMachinePoolTemplates returns a TerraformMachinePoolTemplateInformer.
+	TerraformMachinePoolTemplates() TypedTerraformMachinePoolTemplateInformer
 	// TerraformMachineTemplates returns a TerraformMachineTemplateInformer.
 	TerraformMachineTemplates() TypedTerraformMachineTemplateInformer
 }
@@ -65,6 +67,11 @@ func (v *version) TerraformMachines() TypedTerraformMachineInformer {
 // TerraformMachinePools returns a TypedTerraformMachinePoolInformer.
 func (v *version) TerraformMachinePools() TypedTerraformMachinePoolInformer {
 	return &terraformMachinePoolInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// TerraformMachinePoolTemplates returns a TypedTerraformMachinePoolTemplateInformer.
+func (v *version) TerraformMachinePoolTemplates() TypedTerraformMachinePoolTemplateInformer {
+	return &terraformMachinePoolTemplateInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // TerraformMachineTemplates returns a TypedTerraformMachineTemplateInformer.

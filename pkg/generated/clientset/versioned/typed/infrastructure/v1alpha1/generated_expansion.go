@@ -26,4 +26,6 @@ type TerraformMachineExpansion interface{}
 
 type TerraformMachinePoolExpansion interface{}
 
+type TerraformMachinePoolTemplateExpansion interface{}
+
 type TerraformMachineTemplateExpansion interface{}

@@ -32,6 +32,7 @@ type InfrastructureV1alpha1Interface interface {
 	TerraformClusterTemplatesGetter
 	TerraformMachinesGetter
 	TerraformMachinePoolsGetter
+	TerraformMachinePoolTemplatesGetter
 	TerraformMachineTemplatesGetter
 }
 
@@ -54,6 +55,10 @@ func (c *InfrastructureV1alpha1Client) TerraformMachines(namespace string) Terra
 
 func (c *InfrastructureV1alpha1Client) TerraformMachinePools(namespace string) TerraformMachinePoolInterface {
 	return newTerraformMachinePools(c, namespace)
+}
+
+func (c *InfrastructureV1alpha1Client) TerraformMachinePoolTemplates(namespace string) TerraformMachinePoolTemplateInterface {
+	return newTerraformMachinePoolTemplates(c, namespace)
 }
 
 func (c *InfrastructureV1alpha1Client) TerraformMachineTemplates(namespace string) TerraformMachineTemplateInterface {

@@ -44,6 +44,10 @@ func (c *FakeInfrastructureV1alpha1) TerraformMachinePools(namespace string) v1a
 	return newFakeTerraformMachinePools(c, namespace)
 }
 
+func (c *FakeInfrastructureV1alpha1) TerraformMachinePoolTemplates(namespace string) v1alpha1.TerraformMachinePoolTemplateInterface {
+	return newFakeTerraformMachinePoolTemplates(c, namespace)
+}
+
 func (c *FakeInfrastructureV1alpha1) TerraformMachineTemplates(namespace string) v1alpha1.TerraformMachineTemplateInterface {
 	return newFakeTerraformMachineTemplates(c, namespace)
 }
