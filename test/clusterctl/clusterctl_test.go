@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -601,6 +600,16 @@ func clusterClass(t *testing.T, s *suite, vars []string) {
 	if !strings.Contains(manifest, "kind: ClusterClass") {
 		t.Fatalf("clusterctl did not add the ClusterClass to the clusterclass flavor:\n%s", manifest)
 	}
+	// A machine pool of the class's default-pool too, as a user adds one to
+	// the generated Cluster (Cluster API creates pools added later only once
+	// the control plane is up, which kubeadm's, not running here, never is).
+	workers := "      machineDeployments:\n      - class: default-worker\n        name: md-0\n        replicas: 1\n"
+	variables := "    variables:\n"
+	if strings.Count(manifest, workers) != 1 || strings.Count(manifest, variables) != 1 {
+		t.Fatalf("the clusterclass flavor's Cluster is not as this test expects:\n%s", manifest)
+	}
+	manifest = strings.Replace(manifest, workers, workers+"      machinePools:\n      - class: default-pool\n        name: mp-0\n        replicas: 1\n", 1)
+	manifest = strings.Replace(manifest, variables, variables+fmt.Sprintf("    - name: poolModuleSource\n      value: %s\n", filepath.Join(s.root, "examples", "local-pool")), 1)
 	// kubeadm's providers are installed but cannot run here (no image of
 	// theirs): their webhooks, failing closed, would refuse the kubeadm
 	// templates. Without them the API server's schema still checks those.
@@ -646,16 +655,9 @@ func clusterClass(t *testing.T, s *suite, vars []string) {
 	}
 	t.Logf("the ClusterClass cluster's infrastructure is provisioned: %s", last)
 
-	// A machine pool of the class's default-pool, as a user adds one: the
-	// topology controller makes its TerraformMachinePool from CAPTF's
-	// TerraformMachinePoolTemplate, with the module the variables name.
-	patch := fmt.Appendf(nil, `[
-		{"op": "add", "path": "/spec/topology/workers/machinePools", "value": [{"class": "default-pool", "name": "mp-0", "replicas": 1}]},
-		{"op": "add", "path": "/spec/topology/variables/-", "value": {"name": "poolModuleSource", "value": %q}}]`,
-		filepath.Join(s.root, "examples", "local-pool"))
-	if _, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("classy").Patch(ctx, "classy", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The machine pool: the topology controller made its
+	// TerraformMachinePool from CAPTF's TerraformMachinePoolTemplate, with
+	// the module the variables name.
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := plane.Captf.InfrastructureV1alpha1().TerraformMachinePools("classy").List(ctx, metav1.ListOptions{})
 		if err != nil || len(list.Items) != 1 {
