@@ -305,6 +305,12 @@ func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func
 	if err != nil {
 		return err
 	}
+	return e.updateSecrets(ctx, secrets, change)
+}
+
+// updateSecrets applies change to each of secrets and writes those it
+// changed.
+func (e *Engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, change func(*corev1.Secret) bool) error {
 	for i := range secrets {
 		s := &secrets[i]
 		if !change(s) {
@@ -338,14 +344,14 @@ func (e *Engine) releaseState(ctx context.Context, obj Object) error {
 // abandon keeps state, backups and inputs, labelled so an operator finds
 // them, and no longer protected: they are the operator's now.
 func (e *Engine) abandon(ctx context.Context, obj Object) error {
-	_, runInputs, err := e.objectSecrets(ctx, obj)
+	secrets, runInputs, err := e.objectSecrets(ctx, obj)
 	if err != nil {
 		return err
 	}
 	if err := e.deleteRunInputs(ctx, runInputs); err != nil {
 		return err
 	}
-	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
+	return e.updateSecrets(ctx, secrets, func(s *corev1.Secret) bool {
 		s.OwnerReferences = nil
 		s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == names.StateFinalizer })
 		s.Labels[names.LabelAbandoned] = "true"
