@@ -47,6 +47,8 @@ func request(op admissionv1.Operation, user string, obj, old runtime.Object) *ad
 		kind = "TerraformMachinePool"
 	case *infrav1.TerraformMachineTemplate:
 		kind = "TerraformMachineTemplate"
+	case *infrav1.TerraformMachinePoolTemplate:
+		kind = "TerraformMachinePoolTemplate"
 	}
 	return &admissionv1.AdmissionRequest{
 		UID:       "uid-1",
@@ -326,5 +328,36 @@ func TestReferencesNeedReadRights(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTemplateReferencesNeedReadRights: a template names Secrets for every
+// object Cluster API makes from it, with Cluster API's rights: a user may
+// put in a template only what they may read themselves.
+func TestTemplateReferencesNeedReadRights(t *testing.T) {
+	h := &Handler{Authorize: func(_ context.Context, _ authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
+		return attrs.Name == "mine", "", nil
+	}}
+	vars := func(secret string) []infrav1.Variable {
+		return []infrav1.Variable{{Name: "v", ValueFrom: &infrav1.VariableSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "k"}}}}
+	}
+	for _, secret := range []string{"mine", "db"} {
+		machines := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+		machines.Spec.Template.Spec.Module.Inline = "a"
+		machines.Spec.Template.Spec.Variables = vars(secret)
+		pools := &infrav1.TerraformMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+		pools.Spec.Template.Spec.Module.Inline = "a"
+		pools.Spec.Template.Spec.Variables = vars(secret)
+		for _, obj := range []runtime.Object{machines, pools} {
+			req := request(admissionv1.Create, "alice", obj, nil)
+			resp := h.Admit(context.Background(), req.Kind.Kind, req)
+			if want := secret == "mine"; resp.Allowed != want {
+				t.Errorf("%s naming Secret %q: allowed %v (%v), want %v", req.Kind.Kind, secret, resp.Allowed, resp.Result, want)
+			}
+			if !resp.Allowed && !strings.Contains(resp.Result.Message, `spec.template.spec.variables[0].valueFrom.secretKeyRef: Forbidden: alice may not get Secret "db"`) {
+				t.Errorf("%s: message %q", req.Kind.Kind, resp.Result.Message)
+			}
+		}
 	}
 }
