@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -47,9 +48,19 @@ type env struct {
 // suite is what the planes share: images, the clusterctl configuration,
 // the instances' directory.
 type suite struct {
-	root, instances, config, version string
-	images                           map[string]string
+	root, config string
+	// version is this checkout's release; previous, an earlier one made of
+	// the same files (the upgrade's starting point).
+	version, previous string
+	// instances of the demo cluster; kinstances of the kdemo cluster,
+	// made on the plane where CAPTF was installed with kubectl apply -k.
+	instances, kinstances string
+	images                map[string]string
 }
+
+// previousVersion is the release the source plane starts with and
+// upgrades from: a pseudo-version older than any this checkout gets.
+const previousVersion = "v0.0.0-20000101000000-000000000000"
 
 func newSuite(t *testing.T) *suite {
 	t.Helper()
@@ -70,52 +81,96 @@ func newSuite(t *testing.T) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.version = strings.TrimSpace(string(out))
+	s.version, s.previous = strings.TrimSpace(string(out)), previousVersion
+	// Two releases in one local repository, as a user's has after a
+	// second `make release`; the previous one's images are this checkout's.
 	release := t.TempDir()
-	cmd := exec.Command(filepath.Join(s.root, "hack", "release.sh"))
-	cmd.Env = append(os.Environ(), "RELEASE_DIR="+release)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/release.sh: %v\n%s", err, out)
+	for _, v := range []string{s.previous, s.version} {
+		cmd := exec.Command(filepath.Join(s.root, "hack", "release.sh"))
+		cmd.Env = append(os.Environ(), "RELEASE_DIR="+release, "VERSION="+v)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("hack/release.sh %s: %v\n%s", v, err, out)
+		}
+	}
+	for ref, archive := range maps.Clone(s.images) {
+		if strings.HasSuffix(ref, ":"+s.version) {
+			s.images[strings.TrimSuffix(ref, s.version)+s.previous] = archive
+		}
 	}
 	if s.config, err = framework.ClusterctlConfig(t.TempDir(), release, s.version); err != nil {
 		t.Fatal(err)
 	}
-	s.instances = t.TempDir()
-	if err := os.Chmod(s.instances, 0o777); err != nil {
-		t.Fatal(err)
+	for _, dir := range []*string{&s.instances, &s.kinstances} {
+		*dir = t.TempDir()
+		if err := os.Chmod(*dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return s
 }
 
-// init runs clusterctl init on the plane and waits for Cluster API's and
-// CAPTF's managers to be Ready.
-func (s *suite) init(t *testing.T, cp *framework.ControlPlane) *env {
+// init runs clusterctl init on the plane with CAPTF's release version
+// and waits for Cluster API's and CAPTF's managers to be Ready.
+func (s *suite) init(t *testing.T, cp *framework.ControlPlane, version string) *env {
+	t.Helper()
+	start := time.Now()
+	e := s.initCAPI(t, cp, "--infrastructure", "terraform:"+version)
+	e.waitReady(t, "captf-system", managerSelector)
+	t.Logf("Cluster API and CAPTF %s Ready %s after clusterctl init", version, time.Since(start).Round(time.Second))
+	return e
+}
+
+// initKustomize installs Cluster API with clusterctl init and CAPTF as
+// without clusterctl, `kubectl apply -k` of manifests/default with this
+// checkout's images.
+func (s *suite) initKustomize(t *testing.T, cp *framework.ControlPlane) *env {
+	t.Helper()
+	e := s.initCAPI(t, cp)
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, filepath.Join(s.root, "manifests", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources:\n- %s\nimages:\n- {name: ghcr.io/captf/captf, newTag: %s}\n- {name: ghcr.io/captf/captf-runner, newTag: %s}\n",
+		base, s.version, s.version)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(context.Background(), "apply", "-k", overlay); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReady(t, "captf-system", managerSelector)
+	return e
+}
+
+// initCAPI starts cert-manager and the executor on the plane and runs
+// clusterctl init with Cluster API's providers and args.
+func (s *suite) initCAPI(t *testing.T, cp *framework.ControlPlane, args ...string) *env {
 	t.Helper()
 	ctx := context.Background()
 	if err := cp.StartCertManager(ctx); err != nil {
 		t.Fatal(err)
 	}
 	executor, err := cp.StartExecutor(ctx, framework.ExecutorOptions{Images: s.images,
-		HostDirs: []string{s.instances, filepath.Join(s.root, "examples")}})
+		HostDirs: []string{s.instances, s.kinstances, filepath.Join(s.root, "examples")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	// CLUSTER_TOPOLOGY: Cluster API's ClusterClass support, for the
 	// clusterclass flavor.
-	out, err := cp.Clusterctl(ctx, s.config, []string{"CLUSTER_TOPOLOGY=true"}, "init", "--infrastructure", "terraform:"+s.version,
-		"--core", "cluster-api:"+framework.CAPIVersion, "--bootstrap", "kubeadm:"+framework.CAPIVersion,
-		"--control-plane", "kubeadm:"+framework.CAPIVersion)
+	out, err := cp.Clusterctl(ctx, s.config, []string{"CLUSTER_TOPOLOGY=true"}, append([]string{"init",
+		"--core", "cluster-api:" + framework.CAPIVersion, "--bootstrap", "kubeadm:" + framework.CAPIVersion,
+		"--control-plane", "kubeadm:" + framework.CAPIVersion}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("clusterctl init:\n%s", out)
+	t.Logf("clusterctl init %s:\n%s", strings.Join(args, " "), out)
 	e := &env{plane: cp, executor: executor}
 	e.waitReady(t, "capi-system", "cluster.x-k8s.io/provider=cluster-api")
-	e.waitReady(t, "captf-system", "app.kubernetes.io/name=captf,app.kubernetes.io/component=manager")
-	t.Logf("Cluster API and CAPTF Ready %s after clusterctl init", time.Since(start).Round(time.Second))
 	return e
 }
+
+const managerSelector = "app.kubernetes.io/name=captf,app.kubernetes.io/component=manager"
 
 // waitReady waits for a Ready pod of the selector.
 func (e *env) waitReady(t *testing.T, namespace, selector string) {
@@ -154,31 +209,29 @@ func tail(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// TestClusterctl: clusterctl init installs Cluster API and CAPTF from local
-// repositories (CAPTF's built by hack/release.sh); clusterctl generate
-// cluster with CAPTF's default flavor makes a Cluster that becomes Ready
-// with its workers, the machinepool flavor passes the API server and every
-// webhook, and --list-variables names the templates' variables; clusterctl
-// upgrade plan reads CAPTF's metadata; clusterctl move, started while an
-// apply runs, waits for it and takes the cluster to a second plane where
-// every object converges with an empty plan, nothing created or destroyed,
-// nothing run in the source after the pause; clusterctl delete
-// --infrastructure terraform removes the manager and keeps the objects,
-// their state and the infrastructure: nothing destroyed, nothing applied.
+// TestClusterctl: clusterctl init installs Cluster API and a previous
+// CAPTF release from local repositories (CAPTF's built by hack/release.sh);
+// clusterctl generate cluster with CAPTF's default flavor makes a Cluster
+// that becomes Ready with its workers, the machinepool flavor passes the API
+// server and every webhook, and --list-variables names the templates'
+// variables; clusterctl upgrade plan reads CAPTF's metadata, and clusterctl
+// upgrade apply, while an apply runs, replaces the manager with this
+// release's without a Job more or an instance changed, and the apply
+// finishes; clusterctl move, started while an apply runs, waits for it and
+// takes the cluster to a second plane where every object converges with an
+// empty plan, nothing created or destroyed, nothing run in the source after
+// the pause. On a third plane CAPTF is installed with kubectl apply -k:
+// clusterctl refuses to move a cluster there before touching anything, and
+// moves a cluster made there to the second plane like any other. clusterctl
+// delete --infrastructure terraform removes the manager and keeps the
+// objects, their state and the infrastructure: nothing destroyed, nothing
+// applied.
 func TestClusterctl(t *testing.T) {
 	ctx := context.Background()
 	s := newSuite(t)
-	source := s.init(t, plane)
+	source := s.init(t, plane, s.previous)
 
-	// clusterctl generate cluster, with the example modules.
-	vars := []string{
-		"CAPTF_CLUSTER_MODULE_SOURCE=" + filepath.Join(s.root, "examples", "local-cloud"),
-		"CAPTF_MACHINE_MODULE_SOURCE=" + filepath.Join(s.root, "examples", "local-machine"),
-		"CAPTF_POOL_MODULE_SOURCE=" + filepath.Join(s.root, "examples", "local-pool"),
-		"CAPTF_INSTANCE_DIR=" + s.instances,
-	}
-	generate := []string{"generate", "cluster", "demo", "--infrastructure", "terraform:" + s.version, "--target-namespace", "demo",
-		"--kubernetes-version", "v1.34.0", "--control-plane-machine-count", "1", "--worker-machine-count", "2"}
+	generate := s.generateArgs("demo")
 	listed, err := plane.Clusterctl(ctx, s.config, nil, append(generate, "--list-variables")...)
 	if err != nil {
 		t.Fatal(err)
@@ -188,12 +241,10 @@ func TestClusterctl(t *testing.T) {
 			t.Errorf("--list-variables does not list %s:\n%s", v, listed)
 		}
 	}
-	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, plane, "demo")
 	// The machinepool flavor: every object passes the API server, Cluster
 	// API's and CAPTF's webhooks.
-	pool, err := plane.Clusterctl(ctx, s.config, vars, append(generate, "--flavor", "machinepool")...)
+	pool, err := plane.Clusterctl(ctx, s.config, s.vars(s.instances), append(generate, "--flavor", "machinepool")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,148 +253,106 @@ func TestClusterctl(t *testing.T) {
 	} else if !strings.Contains(out, "machinepool.cluster.x-k8s.io/demo-pool created (server dry run)") {
 		t.Errorf("the machinepool flavor's dry run:\n%s", out)
 	}
-	manifest, err := plane.Clusterctl(ctx, s.config, vars, generate...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := plane.Kubectl(ctx, "apply", "-f", writeFile(t, manifest)); err != nil {
-		t.Fatal(err)
-	} else {
-		t.Logf("kubectl apply of clusterctl generate cluster's output:\n%s", out)
-	}
+	s.generate(t, plane, "demo", s.instances)
 	start := time.Now()
-	waitClusterReady(t, source)
+	waitClusterReady(t, source, "demo")
 	t.Logf("the generated cluster is Ready with 2 workers %s after it was applied", time.Since(start).Round(time.Second))
 	before := instanceFiles(t, s.instances)
 	if len(before) != 3 {
 		t.Errorf("instances %v, want the control-plane host and 2 workers", slices.Sorted(maps.Keys(before)))
 	}
 
-	clusterClass(t, s, vars)
+	clusterClass(t, s, s.vars(s.instances))
 
 	plan, err := plane.Clusterctl(ctx, s.config, nil, "upgrade", "plan")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(plan, "infrastructure-terraform") || !strings.Contains(plan, s.version) {
-		t.Errorf("clusterctl upgrade plan does not show CAPTF:\n%s", plan)
+	if !strings.Contains(plan, "infrastructure-terraform") || !strings.Contains(plan, s.previous) {
+		t.Errorf("clusterctl upgrade plan does not show CAPTF %s:\n%s", s.previous, plan)
 	}
+	s.upgrade(t, source, before)
 
 	// clusterctl move takes only clusters whose control plane is
 	// initialized and whose Machines all have Nodes: a control-plane Machine
 	// stands in for a control-plane provider's (the default flavor leaves
 	// the control plane to one), and the workload cluster's node agent
 	// registers the hosts as they join.
-	addControlPlaneMachine(t, "demo")
+	addControlPlaneMachine(t, plane, "demo")
 	if _, err := plane.StartWorkload(ctx, "demo", "demo", s.instances); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	waitNodes(t, source, 3)
+	waitNodes(t, source, "demo", 3)
 	t.Logf("every Machine has its Node %s after the workload cluster started", time.Since(start).Round(time.Second))
 	before = instanceFiles(t, s.instances)
-	states := stateSecrets(t, plane)
+	states := stateSecrets(t, plane, "demo")
 	if len(states) != 4 {
 		t.Errorf("state Secrets: %v, want one per object", states)
 	}
 
 	// The target: a second plane, its own clusterctl init.
-	ctx2, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	targetPlane, err := framework.Start(ctx2, framework.Options{PodNetwork: true, CRDDirs: []string{}})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(targetPlane.Stop)
-	target := s.init(t, targetPlane)
+	target := s.init(t, startPlane(t), s.version)
 
-	// A second control-plane host, slow to create: the move starts while
+	// A third control-plane host, slow to create: the move starts while
 	// its apply runs, and must wait for it (CAPTF's block-move annotation),
 	// or the target would get the state without it and create it again.
-	tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+	slowApply(t, plane, "demo", 3)
+	s.move(t, source, target, "demo", s.instances, before, "demo-2")
+
+	// A third plane whose CAPTF was installed with kubectl apply -k:
+	// clusterctl's inventory does not list it there, and clusterctl
+	// refuses to move a cluster of CAPTF's to it, before pausing anything.
+	kplane := s.initKustomize(t, startPlane(t))
+	jobs := jobNames(t, target.plane, "demo")
+	out, err := target.plane.Clusterctl(ctx, s.config, nil, "move", "--namespace", "demo", "--to-kubeconfig", kplane.plane.KubeconfigFile)
+	if err == nil || !strings.Contains(out, "provider infrastructure-terraform not found in the target cluster") {
+		t.Errorf("clusterctl move to a plane whose CAPTF clusterctl did not install: %v, want it refused naming the provider:\n%s", err, out)
+	} else {
+		t.Logf("clusterctl move to a plane whose CAPTF clusterctl did not install, refused:\n%s", tail(out, 3))
+	}
+	cluster, err := target.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Get(ctx, "demo", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, v := range tc.Spec.Variables {
-		if v.Name == "instances" {
-			tc.Spec.Variables[i].Value = &runtime.RawExtension{Raw: []byte("2")}
-		}
+	if paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused"); paused {
+		t.Errorf("the refused move left the Cluster paused")
 	}
-	tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "sleep_seconds", Value: &runtime.RawExtension{Raw: []byte("8")}})
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	applies := len(jobsOf(t, plane, "tfc-demo-apply-"))
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
-		_, blocked := tc.Annotations[capi.BlockMoveAnnotation]
-		return err == nil && blocked && len(jobsOf(t, plane, "tfc-demo-apply-")) > applies, nil
-	}); err != nil {
-		t.Fatalf("no apply Job of the second host with the block-move annotation: %v", err)
+	if list, err := kplane.plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("the refused move created TerraformClusters in the target: %v %v", list, err)
 	}
 
-	sourceJobs := watchJobs(t, plane)
-	start = time.Now()
-	out, err := plane.Clusterctl(ctx, s.config, nil, "move", "--namespace", "demo", "--to-kubeconfig", targetPlane.KubeconfigFile)
-	if err != nil {
+	// A cluster made where CAPTF was installed with kubectl apply -k moves
+	// like any other: its CRDs carry clusterctl's label, by which move finds
+	// the Terraform* kinds.
+	createNamespace(t, kplane.plane, "kdemo")
+	s.generate(t, kplane.plane, "kdemo", s.kinstances)
+	waitClusterReady(t, kplane, "kdemo")
+	addControlPlaneMachine(t, kplane.plane, "kdemo")
+	if _, err := kplane.plane.StartWorkload(ctx, "kdemo", "kdemo", s.kinstances); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("clusterctl move, started while an apply ran, in %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
-	moved := time.Now()
-	if _, ok := instanceFiles(t, s.instances)["demo-1"]; !ok {
-		t.Errorf("clusterctl move finished before the apply it had to wait for made demo-1")
-	}
-	before["demo-1"] = instanceFiles(t, s.instances)["demo-1"]
-
-	// The source has nothing left of the cluster.
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		tcs, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").List(ctx, metav1.ListOptions{})
-		tms, err2 := plane.Captf.InfrastructureV1alpha1().TerraformMachines("demo").List(ctx, metav1.ListOptions{})
-		return err == nil && err2 == nil && len(tcs.Items) == 0 && len(tms.Items) == 0 && len(stateSecrets(t, plane)) == 0, nil
-	}); err != nil {
-		t.Errorf("the source keeps the cluster's objects or state after the move: %v", err)
-	}
-	// In the target: the same state, the Machines with their Nodes again
-	// (its Cluster API reaches the workload cluster with the kubeconfig
-	// Secret that moved), every object Ready.
-	waitNodes(t, target, 3)
-	waitObjectsReady(t, targetPlane)
-	t.Logf("the target has every Machine with its Node and every object Ready %s after the move", time.Since(moved).Round(time.Second))
-	if got := stateSecrets(t, targetPlane); !slices.Equal(got, states) {
-		t.Errorf("state Secrets in the target %v, want the source's %v", got, states)
-	}
-	time.Sleep(5 * time.Second)
-	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
-		t.Errorf("instances changed by the move:\nbefore %v\nafter  %v", before, got)
-	}
-	if added := sourceJobs(); len(added) != 0 {
-		t.Errorf("Jobs created in the source during or after the move: %v", added)
-	}
-	targetJobs := jobNames(t, targetPlane)
-	t.Logf("Jobs in the target after the move: %v", targetJobs)
-	for _, name := range targetJobs {
-		if !strings.Contains(name, "-apply-") {
-			t.Errorf("a Job other than an apply ran in the target: %s", name)
-		}
-	}
+	waitNodes(t, kplane, "kdemo", 3)
+	s.move(t, kplane, target, "kdemo", s.kinstances, instanceFiles(t, s.kinstances), "")
 
 	// The target's CAPTF goes; its objects and the infrastructure stay.
-	jobs := jobNames(t, targetPlane)
-	if out, err := targetPlane.Clusterctl(ctx, s.config, nil, "delete", "--infrastructure", "terraform"); err != nil {
+	before = instanceFiles(t, s.instances)
+	states = stateSecrets(t, target.plane, "demo")
+	if out, err := target.plane.Clusterctl(ctx, s.config, nil, "delete", "--infrastructure", "terraform"); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Logf("clusterctl delete --infrastructure terraform:\n%s", out)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := targetPlane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{})
+		pods, err := target.plane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
 	}); err != nil {
 		t.Fatalf("the target's CAPTF manager is still there: %v", err)
 	}
-	if _, err := targetPlane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{}); err != nil {
+	if _, err := target.plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{}); err != nil {
 		t.Errorf("the TerraformCluster after clusterctl delete: %v", err)
 	}
-	if got := stateSecrets(t, targetPlane); !slices.Equal(got, states) {
+	if got := stateSecrets(t, target.plane, "demo"); !slices.Equal(got, states) {
 		t.Errorf("state Secrets after clusterctl delete: %v, before %v", got, states)
 	}
 
@@ -352,42 +361,259 @@ func TestClusterctl(t *testing.T) {
 	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
 		t.Errorf("instances changed after clusterctl delete:\nbefore %v\nafter  %v", before, got)
 	}
-	if got := jobNames(t, targetPlane); !slices.Equal(got, jobs) {
+	if got := jobNames(t, target.plane, "demo"); !slices.Equal(got, jobs) {
 		t.Errorf("Jobs changed after clusterctl delete: before %v, after %v", jobs, got)
+	}
+}
+
+// startPlane starts another management plane, with a pod network and no CRDs.
+func startPlane(t *testing.T) *framework.ControlPlane {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := framework.Start(ctx, framework.Options{PodNetwork: true, CRDDirs: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	return cp
+}
+
+func createNamespace(t *testing.T, cp *framework.ControlPlane, name string) {
+	t.Helper()
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vars are the templates' CAPTF variables: the example modules, whose
+// instances go to instances.
+func (s *suite) vars(instances string) []string {
+	return []string{
+		"CAPTF_CLUSTER_MODULE_SOURCE=" + filepath.Join(s.root, "examples", "local-cloud"),
+		"CAPTF_MACHINE_MODULE_SOURCE=" + filepath.Join(s.root, "examples", "local-machine"),
+		"CAPTF_POOL_MODULE_SOURCE=" + filepath.Join(s.root, "examples", "local-pool"),
+		"CAPTF_INSTANCE_DIR=" + instances,
+	}
+}
+
+// generateArgs: clusterctl generate cluster <name> in namespace <name>,
+// one control-plane host and 2 workers.
+func (s *suite) generateArgs(name string) []string {
+	return []string{"generate", "cluster", name, "--infrastructure", "terraform:" + s.version, "--target-namespace", name,
+		"--kubernetes-version", "v1.34.0", "--control-plane-machine-count", "1", "--worker-machine-count", "2"}
+}
+
+// generate applies the default flavor's cluster <name> on the plane.
+func (s *suite) generate(t *testing.T, cp *framework.ControlPlane, name, instances string) {
+	t.Helper()
+	ctx := context.Background()
+	manifest, err := cp.Clusterctl(ctx, s.config, s.vars(instances), s.generateArgs(name)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, "apply", "-f", writeFile(t, manifest)); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("kubectl apply of clusterctl generate cluster %s's output:\n%s", name, out)
+	}
+}
+
+// upgrade runs clusterctl upgrade apply from the previous release to this
+// one while an apply of the demo cluster runs (a second control-plane
+// host, slow to create): the new manager comes up with this release's
+// image, the apply finishes through the gap with its Job, and no other Job
+// starts, no instance changes, every object stays Ready.
+func (s *suite) upgrade(t *testing.T, e *env, before map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	slowApply(t, e.plane, "demo", 2)
+	jobs := watchJobs(t, e.plane, "demo")
+	start := time.Now()
+	out, err := e.plane.Clusterctl(ctx, s.config, nil, "upgrade", "apply", "--infrastructure", "captf-system/terraform:"+s.version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clusterctl upgrade apply, while an apply ran, in %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	image := "ghcr.io/captf/captf:" + s.version
+	e.waitReady(t, "captf-system", managerSelector)
+	pods, err := e.plane.Kube.CoreV1().Pods("captf-system").List(ctx, metav1.ListOptions{LabelSelector: managerSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image != image {
+			t.Errorf("manager pod %s runs %s after the upgrade, want %s", p.Name, p.Spec.Containers[0].Image, image)
+		}
+	}
+	t.Logf("CAPTF %s Ready %s after clusterctl upgrade apply started", s.version, time.Since(start).Round(100*time.Millisecond))
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		tc, err := e.plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		_, blocked := tc.Annotations[capi.BlockMoveAnnotation]
+		last = fmt.Sprintf("block-move %v, %s", blocked, readyCondition(tc.Status.Conditions))
+		c := meta.FindStatusCondition(tc.Status.Conditions, infrav1.ConditionReady)
+		return !blocked && c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == tc.Generation, nil
+	}); err != nil {
+		t.Fatalf("the apply that ran through the upgrade did not finish: %v (%s)", err, last)
+	}
+	t.Logf("the apply that ran through the upgrade finished %s after the upgrade started: %s", time.Since(start).Round(100*time.Millisecond), last)
+	for _, name := range jobsOf(t, e.plane, "demo", "tfc-demo-apply-") {
+		job, err := e.plane.Kube.BatchV1().Jobs("demo").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.Status.Failed > 0 {
+			t.Errorf("apply Job %s has a failed pod: %+v", name, job.Status)
+		}
+	}
+	after := instanceFiles(t, s.instances)
+	if _, ok := after["demo-1"]; !ok {
+		t.Errorf("the apply that ran through the upgrade did not make demo-1: %v", slices.Sorted(maps.Keys(after)))
+	}
+	before["demo-1"] = after["demo-1"]
+	time.Sleep(5 * time.Second)
+	if added := jobs(); len(added) != 0 {
+		t.Errorf("Jobs created during or after the upgrade: %v", added)
+	}
+	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
+		t.Errorf("instances changed by the upgrade:\nbefore %v\nafter  %v", before, got)
+	}
+	plan, err := e.plane.Clusterctl(ctx, s.config, nil, "upgrade", "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, s.version) {
+		t.Errorf("clusterctl upgrade plan after the upgrade does not show CAPTF %s:\n%s", s.version, plan)
+	}
+}
+
+// slowApply sets the cluster module's instances of the TerraformCluster
+// <ns>/<ns> to n, each taking 8 s to create, and waits until its apply
+// Job exists and the object carries clusterctl's block-move annotation.
+func slowApply(t *testing.T, cp *framework.ControlPlane, ns string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]string{"instances": strconv.Itoa(n), "sleep_seconds": "8"}
+	for i, v := range tc.Spec.Variables {
+		if value, ok := set[v.Name]; ok {
+			tc.Spec.Variables[i].Value = &runtime.RawExtension{Raw: []byte(value)}
+			delete(set, v.Name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: name, Value: &runtime.RawExtension{Raw: []byte(set[name])}})
+	}
+	prefix := "tfc-" + ns + "-apply-"
+	applies := len(jobsOf(t, cp, ns, prefix))
+	if _, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, ns, metav1.GetOptions{})
+		_, blocked := tc.Annotations[capi.BlockMoveAnnotation]
+		return err == nil && blocked && len(jobsOf(t, cp, ns, prefix)) > applies, nil
+	}); err != nil {
+		t.Fatalf("no apply Job of %d hosts with the block-move annotation: %v", n, err)
+	}
+}
+
+// move runs clusterctl move of the cluster <ns> from one plane to another
+// and checks what a move must keep: the source keeps nothing of it and ran
+// no Job from the move on; in the target every Machine has its Node again
+// and every object is Ready with an empty plan, on the state that moved;
+// no instance was created or destroyed. made is an instance an apply that
+// ran when the move started makes: the move must have waited for it.
+func (s *suite) move(t *testing.T, from, to *env, ns, instances string, before map[string]string, made string) {
+	t.Helper()
+	ctx := context.Background()
+	states := stateSecrets(t, from.plane, ns)
+	sourceJobs := watchJobs(t, from.plane, ns)
+	start := time.Now()
+	out, err := from.plane.Clusterctl(ctx, s.config, nil, "move", "--namespace", ns, "--to-kubeconfig", to.plane.KubeconfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clusterctl move of %s in %s:\n%s", ns, time.Since(start).Round(100*time.Millisecond), out)
+	moved := time.Now()
+	if made != "" {
+		if _, ok := instanceFiles(t, instances)[made]; !ok {
+			t.Errorf("clusterctl move finished before the apply it had to wait for made %s", made)
+		}
+		before[made] = instanceFiles(t, instances)[made]
+	}
+
+	// The source has nothing left of the cluster.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tcs, err := from.plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).List(ctx, metav1.ListOptions{})
+		tms, err2 := from.plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && err2 == nil && len(tcs.Items) == 0 && len(tms.Items) == 0 && len(stateSecrets(t, from.plane, ns)) == 0, nil
+	}); err != nil {
+		t.Errorf("the source keeps the cluster's objects or state after the move: %v", err)
+	}
+	// In the target: the same state, the Machines with their Nodes again
+	// (its Cluster API reaches the workload cluster with the kubeconfig
+	// Secret that moved), every object Ready.
+	waitNodes(t, to, ns, 3)
+	waitObjectsReady(t, to.plane, ns)
+	t.Logf("the target has every Machine of %s with its Node and every object Ready %s after the move", ns, time.Since(moved).Round(time.Second))
+	if got := stateSecrets(t, to.plane, ns); !slices.Equal(got, states) {
+		t.Errorf("state Secrets in the target %v, want the source's %v", got, states)
+	}
+	time.Sleep(5 * time.Second)
+	if got := instanceFiles(t, instances); !maps.Equal(got, before) {
+		t.Errorf("instances changed by the move:\nbefore %v\nafter  %v", before, got)
+	}
+	if added := sourceJobs(); len(added) != 0 {
+		t.Errorf("Jobs created in the source during or after the move: %v", added)
+	}
+	targetJobs := jobNames(t, to.plane, ns)
+	t.Logf("Jobs in the target after the move: %v", targetJobs)
+	for _, name := range targetJobs {
+		if !strings.Contains(name, "-apply-") {
+			t.Errorf("a Job other than an apply ran in the target: %s", name)
+		}
 	}
 }
 
 // addControlPlaneMachine adds to the cluster a control-plane Machine of
 // the workers' TerraformMachineTemplate.
-func addControlPlaneMachine(t *testing.T, cluster string) {
+func addControlPlaneMachine(t *testing.T, cp *framework.ControlPlane, cluster string) {
 	t.Helper()
 	ctx := context.Background()
-	tmpl, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Get(ctx, cluster+"-workers", metav1.GetOptions{})
+	tmpl, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates(cluster).Get(ctx, cluster+"-workers", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := cluster + "-control-plane"
 	labels := map[string]string{"cluster.x-k8s.io/cluster-name": cluster}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines("demo").Create(ctx, &infrav1.TerraformMachine{
+	if _, err := cp.Captf.InfrastructureV1alpha1().TerraformMachines(cluster).Create(ctx, &infrav1.TerraformMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: tmpl.Spec.Template.Spec}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	m := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-		"metadata": map[string]any{"name": name, "namespace": "demo", "labels": map[string]any{"cluster.x-k8s.io/cluster-name": cluster, "cluster.x-k8s.io/control-plane": ""}},
+		"metadata": map[string]any{"name": name, "namespace": cluster, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": cluster, "cluster.x-k8s.io/control-plane": ""}},
 		"spec": map[string]any{"clusterName": cluster, "version": "v1.34.0", "bootstrap": map[string]any{"dataSecretName": cluster + "-workers-bootstrap"},
 			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": name}}}}
-	if _, err := plane.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").Create(ctx, m, metav1.CreateOptions{}); err != nil {
+	if _, err := cp.Dynamic.Resource(capi.Machine.Resource).Namespace(cluster).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// waitNodes waits until the demo Cluster's control plane is initialized
-// and its n Machines have Nodes.
-func waitNodes(t *testing.T, e *env, n int) {
+// waitNodes waits until the Cluster <ns>/<ns>'s control plane is
+// initialized and its n Machines have Nodes.
+func waitNodes(t *testing.T, e *env, ns string, n int) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cluster, err := e.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Get(ctx, "demo", metav1.GetOptions{})
+		cluster, err := e.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace(ns).Get(ctx, ns, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() == nil {
 				last = err.Error()
@@ -402,7 +628,7 @@ func waitNodes(t *testing.T, e *env, n int) {
 				initialized = m["status"] == "True"
 			}
 		}
-		machines, err := e.plane.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{})
+		machines, err := e.plane.Dynamic.Resource(capi.Machine.Resource).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -416,24 +642,24 @@ func waitNodes(t *testing.T, e *env, n int) {
 		return initialized && withNode == n && len(machines.Items) == n, nil
 	})
 	if err != nil {
-		t.Fatalf("the demo cluster's Machines did not get their Nodes: %v (%s)", err, last)
+		t.Fatalf("the %s cluster's Machines did not get their Nodes: %v (%s)", ns, err, last)
 	}
 }
 
-// waitObjectsReady waits until the demo TerraformCluster and every
-// TerraformMachine are Ready with a plan that changed nothing.
-func waitObjectsReady(t *testing.T, cp *framework.ControlPlane) {
+// waitObjectsReady waits until the TerraformCluster <ns>/<ns> and 3
+// TerraformMachines are Ready with a plan that changed nothing.
+func waitObjectsReady(t *testing.T, cp *framework.ControlPlane, ns string) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
+		tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, ns, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() == nil {
 				last = err.Error()
 			}
 			return false, nil
 		}
-		tms, err := cp.Captf.InfrastructureV1alpha1().TerraformMachines("demo").List(ctx, metav1.ListOptions{})
+		tms, err := cp.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -465,22 +691,22 @@ func appliedEmpty(conds []metav1.Condition) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "0 to add, 0 to change, 0 to destroy, 0 to replace")
 }
 
-// jobsOf are the names of the Jobs in demo named prefix*.
-func jobsOf(t *testing.T, cp *framework.ControlPlane, prefix string) []string {
-	return slices.DeleteFunc(jobNames(t, cp), func(n string) bool { return !strings.HasPrefix(n, prefix) })
+// jobsOf are the names of the Jobs in ns named prefix*.
+func jobsOf(t *testing.T, cp *framework.ControlPlane, ns, prefix string) []string {
+	return slices.DeleteFunc(jobNames(t, cp, ns), func(n string) bool { return !strings.HasPrefix(n, prefix) })
 }
 
-// watchJobs records the Jobs created in demo from now on; the returned
+// watchJobs records the Jobs created in ns from now on; the returned
 // function lists them.
-func watchJobs(t *testing.T, cp *framework.ControlPlane) func() []string {
+func watchJobs(t *testing.T, cp *framework.ControlPlane, ns string) func() []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	list, err := cp.Kube.BatchV1().Jobs("demo").List(ctx, metav1.ListOptions{})
+	list, err := cp.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := cp.Kube.BatchV1().Jobs("demo").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	w, err := cp.Kube.BatchV1().Jobs(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,10 +737,10 @@ func writeFile(t *testing.T, content string) string {
 	return f
 }
 
-// stateSecrets are the names of the state Secrets in demo.
-func stateSecrets(t *testing.T, cp *framework.ControlPlane) []string {
+// stateSecrets are the names of the state Secrets in ns.
+func stateSecrets(t *testing.T, cp *framework.ControlPlane, ns string) []string {
 	t.Helper()
-	list, err := cp.Kube.CoreV1().Secrets("demo").List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
+	list, err := cp.Kube.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,19 +752,19 @@ func stateSecrets(t *testing.T, cp *framework.ControlPlane) []string {
 	return out
 }
 
-// waitClusterReady waits until the demo Cluster's infrastructure is
+// waitClusterReady waits until the Cluster <ns>/<ns>'s infrastructure is
 // provisioned and its 2 Machines have provider IDs.
-func waitClusterReady(t *testing.T, e *env) {
+func waitClusterReady(t *testing.T, e *env, ns string) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cluster, err := e.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Get(ctx, "demo", metav1.GetOptions{})
+		cluster, err := e.plane.Dynamic.Resource(capi.Cluster.Resource).Namespace(ns).Get(ctx, ns, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
 		provisioned, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned")
-		machines, err := e.plane.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{})
+		machines, err := e.plane.Dynamic.Resource(capi.Machine.Resource).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -552,13 +778,13 @@ func waitClusterReady(t *testing.T, e *env) {
 		return provisioned && withID == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("the demo cluster did not become Ready: %v (%s)", err, last)
+		t.Fatalf("the %s cluster did not become Ready: %v (%s)", ns, err, last)
 	}
 }
 
-func jobNames(t *testing.T, cp *framework.ControlPlane) []string {
+func jobNames(t *testing.T, cp *framework.ControlPlane, ns string) []string {
 	t.Helper()
-	jobs, err := cp.Kube.BatchV1().Jobs("demo").List(context.Background(), metav1.ListOptions{})
+	jobs, err := cp.Kube.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
