@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
@@ -50,6 +51,7 @@ import (
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
+	"github.com/captf/captf/pkg/intern"
 	"github.com/captf/captf/pkg/logflags"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
@@ -395,20 +397,22 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 			lo.LabelSelector = capi.WatchFilterLabel + "=" + o.WatchFilter
 		}
 	}
+	shared := &intern.Pool{LabelValues: map[string]bool{names.LabelManagedBy: true, names.LabelKind: true,
+		names.LabelOperation: true, names.LabelAttempt: true, names.LabelSecretType: true}}
 	cc.CAPTFInformers = externalversions.NewSharedInformerFactoryWithOptions(cc.CAPTF, o.SyncPeriod,
-		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(trimManagedFields), externalversions.WithTweakListOptions(filter))
+		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(cacheTransform(shared, nil)), externalversions.WithTweakListOptions(filter))
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
 	// never cached, so memory does not grow with state size.
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(trimJobSpecs),
+		informers.WithTransform(cacheTransform(shared, engine.CacheJob)),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
-	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter)}
+	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter), shared}
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
 	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
 		func(lo *metav1.ListOptions) { lo.LabelSelector = engine.StateSecretsSelector })
 	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
-	if err := stateSecrets.Informer().SetTransform(trimManagedFields); err != nil {
+	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, nil)); err != nil {
 		return cc, engine.Config{}, nil, err
 	}
 	access := &engine.RunnerAccess{Client: cc.Kube}
@@ -440,15 +444,23 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 }
 
 // trimmingDynamicFactory trims what its informers of Cluster API objects
-// cache to what CAPTF reads (capi.Trim), as the typed factories'
-// WithTransform does: the dynamic factory has no such option.
+// cache to what CAPTF reads (capi.Trim), with shared strings, as the typed
+// factories' WithTransform does: the dynamic factory has no such option.
 type trimmingDynamicFactory struct {
 	dynamicinformer.DynamicSharedInformerFactory
+	shared *intern.Pool
 }
 
 func (f trimmingDynamicFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
 	inf := f.DynamicSharedInformerFactory.ForResource(gvr)
-	if err := inf.Informer().SetTransform(capi.Trim); err != nil {
+	trim := func(obj any) (any, error) {
+		obj, err := capi.Trim(obj)
+		if u, ok := obj.(*unstructured.Unstructured); ok && err == nil {
+			u.Object = f.shared.Unstructured(u.Object)
+		}
+		return obj, err
+	}
+	if err := inf.Informer().SetTransform(trim); err != nil {
 		// Only a started informer refuses: it was asked for before, and
 		// got the transform then.
 		klog.Background().V(4).Info("Informer already started", "resource", gvr, "err", err)
@@ -559,25 +571,36 @@ func namespaceOrAll(ns string) string {
 	return ns
 }
 
-// trimManagedFields drops managedFields from cached objects: CAPTF never
-// reads them and they are often the biggest part of an object.
-// trimJobSpecs also drops a Job's spec from the cache: CAPTF reads its
-// Jobs' labels, annotations and status, never the spec it wrote, whose pod
-// template is most of a Job's memory (10,000 of them in a fleet).
-func trimJobSpecs(obj any) (any, error) {
-	if job, ok := obj.(*batchv1.Job); ok {
-		job.Spec = batchv1.JobSpec{}
-	}
-	return trimManagedFields(obj)
+// workspace is a Terraform* object that is not a template.
+type workspace interface {
+	WorkspaceStatus() *infrav1.WorkspaceStatus
 }
 
-func trimManagedFields(obj any) (any, error) {
-	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		accessor.GetObjectMeta().SetManagedFields(nil)
-	} else if u, ok := obj.(interface {
-		SetManagedFields([]metav1.ManagedFieldsEntry)
-	}); ok {
-		u.SetManagedFields(nil)
+// cacheTransform is the informers' transform: it applies trim, drops
+// managedFields (CAPTF never reads them and they are often the biggest
+// part of an object) and shares the strings that repeat across objects.
+func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if trim != nil {
+			obj = trim(obj)
+		}
+		accessor, ok := obj.(metav1.ObjectMetaAccessor)
+		if !ok {
+			return obj, nil
+		}
+		meta := accessor.GetObjectMeta()
+		meta.SetManagedFields(nil)
+		shared.Meta(meta)
+		switch o := obj.(type) {
+		case workspace:
+			shared.Conditions(o.WorkspaceStatus().Conditions)
+		case *engine.CachedJob:
+			for i := range o.Status.Conditions {
+				c := &o.Status.Conditions[i]
+				c.Type, c.Status = batchv1.JobConditionType(shared.String(string(c.Type))), corev1.ConditionStatus(shared.String(string(c.Status)))
+				c.Reason = shared.String(c.Reason)
+			}
+		}
+		return obj, nil
 	}
-	return obj, nil
 }

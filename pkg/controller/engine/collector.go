@@ -140,7 +140,7 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 	var jobs []*batchv1.Job
 	if objs, err := e.JobIndex.ByIndex(JobsByObjectUID, string(obj.GetUID())); err == nil {
 		for _, o := range objs {
-			jobs = append(jobs, o.(*batchv1.Job))
+			jobs = append(jobs, CachedJobOf(o))
 		}
 	}
 	SortJobs(jobs)
@@ -205,7 +205,7 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 	type key struct{ kind, op string }
 	active := map[key]int{}
 	for _, o := range jobs.List() {
-		j, ok := o.(*batchv1.Job)
+		j, ok := o.(*CachedJob)
 		if !ok {
 			continue
 		}
@@ -217,7 +217,7 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 		if _, ok := active[k]; !ok {
 			active[k] = 0
 		}
-		if finished, _ := JobFinished(j); !finished {
+		if finished, _ := j.Finished(); !finished {
 			active[k]++
 		}
 	}

@@ -94,7 +94,7 @@ func TestCollector(t *testing.T) {
 		collectedJob("lost", "destroy", 20*time.Minute, &yes, nil),
 		collectedJob("lost", "destroy", 10*time.Minute, &no, nil),
 	} {
-		if err := jobs.Add(j); err != nil {
+		if err := jobs.Add(CacheJob(j)); err != nil {
 			t.Fatal(err)
 		}
 	}

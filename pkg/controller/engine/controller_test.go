@@ -404,8 +404,8 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 		}
 		// Once the informer shows it, the controller waits for it: still one.
 		job := f.jobs.created[0].DeepCopy()
-		engine.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(job, false)
-		if err := f.c.EngineForTest().JobIndex.Add(job); err != nil {
+		engine.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(engine.CacheJob(job), false)
+		if err := f.c.EngineForTest().JobIndex.Add(engine.CacheJob(job)); err != nil {
 			t.Fatal(err)
 		}
 		f.sync()
@@ -521,7 +521,7 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 		if !slices.Equal(f.jobs.deleted, []string{drift.Name}) || len(f.createdJobs()) != 0 {
 			t.Fatalf("with a check running and the spec changed: deleted %v, created %v; want the check deleted and no Job yet", f.jobs.deleted, jobNames(f.createdJobs()))
 		}
-		if err := f.c.EngineForTest().JobIndex.Delete(drift); err != nil {
+		if err := f.c.EngineForTest().JobIndex.Delete(engine.CacheJob(drift)); err != nil {
 			t.Fatal(err)
 		}
 		f.observe()

@@ -154,7 +154,7 @@ func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
 	objs, err := e.JobIndex.ByIndex(JobsByObjectUID, string(obj.GetUID()))
 	if err == nil {
 		for _, o := range objs {
-			r.Jobs = append(r.Jobs, o.(*batchv1.Job))
+			r.Jobs = append(r.Jobs, CachedJobOf(o))
 		}
 	}
 	SortJobs(r.Jobs)

@@ -416,7 +416,7 @@ func (f *fixture) endJob(res runner.Result, succeeded bool) *batchv1.Job {
 func (f *fixture) observe(jobs ...*batchv1.Job) {
 	f.t.Helper()
 	for _, job := range jobs {
-		if err := f.c.EngineForTest().JobIndex.Update(job); err != nil {
+		if err := f.c.EngineForTest().JobIndex.Update(engine.CacheJob(job)); err != nil {
 			f.t.Fatal(err)
 		}
 		f.c.ExpectationsForTest().JobObserved(key, job.Name)

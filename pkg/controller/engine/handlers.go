@@ -1,7 +1,6 @@
 package engine
 
 import (
-	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -18,7 +17,7 @@ func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInter
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		job, ok := obj.(*batchv1.Job)
+		job, ok := obj.(*CachedJob)
 		if !ok {
 			return
 		}
@@ -36,7 +35,7 @@ func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInter
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { handle(obj, true) },
 		UpdateFunc: func(old, cur any) {
-			if old.(*batchv1.Job).ResourceVersion != cur.(*batchv1.Job).ResourceVersion {
+			if old.(*CachedJob).ResourceVersion != cur.(*CachedJob).ResourceVersion {
 				handle(cur, false)
 			}
 		},

@@ -229,8 +229,13 @@ func BuildJob(s JobSpec) *batchv1.Job {
 }
 
 // JobFinished returns whether job is done and whether it succeeded.
-func JobFinished(job *batchv1.Job) (finished, succeeded bool) {
-	for _, c := range job.Status.Conditions {
+func JobFinished(job *batchv1.Job) (finished, succeeded bool) { return statusFinished(&job.Status) }
+
+// Finished is JobFinished of the cached Job.
+func (j *CachedJob) Finished() (finished, succeeded bool) { return statusFinished(&j.Status) }
+
+func statusFinished(status *batchv1.JobStatus) (finished, succeeded bool) {
+	for _, c := range status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
 		}
@@ -283,12 +288,40 @@ func Backoff(failures int) time.Duration {
 
 func ptr[T any](v T) *T { return &v }
 
+// CachedJob is what the Job informer keeps of a runner Job: its metadata
+// and status. A batchv1.Job takes 1,320 bytes before a field is set, most
+// of it the pod template CAPTF wrote and never reads again, and a fleet
+// keeps up to six Jobs an object (the history of each operation).
+type CachedJob struct {
+	metav1.ObjectMeta
+	Status batchv1.JobStatus
+}
+
+// CacheJob is the Job informer's transform: a Job becomes a CachedJob.
+func CacheJob(obj any) any {
+	if job, ok := obj.(*batchv1.Job); ok {
+		return &CachedJob{ObjectMeta: job.ObjectMeta, Status: job.Status}
+	}
+	return obj
+}
+
+// CachedJobOf is the Job the Job informer holds as obj, nil for anything
+// else. It shares the cache's maps and slices: like every cached object,
+// it is read, never changed.
+func CachedJobOf(obj any) *batchv1.Job {
+	cached, ok := obj.(*CachedJob)
+	if !ok {
+		return nil
+	}
+	return &batchv1.Job{ObjectMeta: cached.ObjectMeta, Status: cached.Status}
+}
+
 // JobsByObjectUID indexes runner Jobs by the UID of their Terraform* object.
 const JobsByObjectUID = "captf-object-uid"
 
 // JobIndexers are the indexers the controllers need on the Job informer.
 var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error) {
-	job, ok := obj.(*batchv1.Job)
+	job, ok := obj.(*CachedJob)
 	if !ok {
 		return nil, nil
 	}

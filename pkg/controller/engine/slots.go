@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -62,7 +61,7 @@ func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
 		AddFunc:    s.observe,
 		UpdateFunc: func(_, cur any) { s.observe(cur) },
 		DeleteFunc: func(obj any) {
-			if job, ok := obj.(*batchv1.Job); ok {
+			if job, ok := obj.(*CachedJob); ok {
 				s.release(cache.MetaObjectToName(job))
 			} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				if name, err := cache.ParseObjectName(tomb.Key); err == nil {
@@ -75,12 +74,12 @@ func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
 }
 
 func (s *JobSlots) observe(obj any) {
-	job, ok := obj.(*batchv1.Job)
+	job, ok := obj.(*CachedJob)
 	if !ok {
 		return
 	}
 	key := cache.MetaObjectToName(job)
-	if finished, _ := JobFinished(job); finished {
+	if finished, _ := job.Finished(); finished {
 		s.release(key)
 		return
 	}

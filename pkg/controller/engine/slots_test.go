@@ -44,15 +44,15 @@ func TestJobSlots(t *testing.T) {
 		}, wantWaiting: 1},
 		{name: "a finished Job frees its slot", max: 1, before: func(s *JobSlots) {
 			running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}}
-			s.observe(running)
+			s.observe(CacheJob(running))
 			done := running.DeepCopy()
 			done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			s.observe(done)
+			s.observe(CacheJob(done))
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 		}},
 		{name: "a running Job seen takes a slot", max: 1, before: func(s *JobSlots) {
-			s.observe(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}})
+			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}}))
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, false},
 		}, wantWaiting: 1},

@@ -8,8 +8,6 @@ package jobmetrics
 import (
 	"context"
 
-	batchv1 "k8s.io/api/batch/v1"
-	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/captf/captf/pkg/controller"
@@ -23,7 +21,7 @@ const ControllerName = "jobmetrics"
 // Controller observes finished runner Jobs.
 type Controller struct {
 	client resultReader
-	jobs   batchlisters.JobLister
+	jobs   cache.Indexer // of engine.CachedJob
 	loop   *controller.Loop
 }
 
@@ -31,7 +29,7 @@ type Controller struct {
 func NewController(ctx context.Context, cc controller.Context) (*Controller, error) {
 	jobs := cc.KubeInformers.Batch().V1().Jobs()
 	loop := controller.NewLoop(ctx, ControllerName, cc.Kube)
-	c := &Controller{client: apiResults{cc.Kube}, jobs: jobs.Lister(), loop: loop}
+	c := &Controller{client: apiResults{cc.Kube}, jobs: jobs.Informer().GetIndexer(), loop: loop}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{jobs.Informer().HasSynced}
 	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: c.updateJob}); err != nil {
@@ -50,15 +48,15 @@ func (c *Controller) HasSynced() bool { return c.loop.HasSynced() }
 // counts: Jobs that finished before this manager started, seen as adds,
 // were counted by the one before (or are lost with its counters).
 func (c *Controller) updateJob(old, cur any) {
-	o, ok1 := old.(*batchv1.Job)
-	j, ok2 := cur.(*batchv1.Job)
+	o, ok1 := old.(*engine.CachedJob)
+	j, ok2 := cur.(*engine.CachedJob)
 	if !ok1 || !ok2 || j.Labels[names.LabelOperation] == "" {
 		return
 	}
-	if was, _ := engine.JobFinished(o); was {
+	if was, _ := o.Finished(); was {
 		return
 	}
-	if now, _ := engine.JobFinished(j); now {
+	if now, _ := j.Finished(); now {
 		c.loop.Queue.Add(cache.MetaObjectToName(j))
 	}
 }

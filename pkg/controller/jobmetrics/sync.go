@@ -34,13 +34,14 @@ func (a apiResults) Get(ctx context.Context, namespace, name string) (*corev1.Se
 // sync counts one finished Job. An error (the result could not be read)
 // retries it; nothing is counted before the result is read.
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
-	job, err := c.jobs.Jobs(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
-		return nil
-	}
+	obj, exists, err := c.jobs.GetByKey(key.String())
 	if err != nil {
 		return err
+	}
+	job := engine.CachedJobOf(obj)
+	if !exists || job == nil {
+		klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
+		return nil
 	}
 	owner := metav1.GetControllerOf(job)
 	if owner == nil {

@@ -11,12 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
@@ -61,11 +61,11 @@ func TestSync(t *testing.T) {
 	}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, j := range jobs {
-		if err := indexer.Add(j); err != nil {
+		if err := indexer.Add(engine.CacheJob(j)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c := &Controller{client: res, jobs: batchlisters.NewJobLister(indexer)}
+	c := &Controller{client: res, jobs: indexer}
 	_, ctx := ktesting.NewTestContext(t)
 	before := map[string]float64{
 		"failed":   testutil.ToFloat64(metrics.JobsFailed.WithLabelValues("TerraformMachine", "apply", "failed")),
@@ -159,7 +159,7 @@ func TestUpdateJob(t *testing.T) {
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())
 			defer q.ShutDown()
 			c := &Controller{loop: &controller.Loop{Queue: q}}
-			c.updateJob(tc.old, tc.cur)
+			c.updateJob(engine.CacheJob(tc.old), engine.CacheJob(tc.cur))
 			if q.Len() != tc.want {
 				t.Errorf("queued %d, want %d", q.Len(), tc.want)
 			}

@@ -1,0 +1,68 @@
+package manager
+
+import (
+	"reflect"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/intern"
+	"github.com/captf/captf/pkg/names"
+)
+
+// TestCacheTransform: what the informers cache keeps every field CAPTF
+// reads, without managedFields, a Job without its spec; applied again (an
+// informer may hand a transformed object back) it changes nothing.
+func TestCacheTransform(t *testing.T) {
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: "obj", Namespace: "tenant", UID: "u1", ResourceVersion: "7",
+			Labels:          map[string]string{names.LabelOperation: "apply", names.LabelObjectUID: "u1"},
+			Annotations:     map[string]string{names.AnnotationInputsBytes: "100"},
+			Finalizers:      []string{"infrastructure.cluster.x-k8s.io/captf"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: "c", UID: "c1"}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}
+	}
+	withoutManagedFields := meta()
+	withoutManagedFields.ManagedFields = nil
+	status := batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: "Done"}}}
+	tcStatus := infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Applied", Message: "applied"}}}}
+	for name, tc := range map[string]struct {
+		trim func(any) any
+		in   any
+		want any
+	}{
+		"a Job keeps its metadata and status": {trim: engine.CacheJob,
+			in: &batchv1.Job{ObjectMeta: meta(), Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "runner", Image: "captf"}}}}}, Status: status},
+			want: &engine.CachedJob{ObjectMeta: withoutManagedFields, Status: status}},
+		"a TerraformCluster keeps its spec and status": {
+			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
+			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},
+		"metadata only": {
+			in:   &metav1.PartialObjectMetadata{ObjectMeta: meta()},
+			want: &metav1.PartialObjectMetadata{ObjectMeta: withoutManagedFields}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			transform := cacheTransform(&intern.Pool{LabelValues: map[string]bool{names.LabelOperation: true}}, tc.trim)
+			got, err := transform(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("cached\n%+v\nwant\n%+v", got, tc.want)
+			}
+			again, err := transform(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(again, tc.want) {
+				t.Errorf("transformed twice\n%+v\nwant\n%+v", again, tc.want)
+			}
+		})
+	}
+}
