@@ -254,7 +254,7 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 	}
 	if proc.sandbox != nil {
 		// The runtime's /etc/hosts, with the Services' names (no cluster DNS here).
-		if err := os.WriteFile(filepath.Join(upper, "etc", "hosts"), e.cp.services.hostsFile(pod, proc.sandbox.IP), 0o644); err != nil {
+		if err := e.cp.services.writeHosts(filepath.Join(upper, "etc", "hosts"), pod, proc.sandbox.IP); err != nil {
 			return nil, err
 		}
 	}

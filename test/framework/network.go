@@ -201,8 +201,15 @@ type serviceProxy struct {
 	services  corelisters.ServiceLister
 	slices    discoverylisters.EndpointSliceLister
 	listeners map[string]net.Listener // by cluster IP:port
-	mu        sync.Mutex
-	cancel    context.CancelFunc
+	// hosts are the /etc/hosts files of running pods, by path.
+	hosts  map[string]podHosts
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+type podHosts struct {
+	pod *corev1.Pod
+	ip  string
 }
 
 // startServiceProxy runs until Stop of the plane.
@@ -210,7 +217,7 @@ func (cp *ControlPlane) startServiceProxy(ctx context.Context) (*serviceProxy, e
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(cp.Kube, 0)
 	p := &serviceProxy{cp: cp, services: factory.Core().V1().Services().Lister(),
-		slices: factory.Discovery().V1().EndpointSlices().Lister(), listeners: map[string]net.Listener{}, cancel: cancel}
+		slices: factory.Discovery().V1().EndpointSlices().Lister(), listeners: map[string]net.Listener{}, hosts: map[string]podHosts{}, cancel: cancel}
 	resync := func(any) { p.resync() }
 	if _, err := factory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: resync, UpdateFunc: func(_, o any) { resync(o) }, DeleteFunc: resync}); err != nil {
@@ -277,6 +284,33 @@ func (p *serviceProxy) resync() {
 			delete(p.listeners, addr)
 		}
 	}
+	// Cluster DNS answers with a Service's current cluster IP: a Service
+	// deleted and made again (clusterctl upgrade does that) has a new one.
+	for path, h := range p.hosts {
+		if err := writeInPlace(path, p.hostsFile(h.pod, h.ip)); err != nil {
+			delete(p.hosts, path) // the pod is gone
+		}
+	}
+}
+
+// writeHosts writes a pod's /etc/hosts at path and keeps it up to date
+// with the Services until the pod's files go.
+func (p *serviceProxy) writeHosts(path string, pod *corev1.Pod, ip string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hosts[path] = podHosts{pod: pod, ip: ip}
+	return os.WriteFile(path, p.hostsFile(pod, ip), 0o644)
+}
+
+// writeInPlace rewrites an existing file without replacing its inode: the
+// pod sees it through its overlay mount.
+func writeInPlace(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Close())
 }
 
 func (p *serviceProxy) serve(ln net.Listener, namespace, name string, port corev1.ServicePort) {
@@ -339,7 +373,7 @@ func (p *serviceProxy) endpoint(namespace, name string, port corev1.ServicePort)
 
 // hostsFile is what a pod of the network reads in /etc/hosts: itself, and
 // the Services' DNS names at their cluster IPs (the stand-in for cluster
-// DNS: names of Services made after the pod started do not resolve).
+// DNS; writeHosts rewrites it when Services change).
 func (p *serviceProxy) hostsFile(pod *corev1.Pod, ip string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "127.0.0.1\tlocalhost\n%s\t%s\n", ip, pod.Name)
