@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -139,6 +140,9 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.Burst, "kube-api-burst", 400, "burst of queries to the API server")
 }
 
+// defaultGCPercent is the manager's GOGC when the environment sets none.
+const defaultGCPercent = 50
+
 // Main is `captf manager`.
 func Main(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
@@ -159,6 +163,14 @@ func Main(args []string) error {
 	logger := klog.Background().WithName("manager")
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting", "version", version.String())
+	// The caches are most of the heap, and live: Go's default GOGC=100 lets
+	// the heap grow to twice their size before collecting. At 10,000
+	// objects, 50 kept the RSS at 126 MiB against 155 MiB, for about a tenth
+	// more CPU while objects were created (0 when idle). GOGC, when set,
+	// decides.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	podNamespace, serviceAccount := os.Getenv("POD_NAMESPACE"), os.Getenv("SERVICE_ACCOUNT_NAME")
 	if podNamespace == "" || serviceAccount == "" {
 		logger.Info("Warning: POD_NAMESPACE or SERVICE_ACCOUNT_NAME is not set: the manager does not know its own username, and the webhook will refuse its providerID writes",
