@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -137,13 +136,7 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 		gauge(ch, driftIntervalDesc, interval.Seconds(), kind, ns, name)
 	}
 
-	var jobs []*batchv1.Job
-	if objs, err := e.JobIndex.ByIndex(JobsByObjectUID, string(obj.GetUID())); err == nil {
-		for _, o := range objs {
-			jobs = append(jobs, CachedJobOf(o))
-		}
-	}
-	SortJobs(jobs)
+	jobs := objectJobs(e.JobIndex, obj.GetUID())
 	lastSuccess := lastSuccessFromStatus(st)
 	seen := map[string]bool{}
 	inputsReported := false

@@ -151,13 +151,7 @@ func (r *Sync) requeueWithin(wait time.Duration) {
 func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
 	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
-	objs, err := e.JobIndex.ByIndex(JobsByObjectUID, string(obj.GetUID()))
-	if err == nil {
-		for _, o := range objs {
-			r.Jobs = append(r.Jobs, CachedJobOf(o))
-		}
-	}
-	SortJobs(r.Jobs)
+	r.Jobs = objectJobs(e.JobIndex, obj.GetUID())
 	return r
 }
 

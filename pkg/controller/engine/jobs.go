@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -314,6 +315,19 @@ func CachedJobOf(obj any) *batchv1.Job {
 		return nil
 	}
 	return &batchv1.Job{ObjectMeta: cached.ObjectMeta, Status: cached.Status}
+}
+
+// objectJobs are the cached Jobs of the object with uid, newest first.
+func objectJobs(index cache.Indexer, uid types.UID) []*batchv1.Job {
+	var jobs []*batchv1.Job
+	objs, _ := index.ByIndex(JobsByObjectUID, string(uid)) // an error: no such index, no Jobs
+	for _, o := range objs {
+		if job := CachedJobOf(o); job != nil {
+			jobs = append(jobs, job)
+		}
+	}
+	SortJobs(jobs)
+	return jobs
 }
 
 // JobsByObjectUID indexes runner Jobs by the UID of their Terraform* object.
