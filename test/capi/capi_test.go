@@ -66,7 +66,7 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 			return
 		}
 		if _, setupErr = plane.StartExecutor(ctx, framework.ExecutorOptions{Commands: map[string]string{"/captf": binary},
-			Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin"), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")}}); setupErr != nil {
+			Env: []string{framework.PathEnv(), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")}}); setupErr != nil {
 			return
 		}
 		var mgr *framework.Manager

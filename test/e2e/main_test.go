@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -60,7 +59,7 @@ func doSetup() error {
 		Images:   images,
 		Commands: map[string]string{"/captf": captfBinary},
 		// CAPTF_TERRAFORM=tofu runs the suite with OpenTofu.
-		Env: []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin"), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")},
+		Env: []string{framework.PathEnv(), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")},
 	})
 	return err
 }

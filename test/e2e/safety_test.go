@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -762,7 +761,7 @@ func TestFencedRunner(t *testing.T) {
 	takeover := exec.Command(captfBinary, "runner", "--namespace="+e.ns, "--object-kind=TerraformCluster", "--object-name=stall",
 		"--object-uid="+string(tc.UID), "--operation=apply", "--job="+job, "--workdir="+t.TempDir(), "--lock-timeout=2m")
 	takeover.Env = append(os.Environ(), "KUBECONFIG="+plane.KubeconfigFile, "POD_NAME=takeover", "POD_UID=takeover-uid",
-		"PATH="+os.Getenv("PATH")+":"+filepath.Join(root, "bin"))
+		framework.PathEnv())
 	out, err := takeover.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the takeover run: %v\n%s", err, tail(string(out), 30))

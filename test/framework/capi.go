@@ -20,13 +20,9 @@ type CAPIManager struct {
 // self-signed certificate: the CRD bases carry no conversion webhook, and
 // nothing calls it, but it must start.
 func (cp *ControlPlane) StartCAPI(ctx context.Context, featureGates string) (*CAPIManager, error) {
-	root, err := RepoRoot()
+	binary, err := BinPath("capi-manager")
 	if err != nil {
 		return nil, err
-	}
-	binary := filepath.Join(root, "bin", "capi-manager")
-	if _, err := os.Stat(binary); err != nil {
-		return nil, fmt.Errorf("%s is missing: run hack/build-capi.sh (make test does)", binary)
 	}
 	certDir := filepath.Join(cp.Dir, "capi-webhook")
 	if err := os.MkdirAll(certDir, 0o700); err != nil {

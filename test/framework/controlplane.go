@@ -100,10 +100,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rErr error) {
 		return nil, err
 	}
 	if opts.BinDir == "" {
-		opts.BinDir = os.Getenv("CAPTF_BIN_DIR")
-	}
-	if opts.BinDir == "" {
-		opts.BinDir = filepath.Join(root, "bin")
+		if opts.BinDir, err = BinDir(); err != nil {
+			return nil, err
+		}
 	}
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {

@@ -153,20 +153,38 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, er
 	return string(out), nil
 }
 
-// BinPath is a binary hack/build-controlplane.sh built: in $CAPTF_BIN_DIR,
+// BinDir is where the hack/ scripts put what they build: $CAPTF_BIN_DIR,
 // else <repo>/bin.
+func BinDir() (string, error) {
+	if dir := os.Getenv("CAPTF_BIN_DIR"); dir != "" {
+		return dir, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// PathEnv is PATH=<this process's PATH>:<BinDir>, for processes that run
+// terraform or tofu from BinDir.
+func PathEnv() string {
+	dir, err := BinDir()
+	if err != nil {
+		return "PATH=" + os.Getenv("PATH")
+	}
+	return "PATH=" + os.Getenv("PATH") + ":" + dir
+}
+
+// BinPath is a binary the hack/ scripts built, in BinDir.
 func BinPath(name string) (string, error) {
-	dir := os.Getenv("CAPTF_BIN_DIR")
-	if dir == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			return "", err
-		}
-		dir = filepath.Join(root, "bin")
+	dir, err := BinDir()
+	if err != nil {
+		return "", err
 	}
 	path := filepath.Join(dir, name)
 	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%s is missing in %s: run hack/build-controlplane.sh (make test does)", name, dir)
+		return "", fmt.Errorf("%s is missing in %s: run make controlplane (make test does)", name, dir)
 	}
 	return path, nil
 }

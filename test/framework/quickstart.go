@@ -197,7 +197,7 @@ func StartLocal(ctx context.Context, root, binary string, opts Options) (_ *Loca
 	}()
 	if l.Executor, err = cp.StartExecutor(ctx, ExecutorOptions{
 		Commands: map[string]string{"/captf": binary},
-		Env:      []string{"PATH=" + os.Getenv("PATH") + ":" + filepath.Join(root, "bin")},
+		Env:      []string{PathEnv()},
 	}); err != nil {
 		return l, err
 	}
