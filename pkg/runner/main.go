@@ -141,7 +141,7 @@ func connectionCut(err error) bool {
 
 // redialWait is how long a request waits for the runner API to come back:
 // a manager restarting, or the only replica rolling over.
-const redialWait = 2 * time.Minute
+var redialWait = 2 * time.Minute
 
 // backoff waits between retries: from 250 ms, doubling up to 5 s, until a
 // deadline.

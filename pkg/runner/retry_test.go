@@ -3,7 +3,10 @@ package runner
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +55,67 @@ func TestWriteResultRetries(t *testing.T) {
 				if _, err := client.CoreV1().Secrets("ns").Get(context.Background(), r.obj.Result("job"), metav1.GetOptions{}); err != nil {
 					t.Errorf("the result is not there: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// TestRescueRetries: the state terraform could not save is saved once the
+// runner API answers again, past the other requests' redialWait (it is the
+// only record of what the run made), not lost at the first failed create;
+// a refusal is final.
+func TestRescueRetries(t *testing.T) {
+	defer func(w time.Duration) { redialWait = w }(redialWait)
+	redialWait = time.Second // the outage below lasts about 4 s
+	unavailable := apierrors.NewServiceUnavailable("no endpoints")
+	for _, tc := range []struct {
+		name      string
+		failures  []error
+		wantErr   bool
+		wantCalls int
+	}{
+		{name: "the runner API comes back", failures: []error{unavailable, errors.New("http2: client connection lost"), unavailable, unavailable}, wantCalls: 5},
+		{name: "forbidden", failures: []error{apierrors.NewForbidden(corev1.Resource("secrets"), "x", errors.New("no"))}, wantErr: true, wantCalls: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			calls := 0
+			client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+				calls++
+				if calls <= len(tc.failures) {
+					return true, nil, tc.failures[calls-1]
+				}
+				return false, nil, nil
+			})
+			dir := t.TempDir()
+			state := []byte(`{"version":4,"serial":3,"resources":[{"type":"terraform_data","name":"made"}]}`)
+			if err := os.WriteFile(filepath.Join(dir, "errored.tfstate"), state, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			obj := names.Object{Kind: "tfc", Name: "c"}
+			store := &StateStore{Client: client, Namespace: "ns", Object: obj, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
+			r := &Runner{Client: client, obj: obj}
+			var res Result
+			err := r.rescue(context.Background(), store, dir, &res)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("rescue: %v, want error %v", err, tc.wantErr)
+			}
+			if calls != tc.wantCalls {
+				t.Errorf("%d creates, want %d", calls, tc.wantCalls)
+			}
+			if tc.wantErr {
+				return
+			}
+			if res.RescuedState == "" {
+				t.Fatal("the result names no rescued state")
+			}
+			sec, err := client.CoreV1().Secrets("ns").Get(context.Background(), res.RescuedState, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("the rescued state is not there: %v", err)
+			}
+			got, err := store.gunzip(sec.Data[dataKey])
+			if err != nil || string(got) != string(state) {
+				t.Errorf("rescued state %q (%v), want %q", got, err, state)
 			}
 		})
 	}

@@ -449,6 +449,14 @@ func (r *Runner) terraform() (string, error) {
 	return "", errors.New("neither terraform nor tofu is on PATH")
 }
 
+// rescueWait is how long the rescue of a state terraform could not save
+// retries while the runner API does not answer (a manager down longer than
+// redialWait: a slow upgrade, a lost node). That state is the only record
+// of what the run made, and saving it harms no other run (it is a backup
+// of its own), so it waits until the Job's deadline or the pod's kill ends
+// it, or this long.
+var rescueWait = time.Hour
+
 // rescue keeps the state terraform could not save (errored.tfstate): a
 // backup of its own, named in the result, restorable like any backup.
 func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res *Result) error {
@@ -459,7 +467,13 @@ func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res 
 	if err != nil {
 		return fmt.Errorf("reading errored.tfstate: %w", err)
 	}
-	name, err := store.SaveRescue(context.WithoutCancel(ctx), state)
+	// Not cancelled by the SIGTERM that stopped terraform.
+	ctx = context.WithoutCancel(ctx)
+	var name string
+	err = retryTransientFor(ctx, rescueWait, func() (err error) {
+		name, err = store.SaveRescue(ctx, state)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("terraform could not save its state, and neither could CAPTF (errored.tfstate, %d bytes, is lost with the pod): %w", len(state), err)
 	}
@@ -513,7 +527,12 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 // failed on such an error would be run again by a new Job: for an apply whose
 // report was lost, a second apply.
 func retryTransient(ctx context.Context, call func() error) error {
-	wait := newBackoff(redialWait)
+	return retryTransientFor(ctx, redialWait, call)
+}
+
+// retryTransientFor is retryTransient for up to d.
+func retryTransientFor(ctx context.Context, d time.Duration, call func() error) error {
+	wait := newBackoff(d)
 	for {
 		err := call()
 		if err == nil || !transient(err) || ctx.Err() != nil {
