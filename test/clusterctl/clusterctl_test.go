@@ -478,7 +478,7 @@ func (s *suite) upgrade(t *testing.T, e *env, before map[string]string) {
 	}
 	before["demo-1"] = after["demo-1"]
 	time.Sleep(5 * time.Second)
-	// The machines apply the cluster's new exports (demo-1's address):
+	// The machines apply the cluster's new exports (its instances output lists demo-1):
 	// inputs none of their Jobs had. A Job that repeats an operation on
 	// inputs already run (the name less its attempt) would be the upgrade's.
 	for _, name := range jobs() {
