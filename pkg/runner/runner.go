@@ -455,7 +455,7 @@ func (r *Runner) terraform() (string, error) {
 // of what the run made, and saving it harms no other run (it is a backup
 // of its own), so it waits until the Job's deadline or the pod's kill ends
 // it, or this long.
-var rescueWait = time.Hour
+const rescueWait = time.Hour
 
 // rescue keeps the state terraform could not save (errored.tfstate): a
 // backup of its own, named in the result, restorable like any backup.
