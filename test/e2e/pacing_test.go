@@ -35,7 +35,7 @@ func TestMaxConcurrentJobs(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		active := 0
 		for _, j := range e.jobs("") {
-			if finished, _ := engine.JobFinished(&j); !finished {
+			if finished, _ := engine.JobFinished(engine.CachedJobFrom(&j)); !finished {
 				active++
 			}
 		}

@@ -210,7 +210,7 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 		if _, ok := active[k]; !ok {
 			active[k] = 0
 		}
-		if finished, _ := j.Finished(); !finished {
+		if finished, _ := JobFinished(j); !finished {
 			active[k]++
 		}
 	}

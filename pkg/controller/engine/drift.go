@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,7 +119,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 
 // recordDrift turns a finished drift Job into the Drifted condition. It
 // returns the outputs that would change when no resource would.
-func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []string {
+func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	t := metav1.NewTime(FinishTime(job))
@@ -157,7 +156,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *batchv1.Job) []s
 }
 
 // refreshResult returns the result of a refresh Job not yet in the status.
-func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*runner.Result, *batchv1.Job, error) {
+func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*runner.Result, *CachedJob, error) {
 	st := r.Obj.WorkspaceStatus()
 	job := latestOp(r.Jobs, infrav1.OperationRefresh)
 	if job == nil {
@@ -193,7 +192,7 @@ func (e *Engine) clearDrifted(obj Object) {
 }
 
 // latestOp is the newest Job of op: jobs are newest first.
-func latestOp(jobs []*batchv1.Job, op infrav1.Operation) *batchv1.Job {
+func latestOp(jobs []*CachedJob, op infrav1.Operation) *CachedJob {
 	for _, j := range jobs {
 		if j.Labels[names.LabelOperation] == string(op) {
 			return j

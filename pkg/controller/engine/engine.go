@@ -118,7 +118,7 @@ type Sync struct {
 	Obj    Object // a copy: safe to change
 	Key    cache.ObjectName
 	Policy Policy
-	Jobs   []*batchv1.Job // of this object, newest first
+	Jobs   []*CachedJob // of this object, newest first
 	// Gate holds a TerraformCluster's approval policy and approvals; nil
 	// for machines and pools, which are never gated.
 	Gate *Gate
@@ -164,7 +164,7 @@ func (e *Engine) Names(obj metav1.Object) names.Object {
 // in that succeeded and is not in the status yet, for the caller to read the
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
-func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result, *batchv1.Job, error) {
+func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result, *CachedJob, error) {
 	if active := activeJob(r.Jobs); active != nil {
 		return nil, nil, e.whileRunning(ctx, r, active, in.Hash)
 	}
@@ -229,7 +229,7 @@ func (e *Engine) Running(ctx context.Context, r *Sync) (bool, error) {
 
 // whileRunning reports the running Job; a drift check never holds up an
 // apply of other inputs: it is stopped.
-func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *batchv1.Job, hash string) error {
+func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *CachedJob, hash string) error {
 	op := infrav1.Operation(active.Labels[names.LabelOperation])
 	if op == infrav1.OperationDrift && r.Obj.WorkspaceStatus().AppliedInputsHash != hash {
 		if err := e.Jobs.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
@@ -261,7 +261,7 @@ func (e *Engine) stateChangedAfter(r *Sync) time.Time {
 // applySucceeded reads the result of a successful apply Job: a plan held
 // for approval, a plan approved since (planned again), or outputs for the
 // caller.
-func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *batchv1.Job, in *Inputs) (*runner.Result, *batchv1.Job, error) {
+func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) (*runner.Result, *CachedJob, error) {
 	res, err := e.readResult(ctx, r, job)
 	if errors.Is(err, errNoResult) {
 		// Nothing says what it applied or planned: plan again (an
@@ -289,7 +289,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *batchv1.Job, 
 
 // applyFailed reports a failed apply Job and retries it after a backoff,
 // unless its runner rescued a state that must be looked at first.
-func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *batchv1.Job, in *Inputs) error {
+func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) error {
 	attempt, retry := e.failed(ctx, r, job, ReasonApplyFailed, "terraform failed")
 	if !retry {
 		return nil
@@ -301,7 +301,7 @@ func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *batchv1.Job, in 
 // reason) and a warning when that is news. It returns the attempt that
 // retries the Job, and whether that is due now; never while the runner's
 // rescued state waits for a person.
-func (e *Engine) failed(ctx context.Context, r *Sync, job *batchv1.Job, reason, what string) (int, bool) {
+func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, what string) (int, bool) {
 	e.RecordJob(r, job, runner.OutcomeFailed)
 	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
 	if e.holdForRescue(r, job, res) {
@@ -322,7 +322,7 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *batchv1.Job, reason, 
 }
 
 // Applied records a successful apply (or refresh) in the status.
-func (e *Engine) Applied(r *Sync, hash string, job *batchv1.Job, res *runner.Result) {
+func (e *Engine) Applied(r *Sync, hash string, job *CachedJob, res *runner.Result) {
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
@@ -457,7 +457,7 @@ func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
 
 // destroySucceeded tells whether the newest destroy Job succeeded after
 // every apply.
-func destroySucceeded(jobs []*batchv1.Job) bool {
+func destroySucceeded(jobs []*CachedJob) bool {
 	for _, j := range jobs { // newest first
 		switch infrav1.Operation(j.Labels[names.LabelOperation]) {
 		case infrav1.OperationApply, infrav1.OperationRefresh:
@@ -474,7 +474,7 @@ func destroySucceeded(jobs []*batchv1.Job) bool {
 // state terraform could not save: the current state may lack what that run
 // created, and another run on it would create it a second time. A restore
 // after the Job (of the rescued state, or any backup) lets it go on.
-func (e *Engine) holdForRescue(r *Sync, job *batchv1.Job, res *runner.Result) bool {
+func (e *Engine) holdForRescue(r *Sync, job *CachedJob, res *runner.Result) bool {
 	if res == nil || res.RescuedState == "" {
 		return false
 	}
@@ -589,10 +589,10 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		return fmt.Errorf("creating Job %s: %w", job.Name, err)
 	default:
 		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
-		e.deletePreviousRunSecrets(ctx, r, job)
+		e.deletePreviousRunSecrets(ctx, r, CachedJobFrom(job))
 	}
 	created = true
-	e.RecordJob(r, job, "Running")
+	e.RecordJob(r, CachedJobFrom(job), "Running")
 	switch op {
 	case infrav1.OperationDestroy:
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
@@ -677,7 +677,7 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 var errNoResult = errors.New("finished without a result")
 
 // readResult reads what the runner of job reported.
-func (e *Engine) readResult(ctx context.Context, r *Sync, job *batchv1.Job) (*runner.Result, error) {
+func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*runner.Result, error) {
 	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)
@@ -697,7 +697,7 @@ func (e *Engine) readResult(ctx context.Context, r *Sync, job *batchv1.Job) (*ru
 // again. (The runner deletes its inputs itself when it is done; these are
 // what a killed runner left.) Each object so keeps at most the result of the
 // latest Job of each operation, not two Secrets per Job of its history.
-func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *batchv1.Job) {
+func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
 	n := e.Names(r.Obj)
 	for _, prev := range r.Jobs { // newest first
 		if prev.Name == job.Name || prev.Labels[names.LabelOperation] != job.Labels[names.LabelOperation] {
@@ -770,7 +770,7 @@ func (e *Engine) setApplying(r *Sync, message string) {
 }
 
 // RecordJob notes the latest Job of its operation in the status.
-func (e *Engine) RecordJob(r *Sync, job *batchv1.Job, outcome string) {
+func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string) {
 	st := r.Obj.WorkspaceStatus()
 	ref := infrav1.JobReference{Operation: infrav1.Operation(job.Labels[names.LabelOperation]), Name: job.Name, Outcome: outcome}
 	// Times are recorded once the Job is done: a running Job's status
@@ -791,7 +791,7 @@ func (e *Engine) RecordJob(r *Sync, job *batchv1.Job, outcome string) {
 func (e *Engine) fieldManager() string { return fieldManager(e.GVK) }
 
 // unfinishedJob is a Job that may still run a pod, being deleted or not.
-func unfinishedJob(jobs []*batchv1.Job) *batchv1.Job {
+func unfinishedJob(jobs []*CachedJob) *CachedJob {
 	for _, j := range jobs {
 		if finished, _ := JobFinished(j); !finished {
 			return j
@@ -800,7 +800,7 @@ func unfinishedJob(jobs []*batchv1.Job) *batchv1.Job {
 	return nil
 }
 
-func activeJob(jobs []*batchv1.Job) *batchv1.Job {
+func activeJob(jobs []*CachedJob) *CachedJob {
 	for _, j := range jobs {
 		if finished, _ := JobFinished(j); !finished && j.DeletionTimestamp == nil {
 			return j
@@ -810,8 +810,8 @@ func activeJob(jobs []*batchv1.Job) *batchv1.Job {
 }
 
 // latestJob is the newest attempt of op for hash.
-func latestJob(jobs []*batchv1.Job, op infrav1.Operation, hash string) *batchv1.Job {
-	var latest *batchv1.Job
+func latestJob(jobs []*CachedJob, op infrav1.Operation, hash string) *CachedJob {
+	var latest *CachedJob
 	for _, j := range jobs {
 		if j.Labels[names.LabelOperation] != string(op) || j.Labels[names.LabelInputsHash] != hash {
 			continue
@@ -824,7 +824,7 @@ func latestJob(jobs []*batchv1.Job, op infrav1.Operation, hash string) *batchv1.
 }
 
 // FinishTime is when job finished (its creation while it runs).
-func FinishTime(job *batchv1.Job) time.Time {
+func FinishTime(job *CachedJob) time.Time {
 	if job.Status.CompletionTime != nil {
 		return job.Status.CompletionTime.Time
 	}

@@ -211,7 +211,7 @@ func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
 	return nil
 }
 
-func (f *fakeJobControl) Delete(_ context.Context, job *batchv1.Job, _ metav1.DeletionPropagation) error {
+func (f *fakeJobControl) Delete(_ context.Context, job *engine.CachedJob, _ metav1.DeletionPropagation) error {
 	f.deleted = append(f.deleted, job.Name)
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -46,7 +45,7 @@ func GateOf(obj Object, policy infrav1.ApprovalPolicy) *Gate {
 
 // reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
-func (e *Engine) reportBlocked(r *Sync, job *batchv1.Job, plan *runner.Plan) {
+func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *runner.Plan) {
 	obj, g := r.Obj, r.Gate
 	needed := plan.Approval(g.Policy, "", "")
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked

@@ -16,7 +16,7 @@ type JobControl interface {
 	// Create creates job; one that already exists is an AlreadyExists error.
 	Create(ctx context.Context, job *batchv1.Job) error
 	// Delete deletes job; one already gone is no error.
-	Delete(ctx context.Context, job *batchv1.Job, propagation metav1.DeletionPropagation) error
+	Delete(ctx context.Context, job *CachedJob, propagation metav1.DeletionPropagation) error
 }
 
 // APIJobControl is the JobControl of the API server.
@@ -32,7 +32,7 @@ func (c *APIJobControl) Create(ctx context.Context, job *batchv1.Job) error {
 }
 
 // Delete deletes job and, with propagation, its pods.
-func (c *APIJobControl) Delete(ctx context.Context, job *batchv1.Job, propagation metav1.DeletionPropagation) error {
+func (c *APIJobControl) Delete(ctx context.Context, job *CachedJob, propagation metav1.DeletionPropagation) error {
 	err := c.Client.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &propagation})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -230,13 +230,8 @@ func BuildJob(s JobSpec) *batchv1.Job {
 }
 
 // JobFinished returns whether job is done and whether it succeeded.
-func JobFinished(job *batchv1.Job) (finished, succeeded bool) { return statusFinished(&job.Status) }
-
-// Finished is JobFinished of the cached Job.
-func (j *CachedJob) Finished() (finished, succeeded bool) { return statusFinished(&j.Status) }
-
-func statusFinished(status *batchv1.JobStatus) (finished, succeeded bool) {
-	for _, c := range status.Conditions {
+func JobFinished(job *CachedJob) (finished, succeeded bool) {
+	for _, c := range job.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
 		}
@@ -251,7 +246,7 @@ func statusFinished(status *batchv1.JobStatus) (finished, succeeded bool) {
 }
 
 // JobFailureMessage says why a finished Job failed.
-func JobFailureMessage(job *batchv1.Job) string {
+func JobFailureMessage(job *CachedJob) string {
 	for _, c := range job.Status.Conditions {
 		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
 			return fmt.Sprintf("Job %s failed: %s: %s", job.Name, c.Reason, c.Message)
@@ -261,13 +256,13 @@ func JobFailureMessage(job *batchv1.Job) string {
 }
 
 // Attempt is the attempt number a Job's label carries.
-func Attempt(job *batchv1.Job) int {
+func Attempt(job *CachedJob) int {
 	n, _ := strconv.Atoi(job.Labels[names.LabelAttempt])
 	return n
 }
 
 // SortJobs orders Jobs newest first.
-func SortJobs(jobs []*batchv1.Job) {
+func SortJobs(jobs []*CachedJob) {
 	sort.Slice(jobs, func(i, j int) bool {
 		ti, tj := jobs[i].CreationTimestamp, jobs[j].CreationTimestamp
 		if !ti.Equal(&tj) {
@@ -301,28 +296,22 @@ type CachedJob struct {
 // CacheJob is the Job informer's transform: a Job becomes a CachedJob.
 func CacheJob(obj any) any {
 	if job, ok := obj.(*batchv1.Job); ok {
-		return &CachedJob{ObjectMeta: job.ObjectMeta, Status: job.Status}
+		return CachedJobFrom(job)
 	}
 	return obj
 }
 
-// CachedJobOf is the Job the Job informer holds as obj, nil for anything
-// else. It shares the cache's maps and slices: like every cached object,
-// it is read, never changed.
-func CachedJobOf(obj any) *batchv1.Job {
-	cached, ok := obj.(*CachedJob)
-	if !ok {
-		return nil
-	}
-	return &batchv1.Job{ObjectMeta: cached.ObjectMeta, Status: cached.Status}
+// CachedJobFrom is what the cache keeps of job (sharing its maps and slices).
+func CachedJobFrom(job *batchv1.Job) *CachedJob {
+	return &CachedJob{ObjectMeta: job.ObjectMeta, Status: job.Status}
 }
 
 // objectJobs are the cached Jobs of the object with uid, newest first.
-func objectJobs(index cache.Indexer, uid types.UID) []*batchv1.Job {
-	var jobs []*batchv1.Job
+func objectJobs(index cache.Indexer, uid types.UID) []*CachedJob {
+	var jobs []*CachedJob
 	objs, _ := index.ByIndex(JobsByObjectUID, string(uid)) // an error: no such index, no Jobs
 	for _, o := range objs {
-		if job := CachedJobOf(o); job != nil {
+		if job, ok := o.(*CachedJob); ok {
 			jobs = append(jobs, job)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +62,7 @@ func (e *Engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
 // they are read only for a Job the Job controller has started (it tries its
 // pod as it does) and that has had no pod for podGrace since. A Job
 // controller that is merely behind (a burst of Jobs) costs no read.
-func (e *Engine) podRefused(ctx context.Context, r *Sync, job *batchv1.Job) (bool, error) {
+func (e *Engine) podRefused(ctx context.Context, r *Sync, job *CachedJob) (bool, error) {
 	st := job.Status
 	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || (st.Terminating != nil && *st.Terminating > 0) {
 		return false, nil

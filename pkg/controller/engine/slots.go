@@ -79,7 +79,7 @@ func (s *JobSlots) observe(obj any) {
 		return
 	}
 	key := cache.MetaObjectToName(job)
-	if finished, _ := job.Finished(); finished {
+	if finished, _ := JobFinished(job); finished {
 		s.release(key)
 		return
 	}

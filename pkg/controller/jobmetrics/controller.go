@@ -53,10 +53,10 @@ func (c *Controller) updateJob(old, cur any) {
 	if !ok1 || !ok2 || j.Labels[names.LabelOperation] == "" {
 		return
 	}
-	if was, _ := o.Finished(); was {
+	if was, _ := engine.JobFinished(o); was {
 		return
 	}
-	if now, _ := j.Finished(); now {
+	if now, _ := engine.JobFinished(j); now {
 		c.loop.Queue.Add(cache.MetaObjectToName(j))
 	}
 }

@@ -38,8 +38,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	job := engine.CachedJobOf(obj)
-	if !exists || job == nil {
+	job, ok := obj.(*engine.CachedJob)
+	if !exists || !ok {
 		klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
 		return nil
 	}
@@ -57,7 +57,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 
 // result reads what the runner reported; nil when it reported nothing (a
 // pod killed early) or something unreadable.
-func (c *Controller) result(ctx context.Context, job *batchv1.Job, owner *metav1.OwnerReference) (*runner.Result, error) {
+func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *metav1.OwnerReference) (*runner.Result, error) {
 	n := names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name}
 	sec, err := c.client.Get(ctx, job.Namespace, n.Result(job.Name))
 	if apierrors.IsNotFound(err) {
@@ -75,7 +75,7 @@ func (c *Controller) result(ctx context.Context, job *batchv1.Job, owner *metav1
 }
 
 // observe counts a finished Job of an object of kind.
-func observe(job *batchv1.Job, kind string, res *runner.Result) {
+func observe(job *engine.CachedJob, kind string, res *runner.Result) {
 	op := job.Labels[names.LabelOperation]
 	finished, succeeded := engine.JobFinished(job)
 	if !finished {
@@ -116,7 +116,7 @@ func observe(job *batchv1.Job, kind string, res *runner.Result) {
 	}
 }
 
-func failedReason(job *batchv1.Job) string {
+func failedReason(job *engine.CachedJob) string {
 	for _, c := range job.Status.Conditions {
 		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
 			return c.Reason
