@@ -127,13 +127,7 @@ func (s *suite) initKustomize(t *testing.T, cp *framework.ControlPlane) *env {
 	t.Helper()
 	e := s.initCAPI(t, cp)
 	overlay := t.TempDir()
-	base, err := filepath.Rel(overlay, filepath.Join(s.root, "manifests", "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kustomization := fmt.Sprintf("resources:\n- %s\nimages:\n- {name: ghcr.io/captf/captf, newTag: %s}\n- {name: ghcr.io/captf/captf-runner, newTag: %s}\n",
-		base, s.version, s.version)
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+	if err := framework.InstallOverlay(overlay, s.root, s.version, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cp.Kubectl(context.Background(), "apply", "-k", overlay); err != nil {

@@ -277,3 +277,16 @@ func RunnerImage() (string, error) {
 	}
 	return "", fmt.Errorf("no runner image among %v", images)
 }
+
+// InstallOverlay writes into dir a kustomization of manifests/default that
+// pins the manager and runner images to version, as a user pins a release,
+// with extra (kustomize fields) after it; `kubectl apply -k dir` installs it.
+func InstallOverlay(dir, root, version, extra string) error {
+	base, err := filepath.Rel(dir, filepath.Join(root, "manifests", "default"))
+	if err != nil {
+		return err
+	}
+	kustomization := fmt.Sprintf("resources:\n- %s\nimages:\n- {name: ghcr.io/captf/captf, newTag: %s}\n- {name: ghcr.io/captf/captf-runner, newTag: %s}\n%s",
+		base, version, version, extra)
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600)
+}

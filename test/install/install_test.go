@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -115,18 +114,8 @@ func TestKustomizeInstall(t *testing.T) {
 func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bool) {
 	ctx := context.Background()
 	overlay := t.TempDir()
-	base, err := filepath.Rel(overlay, filepath.Join(e.root, "manifests", "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	version := e.managerImage[strings.LastIndex(e.managerImage, ":")+1:]
-	kustomization := fmt.Sprintf(`resources:
-- %s
-images:
-- {name: ghcr.io/captf/captf, newTag: %s}
-- {name: ghcr.io/captf/captf-runner, newTag: %s}
-%s`, base, version, version, overlayText)
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+	if err := framework.InstallOverlay(overlay, e.root, version, overlayText); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
