@@ -136,7 +136,7 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 		gauge(ch, driftIntervalDesc, interval.Seconds(), kind, ns, name)
 	}
 
-	jobs := objectJobs(e.JobIndex, obj.GetUID())
+	jobs := objectJobs(e.JobIndex, obj)
 	lastSuccess := lastSuccessFromStatus(st)
 	seen := map[string]bool{}
 	inputsReported := false

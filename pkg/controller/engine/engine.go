@@ -151,7 +151,7 @@ func (r *Sync) requeueWithin(wait time.Duration) {
 func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
 	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
-	r.Jobs = objectJobs(e.JobIndex, obj.GetUID())
+	r.Jobs = objectJobs(e.JobIndex, obj)
 	return r
 }
 

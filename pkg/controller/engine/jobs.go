@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -306,14 +305,22 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 	return &CachedJob{ObjectMeta: job.ObjectMeta, Status: job.Status}
 }
 
-// objectJobs are the cached Jobs of the object with uid, newest first.
-func objectJobs(index cache.Indexer, uid types.UID) []*CachedJob {
+// objectJobs are the cached Jobs of obj, newest first: those its label
+// names, in its namespace and controlled by it. The label alone is anyone's
+// to write: a Job in another namespace naming this object's UID (with a
+// result Secret of its own there) would otherwise be read as its run.
+func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
 	var jobs []*CachedJob
-	objs, _ := index.ByIndex(JobsByObjectUID, string(uid)) // an error: no such index, no Jobs
+	objs, _ := index.ByIndex(JobsByObjectUID, string(obj.GetUID())) // an error: no such index, no Jobs
 	for _, o := range objs {
-		if job, ok := o.(*CachedJob); ok {
-			jobs = append(jobs, job)
+		job, ok := o.(*CachedJob)
+		if !ok || job.Namespace != obj.GetNamespace() {
+			continue
 		}
+		if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != obj.GetUID() {
+			continue
+		}
+		jobs = append(jobs, job)
 	}
 	SortJobs(jobs)
 	return jobs

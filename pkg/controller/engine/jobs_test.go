@@ -6,12 +6,16 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
 )
 
 func TestEffectivePolicy(t *testing.T) {
@@ -118,5 +122,36 @@ func TestBackoff(t *testing.T) {
 		if got := Backoff(failures); got != want {
 			t.Errorf("Backoff(%d) = %s, want %s", failures, got, want)
 		}
+	}
+}
+
+// TestObjectJobs: an object's Jobs are those its UID label names, in its
+// namespace and controlled by it; a Job another tenant labels with the UID,
+// in its own namespace or controlled by something else, is not one of them.
+func TestObjectJobs(t *testing.T) {
+	obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "a", UID: "u1"}}
+	owner := func(uid types.UID) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: "c", UID: uid, Controller: ptr(true)}}
+	}
+	job := func(ns, name string, refs []metav1.OwnerReference) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{names.LabelObjectUID: "u1"}, OwnerReferences: refs}}
+	}
+	index := cache.NewIndexer(cache.MetaNamespaceKeyFunc, JobIndexers)
+	for _, j := range []*batchv1.Job{
+		job("a", "own", owner("u1")),
+		job("b", "other-namespace", owner("u1")),
+		job("a", "other-owner", owner("u2")),
+		job("a", "no-owner", nil),
+	} {
+		if err := index.Add(CacheJob(j)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, j := range objectJobs(index, obj) {
+		got = append(got, j.Namespace+"/"+j.Name)
+	}
+	if len(got) != 1 || got[0] != "a/own" {
+		t.Errorf("the object's Jobs: %v, want [a/own]", got)
 	}
 }
