@@ -202,10 +202,10 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 		if !ok {
 			continue
 		}
-		owner := metav1.GetControllerOf(j)
-		if owner == nil || j.Labels[names.LabelOperation] == "" {
+		if !runnerJob(j) || j.Labels[names.LabelOperation] == "" {
 			continue
 		}
+		owner := metav1.GetControllerOf(j)
 		k := key{owner.Kind, j.Labels[names.LabelOperation]}
 		if _, ok := active[k]; !ok {
 			active[k] = 0

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -21,6 +23,16 @@ const (
 	slotRetry = 5 * time.Second
 	waiterTTL = 6 * slotRetry
 )
+
+// runnerJob tells whether job is a Terraform* object's (its controller):
+// the label that selects the cache is anyone's to write, and a tenant's
+// labelled Jobs that never end would take everyone's slots. A controller
+// reference to an object that does not exist is no way around it: the
+// garbage collector deletes such a Job.
+func runnerJob(job *CachedJob) bool {
+	owner := metav1.GetControllerOf(job)
+	return owner != nil && owner.APIVersion == infrav1.SchemeGroupVersion.String() && strings.HasPrefix(owner.Kind, "Terraform")
+}
 
 // JobSlots caps the runner Jobs that run at once, in all and per
 // namespace (0: no cap). It counts the Jobs the Job informer shows
@@ -75,7 +87,7 @@ func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
 
 func (s *JobSlots) observe(obj any) {
 	job, ok := obj.(*CachedJob)
-	if !ok {
+	if !ok || !runnerJob(job) {
 		return
 	}
 	key := cache.MetaObjectToName(job)

@@ -12,9 +12,13 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
 
+// runnerOwner is a runner Job's controller reference.
+var runnerOwner = []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: "o", UID: "o", Controller: ptr(true)}}
+
 // TestJobSlots: the caps count Jobs created and not yet seen, free a slot
 // when a Job finishes or goes, and hold drift checks and refreshes back
-// while an apply or destroy waits.
+// while an apply or destroy waits; a labelled Job no Terraform* object
+// controls (a tenant's) takes no slot.
 func TestJobSlots(t *testing.T) {
 	now := time.Now()
 	obj := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name} }
@@ -43,7 +47,7 @@ func TestJobSlots(t *testing.T) {
 			{job("b", "j3"), obj("o3"), infrav1.OperationApply, true},
 		}, wantWaiting: 1},
 		{name: "a finished Job frees its slot", max: 1, before: func(s *JobSlots) {
-			running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}}
+			running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", OwnerReferences: runnerOwner}}
 			s.observe(CacheJob(running))
 			done := running.DeepCopy()
 			done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
@@ -52,10 +56,17 @@ func TestJobSlots(t *testing.T) {
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 		}},
 		{name: "a running Job seen takes a slot", max: 1, before: func(s *JobSlots) {
-			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old"}}))
+			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", OwnerReferences: runnerOwner}}))
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, false},
 		}, wantWaiting: 1},
+		{name: "a labelled Job no Terraform* object controls takes none", max: 1, before: func(s *JobSlots) {
+			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "forged"}}))
+			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "other-owner", OwnerReferences: []metav1.OwnerReference{
+				{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "x", UID: "x", Controller: ptr(true)}}}}))
+		}, steps: []step{
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
+		}},
 		{name: "a Job that holds a slot keeps it", max: 1, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 			{job("a", "j2"), obj("o2"), infrav1.OperationApply, false},
