@@ -30,7 +30,7 @@ func collectedJob(object, op string, age time.Duration, failed *bool, annotation
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: object + "-" + op + "-" + age.String(), Namespace: "ns",
 		CreationTimestamp: metav1.NewTime(t0.Add(-age)), Annotations: annotations,
 		Labels:          map[string]string{names.LabelObjectUID: object + "-uid", names.LabelOperation: op},
-		OwnerReferences: []metav1.OwnerReference{{Kind: "TerraformCluster", Name: object, UID: types.UID(object + "-uid"), Controller: ptr(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: object, UID: types.UID(object + "-uid"), Controller: ptr(true)}}}}
 	if failed != nil {
 		c := batchv1.JobComplete
 		if *failed {
