@@ -12,9 +12,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -84,9 +82,8 @@ func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.D
 		return err
 	}
 	defer os.RemoveAll(dir)
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	auditLog := filepath.Join(dir, "audit.log")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+	auditArgs, auditLog, err := framework.AuditArgs(dir, auditPolicy)
+	if err != nil {
 		return err
 	}
 	var kcmArgs []string
@@ -95,8 +92,7 @@ func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.D
 		// 20 requests a second it, not the manager, would be measured.
 		kcmArgs = []string{"--kube-api-qps=500", "--kube-api-burst=1000", "--concurrent-job-syncs=20"}
 	}
-	cp, err := framework.Start(ctx, framework.Options{Dir: filepath.Join(dir, "plane"), ExtraAPIServerArgs: []string{
-		"--audit-policy-file=" + policy, "--audit-log-path=" + auditLog, "--audit-log-format=json", "--audit-log-mode=blocking"},
+	cp, err := framework.Start(ctx, framework.Options{Dir: filepath.Join(dir, "plane"), ExtraAPIServerArgs: auditArgs,
 		ExtraControllerManagerArgs: kcmArgs})
 	if err != nil {
 		return err
@@ -161,7 +157,7 @@ func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.D
 	rss2, cpu2 := procStats(mgr.Pid())
 
 	user := "system:serviceaccount:captf-system:captf-manager"
-	events, err := readAudit(auditLog)
+	events, err := framework.ReadAudit(auditLog)
 	if err != nil {
 		return err
 	}
@@ -228,7 +224,10 @@ func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framewor
 	start := time.Now()
 	fr := startFakeRunner(ctx, cp, ns, 8)
 	var objects []string
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+	// Ten thousand applies take this two-core machine about half an hour.
+	readyWithin := max(30*time.Minute, time.Duration(n)*300*time.Millisecond)
+	lastReport := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, readyWithin, true, func(ctx context.Context) (bool, error) {
 		list, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, nil
@@ -238,6 +237,10 @@ func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framewor
 			if tc.Status.Ready {
 				objects = append(objects, tc.Name)
 			}
+		}
+		if time.Since(lastReport) > time.Minute {
+			lastReport = time.Now()
+			fmt.Printf("  %s: %d of %d Ready, %d fake runs\n", time.Since(start).Round(time.Second), len(objects), n, fr.done.Load())
 		}
 		return len(objects) == n, nil
 	})
@@ -250,7 +253,7 @@ func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framewor
 	time.Sleep(time.Until(from.Add(driftFor)) + 5*time.Second)
 	rss, _ := procStats(mgr.Pid())
 	fmt.Printf("manager RSS with every object Ready and drift checks running: %.1f MiB; fake runs: %d\n", float64(rss)/(1<<20), fr.done.Load())
-	events, err := readAudit(auditLog)
+	events, err := framework.ReadAudit(auditLog)
 	if err != nil {
 		return err
 	}
@@ -292,41 +295,6 @@ func heapProfile(ctx context.Context, cp *framework.ControlPlane, mgr *framework
 		}
 	}
 	return profile{file: file, top: "  " + strings.Join(lines, "\n  ") + "\n"}, nil
-}
-
-type auditEvent struct {
-	Verb string `json:"verb"`
-	User struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
-}
-
-func readAudit(path string) ([]auditEvent, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []auditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var ev auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
-	}
-	return out, sc.Err()
 }
 
 // procStats reads a process's RSS (bytes) and CPU time (seconds).

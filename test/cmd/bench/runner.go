@@ -188,7 +188,7 @@ func (f *fakeRunner) succeed(ctx context.Context, pod *corev1.Pod) error {
 // driftFigures reads the drift Jobs the manager created from the audit log:
 // how evenly they came over window (per 10 s), and the objects that went
 // longer than maxGap without one.
-func driftFigures(events []auditEvent, user string, from time.Time, window, maxGap time.Duration, objects []string) string {
+func driftFigures(events []framework.AuditEvent, user string, from time.Time, window, maxGap time.Duration, objects []string) string {
 	per := map[int64]int{}
 	last := map[string]time.Time{}
 	worst := time.Duration(0)

@@ -35,14 +35,23 @@ import (
 func main() {
 	n := flag.Int("n", 200, "machines")
 	profile := flag.Duration("apiserver-profile", 0, "take a CPU profile of kube-apiserver for this long from the scale on (kept in bin/bench/)")
+	byClient := flag.Bool("by-client", false, "count the API server's requests during the scale by client, from an audit log (which costs the API server CPU: the ratio is then not the one to quote)")
 	flag.Parse()
-	if err := run(*n, *profile); err != nil {
+	if err := run(*n, *profile, *byClient); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, profile time.Duration) error {
+// everyRequest logs every request's metadata, reads and watches too.
+const everyRequest = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+
+func run(n int, profile time.Duration, byClient bool) error {
 	ctx := context.Background()
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -55,6 +64,19 @@ func run(n int, profile time.Duration) error {
 	var apiArgs []string
 	if profile > 0 {
 		apiArgs = []string{"--profiling=true"}
+	}
+	var auditLog string
+	if byClient {
+		dir := filepath.Join(filepath.Dir(binary), "bench")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		var args []string
+		if args, auditLog, err = framework.AuditArgs(dir, everyRequest); err != nil {
+			return err
+		}
+		_ = os.Remove(auditLog)
+		apiArgs = append(apiArgs, args...)
 	}
 	local, err := framework.StartLocal(ctx, root, binary, framework.Options{ExtraAPIServerArgs: apiArgs})
 	if err != nil {
@@ -169,6 +191,13 @@ func run(n int, profile time.Duration) error {
 	for _, r := range reqs[:min(15, len(reqs))] {
 		fmt.Printf("  %-60s %6.0f\n", r.key, r.n)
 	}
+	if byClient {
+		events, err := framework.ReadAudit(auditLog)
+		if err != nil {
+			return err
+		}
+		fmt.Print(requestsByClient(events, start, start.Add(captf), n))
+	}
 	if profile > 0 {
 		fmt.Print(<-profiled)
 	}
@@ -180,6 +209,47 @@ func run(n int, profile time.Duration) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// requestsByClient counts the requests received between from and to by
+// client (user, with a ServiceAccount's namespace left out, and the
+// program in its user agent), reads apart from writes.
+func requestsByClient(events []framework.AuditEvent, from, to time.Time, n int) string {
+	type count struct{ reads, writes int }
+	by := map[string]*count{}
+	total := 0
+	for _, ev := range events {
+		if at := ev.RequestReceivedTimestamp.Time; at.Before(from) || !at.Before(to) {
+			continue
+		}
+		user := ev.User.Username
+		if parts := strings.Split(user, ":"); len(parts) == 4 && parts[1] == "serviceaccount" {
+			user = "serviceaccount " + parts[3]
+		}
+		program, _, _ := strings.Cut(ev.UserAgent, "/")
+		key := user + " (" + program + ")"
+		if by[key] == nil {
+			by[key] = &count{}
+		}
+		switch ev.Verb {
+		case "get", "list", "watch":
+			by[key].reads++
+		default:
+			by[key].writes++
+		}
+		total++
+	}
+	keys := slices.SortedFunc(maps.Keys(by), func(a, b string) int {
+		return (by[b].reads + by[b].writes) - (by[a].reads + by[a].writes)
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "API server requests during the scale by client, from the audit log: %d (%.1f per machine)\n", total, float64(total)/float64(n))
+	fmt.Fprintf(&b, "  %-70s %8s %8s %10s\n", "client", "reads", "writes", "per machine")
+	for _, k := range keys {
+		c := by[k]
+		fmt.Fprintf(&b, "  %-70s %8d %8d %10.1f\n", k, c.reads, c.writes, float64(c.reads+c.writes)/float64(n))
+	}
+	return b.String()
 }
 
 // apiServerProfile takes kube-apiserver's CPU profile for d and returns the
