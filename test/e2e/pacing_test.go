@@ -6,13 +6,18 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
 )
 
 // TestMaxConcurrentJobs: with --max-concurrent-jobs=1, three clusters
@@ -132,5 +137,57 @@ func TestResourceQuota(t *testing.T) {
 	e.waitFor("quota", 3*time.Minute, "Ready", isReady)
 	if n := len(e.jobs("apply")); n != 1 {
 		t.Errorf("%d apply Jobs, want the one that waited for its pod", n)
+	}
+}
+
+// TestForgedJobs: Jobs a tenant makes to look like CAPTF's take no Job slot
+// and are no other object's run. A manager watching every namespace with
+// --max-concurrent-jobs=1; in the tenant's namespace, suspended (never
+// finishing) Jobs labelled as CAPTF's, one of them with the victim's kind,
+// name and UID; the victim's apply in its own namespace runs at once.
+func TestForgedJobs(t *testing.T) {
+	victim, tenant := newEnv(t), newEnv(t)
+	ctx := context.Background()
+	// The watch filter keeps the manager to this test's objects.
+	shard := victim.ns
+	victim.startManager("--namespace=", "--watch-filter="+shard, "--max-concurrent-jobs=1")
+	forge := func(name string, labels map[string]string) {
+		t.Helper()
+		labels[names.LabelOperation] = string(infrav1.OperationApply)
+		suspend := true
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: batchv1.JobSpec{
+			Suspend: &suspend,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "runner", Image: "forged"}}}}}}
+		if _, err := plane.Kube.BatchV1().Jobs(tenant.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge("forged-slot", map[string]string{names.LabelManagedBy: names.ManagedByValue})
+
+	// Paused until the forged run exists, so that the victim's first sync
+	// already sees it.
+	cluster := victim.newCluster("victim", true)
+	patch := []byte(`{"metadata":{"labels":{"` + capi.WatchFilterLabel + `":"` + shard + `"}}}`)
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(victim.ns).Patch(ctx, "victim", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := victim.localCloud("victim", cluster, map[string]any{"instances": 1})
+	tc.Labels[capi.WatchFilterLabel] = shard
+	created := victim.create(tc)
+	forge("forged-run", runner.ObjectLabels("TerraformCluster", created.Name, created.UID))
+	victim.unpause("victim")
+
+	victim.waitFor("victim", 2*time.Minute, "Ready", isReady)
+	if n := len(victim.jobs("apply")); n != 1 {
+		t.Errorf("%d apply Jobs in the victim's namespace, want 1", n)
+	}
+	for _, j := range tenant.jobs("") {
+		if j.Spec.Suspend == nil || !*j.Spec.Suspend || j.Status.Succeeded+j.Status.Failed > 0 {
+			t.Errorf("forged Job %s changed: suspend %v, status %+v", j.Name, j.Spec.Suspend, j.Status)
+		}
+	}
+	if n := len(tenant.jobs("")); n != 2 {
+		t.Errorf("%d Jobs in the tenant's namespace, want the 2 forged ones", n)
 	}
 }
