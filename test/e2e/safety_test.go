@@ -738,6 +738,78 @@ func TestRescuedState(t *testing.T) {
 	}
 }
 
+// TestRunnerAPIOutage: the manager, and with it the runner API, is down for
+// a minute while the runner creates an instance: past the lock's lapse, so
+// the runner stops terraform, which cannot save the state until the API is
+// back. Whichever way it ends, nothing is lost or made twice: terraform's
+// state lands once the API answers (no other run claimed it meanwhile), or
+// the runner keeps it as a rescued backup that the object names and that a
+// restore makes current.
+func TestRunnerAPIOutage(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManager()
+	e.create(e.localCloud("outage", e.newCluster("outage", false), map[string]any{"sleep_seconds": 20}))
+	job, pod := e.runningPod("apply", time.Minute)
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		logs, err := executor.Logs(e.ns, pod)
+		return err == nil && strings.Contains(logs, "terraform_data.instance[0]: Creating..."), nil
+	})
+	if err != nil {
+		t.Fatal("the apply never started creating the instance")
+	}
+	m.Stop()
+	time.Sleep(time.Minute)
+	m = e.startManager()
+	tc := e.waitFor("outage", 3*time.Minute, "Ready or StateRescued", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionStateRescued)
+		return isReady(tc) || c != nil && c.Status == metav1.ConditionTrue
+	})
+	logs, err := executor.Logs(e.ns, pod)
+	if err != nil || !strings.Contains(logs, "lost the state lock") {
+		t.Errorf("the first runner did not lose its lock (%v):\n%s", err, tail(logs, 20))
+	}
+	if c := condition(tc, infrav1.ConditionStateRescued); c != nil && c.Status == metav1.ConditionTrue {
+		backups := backupNames(t, e.ns)
+		if len(backups) != 1 || !strings.Contains(backups[0], "-errored-") || !strings.Contains(c.Message, backups[0]) {
+			t.Fatalf("backups %v, StateRescued %q: want the rescued state, named", backups, c.Message)
+		}
+		store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("outage")}
+		rescued, err := store.ReadBackup(ctx, backups[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := parseState(t, rescued).instances(); n != 1 {
+			t.Errorf("the rescued state holds %d instances, want the one created", n)
+		}
+		if jobs := e.jobs("apply"); len(jobs) != 1 {
+			t.Errorf("%d apply Jobs: a retry on the state that lacks the instance", len(jobs))
+		}
+		m.Stop()
+		e.startManagerWithWebhook()
+		e.annotate("outage", infrav1.AnnotationRestoreState, backups[0])
+		tc = e.waitFor("outage", 2*time.Minute, "Ready", isReady)
+		t.Logf("terraform's state was rescued, then restored")
+	} else {
+		// The next attempt found the instance in the state.
+		if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, "0 to add") {
+			t.Errorf("Ready: %q, want the retry's empty plan", msg)
+		}
+		t.Logf("terraform saved its state once the runner API was back")
+	}
+	for _, j := range e.jobs("apply") {
+		if j.Name != job && !strings.HasPrefix(j.Name, strings.TrimSuffix(job, "0")) {
+			t.Errorf("apply Job %s is not a retry of %s", j.Name, job)
+		}
+	}
+	if files := e.instanceFiles(); len(files) != 1 {
+		t.Errorf("instances %v, want the one", files)
+	}
+	if n := e.stateOf("outage").instances(); n != 1 {
+		t.Errorf("state holds %d instances, want 1", n)
+	}
+}
+
 // TestFencedRunner (defect 6): a runner stalled past its lease (SIGSTOP)
 // while another run takes the lock over must write nothing once it wakes.
 func TestFencedRunner(t *testing.T) {
