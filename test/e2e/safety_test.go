@@ -751,13 +751,7 @@ func TestRunnerAPIOutage(t *testing.T) {
 	m := e.startManager()
 	e.create(e.localCloud("outage", e.newCluster("outage", false), map[string]any{"sleep_seconds": 20}))
 	job, pod := e.runningPod("apply", time.Minute)
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		logs, err := executor.Logs(e.ns, pod)
-		return err == nil && strings.Contains(logs, "terraform_data.instance[0]: Creating..."), nil
-	})
-	if err != nil {
-		t.Fatal("the apply never started creating the instance")
-	}
+	e.waitCreating(pod)
 	m.Stop()
 	time.Sleep(time.Minute)
 	m = e.startManager()
@@ -810,6 +804,18 @@ func TestRunnerAPIOutage(t *testing.T) {
 	}
 }
 
+// waitCreating waits until the apply in pod creates the first instance.
+func (e *env) waitCreating(pod string) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		logs, err := executor.Logs(e.ns, pod)
+		return err == nil && strings.Contains(logs, "terraform_data.instance[0]: Creating..."), nil
+	})
+	if err != nil {
+		e.t.Fatal("the apply never started creating the instance")
+	}
+}
+
 // TestFencedRunner (defect 6): a runner stalled past its lease (SIGSTOP)
 // while another run takes the lock over must write nothing once it wakes.
 func TestFencedRunner(t *testing.T) {
@@ -819,13 +825,7 @@ func TestFencedRunner(t *testing.T) {
 	tc := e.create(e.localCloud("stall", e.newCluster("stall", false), map[string]any{"sleep_seconds": 10}))
 	job, pod := e.runningPod("apply", time.Minute)
 	// Stalled mid-apply: its plan is made, the instance is being created.
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		logs, err := executor.Logs(e.ns, pod)
-		return err == nil && strings.Contains(logs, "terraform_data.instance[0]: Creating..."), nil
-	})
-	if err != nil {
-		t.Fatal("the apply never started creating the instance")
-	}
+	e.waitCreating(pod)
 	if err := executor.SignalGroup(e.ns, pod, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
