@@ -140,22 +140,24 @@ func TestResourceQuota(t *testing.T) {
 	}
 }
 
-// TestForgedJobs: Jobs a tenant makes to look like CAPTF's take no Job slot
-// and are no other object's run. A manager watching every namespace with
-// --max-concurrent-jobs=1; in the tenant's namespace, suspended (never
-// finishing) Jobs labelled as CAPTF's, one of them with the victim's kind,
-// name and UID; the victim's apply in its own namespace runs at once.
+// TestForgedJobs: Jobs a tenant makes to look like CAPTF's take no other
+// namespace's Job slot and are no other object's run. A manager watching
+// every namespace with --max-concurrent-jobs=2 and a per-namespace cap of 1;
+// in the tenant's namespace, suspended (never finishing) Jobs: one with
+// CAPTF's labels, one with the victim's kind, name and UID too, and two
+// that the tenant's own TerraformCluster controls. The victim's apply in
+// its own namespace runs at once.
 func TestForgedJobs(t *testing.T) {
 	victim, tenant := newEnv(t), newEnv(t)
 	ctx := context.Background()
 	// The watch filter keeps the manager to this test's objects.
 	shard := victim.ns
-	victim.startManager("--namespace=", "--watch-filter="+shard, "--max-concurrent-jobs=1")
-	forge := func(name string, labels map[string]string) {
+	victim.startManager("--namespace=", "--watch-filter="+shard, "--max-concurrent-jobs=2", "--max-concurrent-jobs-per-namespace=1")
+	forge := func(name string, labels map[string]string, owners ...metav1.OwnerReference) {
 		t.Helper()
 		labels[names.LabelOperation] = string(infrav1.OperationApply)
 		suspend := true
-		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: batchv1.JobSpec{
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owners}, Spec: batchv1.JobSpec{
 			Suspend: &suspend,
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "runner", Image: "forged"}}}}}}
@@ -164,6 +166,14 @@ func TestForgedJobs(t *testing.T) {
 		}
 	}
 	forge("forged-slot", map[string]string{names.LabelManagedBy: names.ManagedByValue})
+	// The tenant's own object (not in the manager's shard: no Job of its
+	// own) controls two more.
+	own := tenant.create(tenant.localCloud("own", nil, map[string]any{"instances": 1}))
+	controller := true
+	ownRef := metav1.OwnerReference{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: own.Name, UID: own.UID, Controller: &controller}
+	for _, name := range []string{"own-1", "own-2"} {
+		forge(name, runner.ObjectLabels("TerraformCluster", own.Name, own.UID), ownRef)
+	}
 
 	// Paused until the forged run exists, so that the victim's first sync
 	// already sees it.
@@ -187,7 +197,7 @@ func TestForgedJobs(t *testing.T) {
 			t.Errorf("forged Job %s changed: suspend %v, status %+v", j.Name, j.Spec.Suspend, j.Status)
 		}
 	}
-	if n := len(tenant.jobs("")); n != 2 {
-		t.Errorf("%d Jobs in the tenant's namespace, want the 2 forged ones", n)
+	if n := len(tenant.jobs("")); n != 4 {
+		t.Errorf("%d Jobs in the tenant's namespace, want the 4 forged ones", n)
 	}
 }

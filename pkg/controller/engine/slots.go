@@ -38,13 +38,17 @@ func runnerJob(job *CachedJob) bool {
 // namespace (0: no cap). It counts the Jobs the Job informer shows
 // unfinished and those created since, so that workers creating Jobs at
 // the same moment cannot overshoot. Drift checks and refreshes yield: none
-// starts while an apply or destroy waits for a slot.
+// starts while an apply or destroy waits for a slot. With both caps, a
+// namespace counts toward the global one with at most its own cap: Jobs a
+// tenant makes itself, controlled by its own objects, cannot take the
+// other namespaces' slots.
 type JobSlots struct {
 	Max, MaxPerNamespace int
 
 	mu          sync.Mutex
 	active      map[cache.ObjectName]bool // unfinished Jobs, seen or created
 	inNamespace map[string]int
+	counted     int // the Jobs the global cap counts
 	waiting     map[cache.ObjectName]waiter // objects refused a slot
 	urgent      int                         // the applies and destroys among them
 	pruned      time.Time
@@ -103,6 +107,9 @@ func (s *JobSlots) observe(obj any) {
 func (s *JobSlots) add(key cache.ObjectName) {
 	if !s.active[key] {
 		s.active[key] = true
+		if s.MaxPerNamespace <= 0 || s.inNamespace[key.Namespace] < s.MaxPerNamespace {
+			s.counted++
+		}
 		s.inNamespace[key.Namespace]++
 	}
 }
@@ -113,6 +120,9 @@ func (s *JobSlots) release(key cache.ObjectName) {
 	defer s.mu.Unlock()
 	if s.active[key] {
 		delete(s.active, key)
+		if s.MaxPerNamespace <= 0 || s.inNamespace[key.Namespace] <= s.MaxPerNamespace {
+			s.counted--
+		}
 		if s.inNamespace[key.Namespace]--; s.inNamespace[key.Namespace] <= 0 {
 			delete(s.inNamespace, key.Namespace)
 		}
@@ -131,8 +141,8 @@ func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Op
 	urgent := op == infrav1.OperationApply || op == infrav1.OperationDestroy
 	why := ""
 	switch {
-	case s.Max > 0 && len(s.active) >= s.Max:
-		why = fmt.Sprintf("%d runner Jobs run, the cap of --max-concurrent-jobs", len(s.active))
+	case s.Max > 0 && s.counted >= s.Max:
+		why = fmt.Sprintf("%d runner Jobs run, the cap of --max-concurrent-jobs", s.counted)
 	case s.MaxPerNamespace > 0 && s.inNamespace[job.Namespace] >= s.MaxPerNamespace:
 		why = fmt.Sprintf("%d runner Jobs run in namespace %s, the cap of --max-concurrent-jobs-per-namespace", s.inNamespace[job.Namespace], job.Namespace)
 	case !urgent && s.urgent > 0:

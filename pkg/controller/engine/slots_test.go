@@ -67,6 +67,17 @@ func TestJobSlots(t *testing.T) {
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 		}},
+		{name: "a namespace counts toward the global cap with at most its own cap", max: 3, perNS: 1, before: func(s *JobSlots) {
+			// A tenant's own Jobs, controlled by its own object, never ending.
+			for _, name := range []string{"t1", "t2", "t3", "t4"} {
+				s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, OwnerReferences: runnerOwner}}))
+			}
+		}, steps: []step{
+			{job("tenant", "j0"), obj("o0"), infrav1.OperationApply, false},
+			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
+			{job("b", "j2"), obj("o2"), infrav1.OperationApply, true},
+			{job("c", "j3"), obj("o3"), infrav1.OperationApply, false},
+		}, wantWaiting: 2},
 		{name: "a Job that holds a slot keeps it", max: 1, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 			{job("a", "j2"), obj("o2"), infrav1.OperationApply, false},
