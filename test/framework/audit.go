@@ -30,14 +30,17 @@ type AuditEvent struct {
 // AuditArgs writes policy into dir and returns the kube-apiserver flags
 // that log what it selects, as JSON lines, to the returned path. The log
 // is written before each request returns, so that it is complete when
-// the benchmark reads it.
+// the benchmark reads it, and in one file: the API server otherwise
+// rotates it at 100 MB, and a reader of the one file saw only the last
+// part of a long run.
 func AuditArgs(dir, policy string) (args []string, log string, err error) {
 	file := filepath.Join(dir, "audit-policy.yaml")
 	log = filepath.Join(dir, "audit.log")
 	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
 		return nil, "", err
 	}
-	return []string{"--audit-policy-file=" + file, "--audit-log-path=" + log, "--audit-log-format=json", "--audit-log-mode=blocking"}, log, nil
+	return []string{"--audit-policy-file=" + file, "--audit-log-path=" + log, "--audit-log-format=json", "--audit-log-mode=blocking",
+		"--audit-log-maxsize=1000000"}, log, nil
 }
 
 // ReadAudit reads an audit log AuditArgs set up.

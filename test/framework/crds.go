@@ -28,7 +28,11 @@ const CAPIVersion = "v1.14.2"
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-var authnTokenRequest = authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}
+// authnTokenRequest: the tokens the framework gives managers and metrics
+// readers are not refreshed as a kubelet refreshes a pod's, so they last a
+// day: a benchmark's manager at 10,000 objects runs for over an hour, and
+// one whose token had expired got only 401s from then on.
+var authnTokenRequest = authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(24 * 3600))}}
 
 // RepoRoot finds the CAPTF module's root from the working directory.
 func RepoRoot() (string, error) {

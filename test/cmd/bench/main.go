@@ -64,6 +64,10 @@ func main() {
 		if *driftFor == 0 {
 			*driftFor = 2 * *drift
 		}
+		if *driftFor < *drift {
+			fmt.Fprintln(os.Stderr, "bench: -drift-for must be at least -drift: every object is due once in the window")
+			os.Exit(2)
+		}
 	}
 	if err := run(*n, *idle, args, *drift, *driftFor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

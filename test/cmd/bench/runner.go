@@ -216,7 +216,8 @@ func driftFigures(events []framework.AuditEvent, user string, from time.Time, wi
 		if !ok {
 			t = from
 		}
-		if gap := from.Add(window).Sub(t); gap > maxGap {
+		// The window is an interval at least: every object is due in it.
+		if gap := from.Add(window).Sub(t); !ok || gap > maxGap {
 			starved++
 		}
 		if ok {
@@ -234,6 +235,6 @@ func driftFigures(events []framework.AuditEvent, user string, from time.Time, wi
 	}
 	mean := float64(total) / float64(buckets)
 	return fmt.Sprintf("drift Jobs created over %s: %d (%.1f/s); per 10 s: mean %.1f, lowest %d, highest %d (%.2f× the mean); "+
-		"longest gap between an object's checks %s; objects without a check for over %s: %d of %d\n",
+		"longest gap between an object's checks %s; objects without a check in the window or for over %s: %d of %d\n",
 		window, total, float64(total)/window.Seconds(), mean, low, peak, float64(peak)/mean, worst.Round(time.Second), maxGap, starved, len(objects))
 }
