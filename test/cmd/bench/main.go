@@ -152,7 +152,7 @@ func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.D
 	}
 	allJobs := time.Since(start)
 	rss1, cpu1 := procStats(mgr.Pid())
-	heap, err := heapProfile(ctx, cp, mgr, binary, n)
+	heap, err := heapProfile(ctx, cp, mgr, binary, strconv.Itoa(n))
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.D
 		fmt.Printf("  %-40s %d\n", k, idleBy[k])
 	}
 	if drift > 0 {
-		return measureDrift(ctx, cp, mgr, auditLog, user, ns, n, drift, driftFor)
+		return measureDrift(ctx, cp, mgr, binary, auditLog, user, ns, n, drift, driftFor)
 	}
 	return nil
 }
@@ -222,7 +222,7 @@ func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.D
 // measureDrift makes every object Ready with a fake runner, waits until
 // each has had its first drift check at its phase (half an interval after
 // the last apply), then counts drift Jobs over driftFor.
-func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framework.Manager, auditLog, user, ns string, n int, drift, driftFor time.Duration) error {
+func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framework.Manager, binary, auditLog, user, ns string, n int, drift, driftFor time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
@@ -257,6 +257,11 @@ func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framewor
 	time.Sleep(time.Until(from.Add(driftFor)) + 5*time.Second)
 	rss, _ := procStats(mgr.Pid())
 	fmt.Printf("manager RSS with every object Ready and drift checks running: %.1f MiB; fake runs: %d\n", float64(rss)/(1<<20), fr.done.Load())
+	heap, err := heapProfile(ctx, cp, mgr, binary, fmt.Sprintf("%d-drift", n))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("manager heap with drift checks running (in use, top 12; %s):\n%s", heap.file, heap.top)
 	events, err := framework.ReadAudit(auditLog)
 	if err != nil {
 		return err
@@ -270,7 +275,7 @@ type profile struct{ file, top string }
 // heapProfile takes the manager's heap profile (after a GC) from
 // /debug/pprof/heap, keeps it in bin/bench/heap-<n>.pb.gz and returns the
 // top of its in-use space.
-func heapProfile(ctx context.Context, cp *framework.ControlPlane, mgr *framework.Manager, binary string, n int) (profile, error) {
+func heapProfile(ctx context.Context, cp *framework.ControlPlane, mgr *framework.Manager, binary, name string) (profile, error) {
 	token, err := cp.ProfilerToken(ctx, "captf-system")
 	if err != nil {
 		return profile{}, err
@@ -283,7 +288,7 @@ func heapProfile(ctx context.Context, cp *framework.ControlPlane, mgr *framework
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return profile{}, err
 	}
-	file := filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n))
+	file := filepath.Join(dir, "heap-"+name+".pb.gz")
 	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 		return profile{}, err
 	}
