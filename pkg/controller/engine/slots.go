@@ -48,7 +48,7 @@ type JobSlots struct {
 	mu          sync.Mutex
 	active      map[cache.ObjectName]bool // unfinished Jobs, seen or created
 	inNamespace map[string]int
-	counted     int // the Jobs the global cap counts
+	counted     int                         // the Jobs the global cap counts
 	waiting     map[cache.ObjectName]waiter // objects refused a slot
 	urgent      int                         // the applies and destroys among them
 	pruned      time.Time
