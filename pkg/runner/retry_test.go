@@ -18,6 +18,21 @@ import (
 	"github.com/captf/captf/pkg/names"
 )
 
+// failingCreates is a client whose Secret creates fail with failures, one
+// each, then succeed; calls counts them.
+func failingCreates(failures []error) (*fake.Clientset, *int) {
+	client := fake.NewClientset()
+	calls := 0
+	client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		calls++
+		if calls <= len(failures) {
+			return true, nil, failures[calls-1]
+		}
+		return false, nil, nil
+	})
+	return client, &calls
+}
+
 // TestWriteResultRetries: a result whose write loses its connection (the
 // manager's pod replaced, say) is written again, not lost; an answer that
 // refuses it is not retried.
@@ -33,23 +48,15 @@ func TestWriteResultRetries(t *testing.T) {
 		{name: "forbidden", failures: []error{apierrors.NewForbidden(corev1.Resource("secrets"), "x", errors.New("no"))}, wantErr: true, wantCalls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
-			calls := 0
-			client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-				calls++
-				if calls <= len(tc.failures) {
-					return true, nil, tc.failures[calls-1]
-				}
-				return false, nil, nil
-			})
+			client, calls := failingCreates(tc.failures)
 			r := &Runner{Client: client, Config: Config{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid", Job: "job"},
 				obj: names.Object{Kind: "tfc", Name: "c"}}
 			err := r.writeResult(context.Background(), &Result{Outcome: OutcomeSucceeded})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("writeResult: %v, want error %v", err, tc.wantErr)
 			}
-			if calls != tc.wantCalls {
-				t.Errorf("%d creates, want %d", calls, tc.wantCalls)
+			if *calls != tc.wantCalls {
+				t.Errorf("%d creates, want %d", *calls, tc.wantCalls)
 			}
 			if !tc.wantErr {
 				if _, err := client.CoreV1().Secrets("ns").Get(context.Background(), r.obj.Result("job"), metav1.GetOptions{}); err != nil {
@@ -78,15 +85,7 @@ func TestRescueRetries(t *testing.T) {
 		{name: "forbidden", failures: []error{apierrors.NewForbidden(corev1.Resource("secrets"), "x", errors.New("no"))}, wantErr: true, wantCalls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
-			calls := 0
-			client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-				calls++
-				if calls <= len(tc.failures) {
-					return true, nil, tc.failures[calls-1]
-				}
-				return false, nil, nil
-			})
+			client, calls := failingCreates(tc.failures)
 			dir := t.TempDir()
 			state := []byte(`{"version":4,"serial":3,"resources":[{"type":"terraform_data","name":"made"}]}`)
 			if err := os.WriteFile(filepath.Join(dir, "errored.tfstate"), state, 0o600); err != nil {
@@ -100,8 +99,8 @@ func TestRescueRetries(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("rescue: %v, want error %v", err, tc.wantErr)
 			}
-			if calls != tc.wantCalls {
-				t.Errorf("%d creates, want %d", calls, tc.wantCalls)
+			if *calls != tc.wantCalls {
+				t.Errorf("%d creates, want %d", *calls, tc.wantCalls)
 			}
 			if tc.wantErr {
 				return
