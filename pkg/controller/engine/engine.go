@@ -578,6 +578,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		e.Expectations.JobObserved(r.Key, job.Name)
 		return e.terminating(r, err)
 	}
+	made := CachedJobFrom(job)
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Ours: the name is deterministic. The informer will show it.
@@ -589,10 +590,10 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		return fmt.Errorf("creating Job %s: %w", job.Name, err)
 	default:
 		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
-		e.deletePreviousRunSecrets(ctx, r, CachedJobFrom(job))
+		e.deletePreviousRunSecrets(ctx, r, made)
 	}
 	created = true
-	e.RecordJob(r, CachedJobFrom(job), "Running")
+	e.RecordJob(r, made, "Running")
 	switch op {
 	case infrav1.OperationDestroy:
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
