@@ -607,6 +607,7 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		case workspace:
 			shared.Conditions(o.WorkspaceStatus().Conditions)
 		case *engine.CachedJob:
+			o.Operation = infrav1.Operation(shared.String(string(o.Operation)))
 			for i := range o.Status.Conditions {
 				c := &o.Status.Conditions[i]
 				c.Type, c.Status = batchv1.JobConditionType(shared.String(string(c.Type))), corev1.ConditionStatus(shared.String(string(c.Status)))

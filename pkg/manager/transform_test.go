@@ -28,7 +28,25 @@ func TestCacheTransform(t *testing.T) {
 	}
 	withoutManagedFields := meta()
 	withoutManagedFields.ManagedFields = nil
-	status := batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: "Done"}}}
+	yes, zero, two := true, int32(0), int32(2)
+	start, done := metav1.Unix(100, 0), metav1.Unix(200, 0)
+	jobMeta := metav1.ObjectMeta{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", Generation: 1, CreationTimestamp: start,
+		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: "u1", names.LabelObjectName: "m", names.LabelKind: "tfm",
+			names.LabelOperation: "drift", names.LabelInputsHash: "h", names.LabelAttempt: "1", names.LabelApprovedPlan: "p"},
+		Annotations: map[string]string{names.AnnotationInputsBytes: "100"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: "c", UID: "c1"},
+			{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1", Controller: &yes, BlockOwnerDeletion: &yes}},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}}}
+	jobStatus := batchv1.JobStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1, Ready: &zero, Terminating: &zero,
+		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"}}}
+	cachedJob := &engine.CachedJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", CreationTimestamp: start,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1", Controller: &yes}}},
+		ObjectUID: "u1", Operation: infrav1.OperationDrift, InputsHash: "h", Attempt: 1, ApprovedPlan: "p", InputsBytes: 100,
+		Status: batchv1.JobStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1, Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done, Reason: "CompletionsReached"}}}}
 	tcStatus := infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{
 		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Applied", Message: "applied"}}}}
 	for name, tc := range map[string]struct {
@@ -36,10 +54,16 @@ func TestCacheTransform(t *testing.T) {
 		in   any
 		want any
 	}{
-		"a Job keeps its metadata and status": {trim: engine.CacheJob,
-			in: &batchv1.Job{ObjectMeta: meta(), Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "runner", Image: "captf"}}}}}, Status: status},
-			want: &engine.CachedJob{ObjectMeta: withoutManagedFields, Status: status}},
+		"a Job keeps what CAPTF reads of it": {trim: engine.CacheJob,
+			in: &batchv1.Job{ObjectMeta: jobMeta, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "runner", Image: "captf"}}}}}, Status: jobStatus},
+			want: cachedJob},
+		"a failed Job keeps why, and its terminating pods": {trim: engine.CacheJob,
+			in: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"},
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}},
+			want: &engine.CachedJob{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}},
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
 			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},

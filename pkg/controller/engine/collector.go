@@ -2,7 +2,6 @@ package engine
 
 import (
 	"maps"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -141,11 +139,9 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 	seen := map[string]bool{}
 	inputsReported := false
 	for _, j := range jobs { // newest first
-		if v, ok := j.Annotations[names.AnnotationInputsBytes]; ok && !inputsReported {
-			if n, err := strconv.Atoi(v); err == nil {
-				gauge(ch, inputsBytesDesc, float64(n), kind, ns, name)
-				inputsReported = true
-			}
+		if j.InputsBytes > 0 && !inputsReported {
+			gauge(ch, inputsBytesDesc, float64(j.InputsBytes), kind, ns, name)
+			inputsReported = true
 		}
 		finished, succeeded := JobFinished(j)
 		if !finished {
@@ -154,7 +150,7 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 		if succeeded && FinishTime(j).After(lastSuccess) {
 			lastSuccess = FinishTime(j)
 		}
-		op := j.Labels[names.LabelOperation]
+		op := string(j.Operation)
 		if !seen[op] {
 			seen[op] = true
 			gauge(ch, jobFailingDesc, boolValue(!succeeded), kind, ns, name, op)
@@ -202,11 +198,11 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 		if !ok {
 			continue
 		}
-		if !runnerJob(j) || j.Labels[names.LabelOperation] == "" {
+		if !runnerJob(j) || j.Operation == "" {
 			continue
 		}
 		owner := metav1.GetControllerOf(j)
-		k := key{owner.Kind, j.Labels[names.LabelOperation]}
+		k := key{owner.Kind, string(j.Operation)}
 		if _, ok := active[k]; !ok {
 			active[k] = 0
 		}

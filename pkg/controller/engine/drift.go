@@ -14,7 +14,6 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/metrics"
-	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -91,7 +90,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 			if st.LastDriftCheckTime == nil || FinishTime(latest).After(st.LastDriftCheckTime.Time) {
 				if outputs := e.recordDrift(ctx, r, latest); len(outputs) > 0 {
 					// Only outputs moved: a refresh-only apply records them.
-					return e.start(ctx, r, infrav1.OperationRefresh, latest.Labels[names.LabelInputsHash], 0, nil)
+					return e.start(ctx, r, infrav1.OperationRefresh, latest.InputsHash, 0, nil)
 				}
 			}
 		}
@@ -194,7 +193,7 @@ func (e *Engine) clearDrifted(obj Object) {
 // latestOp is the newest Job of op: jobs are newest first.
 func latestOp(jobs []*CachedJob, op infrav1.Operation) *CachedJob {
 	for _, j := range jobs {
-		if j.Labels[names.LabelOperation] == string(op) {
+		if j.Operation == op {
 			return j
 		}
 	}

@@ -178,14 +178,14 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result
 	changed := e.stateChangedAfter(r)
 	if latest != nil && latest.CreationTimestamp.Time.Before(changed) {
 		if _, succeeded := JobFinished(latest); succeeded {
-			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
+			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, latest.Attempt+1, in.SecretData())
 		}
 	}
 	// Other inputs were applied after the last Job of these (the spec went
 	// back to earlier inputs): that Job's plan and outputs are of another
 	// infrastructure than today's.
 	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(latest)+1, in.SecretData())
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, latest.Attempt+1, in.SecretData())
 	}
 	if st.AppliedInputsHash == in.Hash {
 		// A refresh of the applied inputs: the caller reads its outputs.
@@ -221,7 +221,7 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result
 // status patches) read no Secret or ConfigMap.
 func (e *Engine) Running(ctx context.Context, r *Sync) (bool, error) {
 	active := activeJob(r.Jobs)
-	if active == nil || active.Labels[names.LabelOperation] == string(infrav1.OperationDrift) {
+	if active == nil || active.Operation == infrav1.OperationDrift {
 		return false, nil
 	}
 	return true, e.whileRunning(ctx, r, active, "")
@@ -230,7 +230,7 @@ func (e *Engine) Running(ctx context.Context, r *Sync) (bool, error) {
 // whileRunning reports the running Job; a drift check never holds up an
 // apply of other inputs: it is stopped.
 func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *CachedJob, hash string) error {
-	op := infrav1.Operation(active.Labels[names.LabelOperation])
+	op := active.Operation
 	if op == infrav1.OperationDrift && r.Obj.WorkspaceStatus().AppliedInputsHash != hash {
 		if err := e.Jobs.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
 			return err
@@ -267,7 +267,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		// Nothing says what it applied or planned: plan again (an
 		// applied module plans no change).
 		klog.FromContext(ctx).Info("An apply Job's result is gone; planning again", "job", klog.KObj(job))
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(job)+1, in.SecretData())
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, job.Attempt+1, in.SecretData())
 	}
 	if err != nil {
 		return nil, nil, err
@@ -281,7 +281,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		// Approved: plan again, and apply only if the plan is still the
 		// approved one.
 		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanApproved, "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, Attempt(job)+1, in.SecretData())
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, job.Attempt+1, in.SecretData())
 	}
 	e.reportBlocked(r, job, res.Plan)
 	return nil, nil, nil
@@ -313,7 +313,7 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 		reason = cmp.Or(res.Reason, reason)
 	}
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
-	attempt := Attempt(job) + 1
+	attempt := job.Attempt + 1
 	if wait := Backoff(attempt) - e.Now().Sub(FinishTime(job)); wait > 0 {
 		r.Requeue = wait
 		return attempt, false
@@ -459,7 +459,7 @@ func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
 // every apply.
 func destroySucceeded(jobs []*CachedJob) bool {
 	for _, j := range jobs { // newest first
-		switch infrav1.Operation(j.Labels[names.LabelOperation]) {
+		switch j.Operation {
 		case infrav1.OperationApply, infrav1.OperationRefresh:
 			return false
 		case infrav1.OperationDestroy:
@@ -701,7 +701,7 @@ func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*runn
 func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
 	n := e.Names(r.Obj)
 	for _, prev := range r.Jobs { // newest first
-		if prev.Name == job.Name || prev.Labels[names.LabelOperation] != job.Labels[names.LabelOperation] {
+		if prev.Name == job.Name || prev.Operation != job.Operation {
 			continue
 		}
 		for _, name := range []string{n.RunInputs(prev.Name), n.Result(prev.Name)} {
@@ -728,7 +728,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 		if succeeded {
 			limit = r.Policy.SuccessfulJobsHistoryLimit
 		}
-		k := job.Labels[names.LabelOperation] + strconv.FormatBool(succeeded)
+		k := string(job.Operation) + strconv.FormatBool(succeeded)
 		if kept[k] < limit {
 			kept[k]++
 			continue
@@ -773,7 +773,7 @@ func (e *Engine) setApplying(r *Sync, message string) {
 // RecordJob notes the latest Job of its operation in the status.
 func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string) {
 	st := r.Obj.WorkspaceStatus()
-	ref := infrav1.JobReference{Operation: infrav1.Operation(job.Labels[names.LabelOperation]), Name: job.Name, Outcome: outcome}
+	ref := infrav1.JobReference{Operation: job.Operation, Name: job.Name, Outcome: outcome}
 	// Times are recorded once the Job is done: a running Job's status
 	// changes must not cost a status write each.
 	if finished, _ := JobFinished(job); finished {
@@ -814,10 +814,10 @@ func activeJob(jobs []*CachedJob) *CachedJob {
 func latestJob(jobs []*CachedJob, op infrav1.Operation, hash string) *CachedJob {
 	var latest *CachedJob
 	for _, j := range jobs {
-		if j.Labels[names.LabelOperation] != string(op) || j.Labels[names.LabelInputsHash] != hash {
+		if j.Operation != op || j.InputsHash != hash {
 			continue
 		}
-		if latest == nil || Attempt(j) > Attempt(latest) {
+		if latest == nil || j.Attempt > latest.Attempt {
 			latest = j
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -57,7 +56,7 @@ func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *runner.Plan) {
 	reason := ReasonAwaitingApproval
 	var prefix string
 	given := obj.GetAnnotations()[needed]
-	switch approved := job.Labels[names.LabelApprovedPlan]; {
+	switch approved := job.ApprovedPlan; {
 	case approved != "" && approved != plan.Hash:
 		reason, prefix = ReasonPlanChanged, fmt.Sprintf("The approved plan %s is no longer what terraform plans. ", approved)
 	case given != "" && given != plan.Hash:

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -254,12 +255,6 @@ func JobFailureMessage(job *CachedJob) string {
 	return "Job " + job.Name + " failed"
 }
 
-// Attempt is the attempt number a Job's label carries.
-func Attempt(job *CachedJob) int {
-	n, _ := strconv.Atoi(job.Labels[names.LabelAttempt])
-	return n
-}
-
 // SortJobs orders Jobs newest first.
 func SortJobs(jobs []*CachedJob) {
 	sort.Slice(jobs, func(i, j int) bool {
@@ -283,12 +278,23 @@ func Backoff(failures int) time.Duration {
 
 func ptr[T any](v T) *T { return &v }
 
-// CachedJob is what the Job informer keeps of a runner Job: its metadata
-// and status. A batchv1.Job takes 1,320 bytes before a field is set, most
-// of it the pod template CAPTF wrote and never reads again, and a fleet
-// keeps up to six Jobs an object (the history of each operation).
+// CachedJob is what the Job informer keeps of a runner Job: what CAPTF
+// reads of it. A decoded finished Job, even without its pod template, took
+// 2.3 KB in the cache (its labels and annotation maps, two conditions with
+// their messages), and a fleet with drift checks keeps up to six Jobs an
+// object: the labels CAPTF reads are fields here.
 type CachedJob struct {
+	// Name, namespace, UID, resource version, times and the controller
+	// reference; no labels, annotations or other owners.
 	metav1.ObjectMeta
+	ObjectUID    types.UID         // names.LabelObjectUID
+	Operation    infrav1.Operation // names.LabelOperation
+	InputsHash   string            // names.LabelInputsHash
+	Attempt      int               // names.LabelAttempt
+	ApprovedPlan string            // names.LabelApprovedPlan
+	InputsBytes  int               // names.AnnotationInputsBytes; 0 when absent
+	// The pod counts, start and completion, and the condition that ended
+	// the Job (the message only when it failed).
 	Status batchv1.JobStatus
 }
 
@@ -300,9 +306,40 @@ func CacheJob(obj any) any {
 	return obj
 }
 
-// CachedJobFrom is what the cache keeps of job (sharing its maps and slices).
+// CachedJobFrom is what the cache keeps of job.
 func CachedJobFrom(job *batchv1.Job) *CachedJob {
-	return &CachedJob{ObjectMeta: job.ObjectMeta, Status: job.Status}
+	meta := metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, UID: job.UID, ResourceVersion: job.ResourceVersion,
+		CreationTimestamp: job.CreationTimestamp, DeletionTimestamp: job.DeletionTimestamp}
+	labels := job.Labels
+	c := &CachedJob{ObjectUID: types.UID(labels[names.LabelObjectUID]), Operation: infrav1.Operation(labels[names.LabelOperation]),
+		InputsHash: labels[names.LabelInputsHash], ApprovedPlan: labels[names.LabelApprovedPlan]}
+	if owner := metav1.GetControllerOf(job); owner != nil {
+		ref := *owner
+		ref.BlockOwnerDeletion = nil
+		meta.OwnerReferences = []metav1.OwnerReference{ref}
+		if ref.UID == c.ObjectUID {
+			c.ObjectUID = ref.UID // one string for both
+		}
+	}
+	c.ObjectMeta = meta
+	c.Attempt, _ = strconv.Atoi(labels[names.LabelAttempt])
+	c.InputsBytes, _ = strconv.Atoi(job.Annotations[names.AnnotationInputsBytes])
+	st := job.Status
+	c.Status = batchv1.JobStatus{StartTime: st.StartTime, CompletionTime: st.CompletionTime, Active: st.Active, Succeeded: st.Succeeded, Failed: st.Failed}
+	if st.Terminating != nil && *st.Terminating > 0 {
+		c.Status.Terminating = st.Terminating
+	}
+	for _, cond := range st.Conditions {
+		if (cond.Type == batchv1.JobComplete || cond.Type == batchv1.JobFailed) && cond.Status == corev1.ConditionTrue {
+			cond.LastProbeTime = metav1.Time{}
+			if cond.Type == batchv1.JobComplete {
+				cond.Message = ""
+			}
+			c.Status.Conditions = []batchv1.JobCondition{cond}
+			break
+		}
+	}
+	return c
 }
 
 // objectJobs are the cached Jobs of obj, newest first: those its label
@@ -335,8 +372,8 @@ var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error
 	if !ok {
 		return nil, nil
 	}
-	if uid := job.Labels[names.LabelObjectUID]; uid != "" {
-		return []string{uid}, nil
+	if job.ObjectUID != "" {
+		return []string{string(job.ObjectUID)}, nil
 	}
 	return nil, nil
 }}

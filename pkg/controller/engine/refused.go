@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/names"
 )
 
 // Reasons of a run Kubernetes refuses to start.
@@ -85,7 +84,7 @@ func (e *Engine) podRefused(ctx context.Context, r *Sync, job *CachedJob) (bool,
 	if strings.Contains(latest.Message, "exceeded quota") {
 		reason = ReasonQuotaExceeded
 	}
-	op := infrav1.Operation(job.Labels[names.LabelOperation])
+	op := job.Operation
 	e.refused(r, op, reason, fmt.Sprintf("Kubernetes does not create the runner pod of Job %s: %s", job.Name, latest.Message))
 	return true, nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/engine"
-	"github.com/captf/captf/pkg/names"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -50,7 +49,7 @@ func (c *Controller) HasSynced() bool { return c.loop.HasSynced() }
 func (c *Controller) updateJob(old, cur any) {
 	o, ok1 := old.(*engine.CachedJob)
 	j, ok2 := cur.(*engine.CachedJob)
-	if !ok1 || !ok2 || j.Labels[names.LabelOperation] == "" {
+	if !ok1 || !ok2 || j.Operation == "" {
 		return
 	}
 	if was, _ := engine.JobFinished(o); was {

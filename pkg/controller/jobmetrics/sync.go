@@ -76,7 +76,7 @@ func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *m
 
 // observe counts a finished Job of an object of kind.
 func observe(job *engine.CachedJob, kind string, res *runner.Result) {
-	op := job.Labels[names.LabelOperation]
+	op := string(job.Operation)
 	finished, succeeded := engine.JobFinished(job)
 	if !finished {
 		return

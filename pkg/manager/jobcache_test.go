@@ -1,0 +1,104 @@
+package manager
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/intern"
+	"github.com/captf/captf/pkg/names"
+)
+
+// jobsPerObject is what an object with drift checks on keeps once it has
+// been checked three times: its apply and three drift Jobs.
+const jobsPerObject = 4
+
+// finishedJob is the i-th runner Job of a fleet as the API server serves
+// it once it succeeded (its fields as kube-controller-manager v1.37
+// writes them).
+func finishedJob(i int) *batchv1.Job {
+	obj := i / jobsPerObject
+	owner := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-a-md-0-%05d", obj), Namespace: "fleet",
+		UID: types.UID(fmt.Sprintf("29b33912-8e3a-4907-b3a1-%012d", obj))}}
+	op := infrav1.OperationDrift
+	if i%jobsPerObject == 0 {
+		op = infrav1.OperationApply
+	}
+	job := engine.BuildJob(engine.JobSpec{Owner: owner, OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
+		Operation: op, InputsHash: "a339ee2449a91875", InputsBytes: 208, Attempt: i % jobsPerObject, Image: "captf:v0.1.0",
+		Policy: engine.EffectivePolicy(nil, nil), Backups: 5, RunnerAPI: "https://captf-runner-api.captf-system.svc:9445"})
+	job.UID = types.UID(fmt.Sprintf("d76ae80b-94e3-43fa-a943-%012d", i))
+	job.ResourceVersion = fmt.Sprint(100000 + i)
+	job.Generation = 1
+	start := metav1.NewTime(time.Date(2026, 12, 1, 13, 56, 54, 0, time.UTC))
+	done := metav1.NewTime(start.Add(3 * time.Second))
+	job.CreationTimestamp = start
+	job.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "captf", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "batch/v1", Time: &start},
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "batch/v1", Time: &done, Subresource: "status"}}
+	job.Spec.Template.Labels = map[string]string{batchv1.ControllerUidLabel: string(job.UID), batchv1.JobNameLabel: job.Name}
+	for k, v := range job.Labels {
+		job.Spec.Template.Labels[k] = v
+	}
+	met := "Reached expected number of succeeded pods"
+	job.Status = batchv1.JobStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1, Ready: new(int32), Terminating: new(int32),
+		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{},
+		Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: batchv1.JobReasonCompletionsReached, Message: met},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: batchv1.JobReasonCompletionsReached, Message: met}}}
+	return job
+}
+
+// BenchmarkJobCache reports the heap a finished runner Job takes in the
+// manager's Job informer: decoded from protobuf (every string its own, as
+// from a watch), transformed and indexed as the manager does, four Jobs an
+// object.
+func BenchmarkJobCache(b *testing.B) {
+	const n = 10000
+	wire := make([][]byte, n)
+	for i := range wire {
+		var err error
+		if wire[i], err = finishedJob(i).Marshal(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	shared := &intern.Pool{LabelValues: map[string]bool{names.LabelManagedBy: true, names.LabelKind: true,
+		names.LabelOperation: true, names.LabelAttempt: true, names.LabelSecretType: true}}
+	transform := cacheTransform(shared, engine.CacheJob)
+	var perJob float64
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		if err := indexer.AddIndexers(engine.JobIndexers); err != nil {
+			b.Fatal(err)
+		}
+		for _, data := range wire {
+			job := &batchv1.Job{}
+			if err := job.Unmarshal(data); err != nil {
+				b.Fatal(err)
+			}
+			obj, err := transform(job)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := indexer.Add(obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perJob = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(indexer)
+	}
+	b.ReportMetric(perJob, "B/job")
+}
