@@ -80,6 +80,94 @@ func TestMaxConcurrentJobs(t *testing.T) {
 	}
 }
 
+// TestDriftYieldsToApply: with --max-concurrent-jobs=1, drift checks that
+// come due while an apply waits for the slot let it go first. Three
+// clusters are checked every 10s; a fourth's apply takes the slot for 20s,
+// a fifth's apply waits (WaitingForJobSlot) with the checks, and is the
+// next Job made; the checks go on after it.
+func TestDriftYieldsToApply(t *testing.T) {
+	e := newEnv(t)
+	e.startManager("--max-concurrent-jobs=1")
+	keep := int32(50) // every drift Job stays to be looked at
+	watched := []string{"watched-a", "watched-b", "watched-c"}
+	for _, name := range watched {
+		tc := e.localCloud(name, e.newCluster(name, false), map[string]any{"instances": 1})
+		tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 10 * time.Second}}
+		tc.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
+		e.create(tc)
+	}
+	for _, name := range watched {
+		e.waitFor(name, 2*time.Minute, "Ready and checked for drift", func(tc *infrav1.TerraformCluster) bool {
+			return isReady(tc) && tc.Status.LastDriftCheckTime != nil
+		})
+	}
+	e.create(e.localCloud("long", e.newCluster("long", false), map[string]any{"instances": 1, "sleep_seconds": 20}))
+	e.waitFor("long", time.Minute, "applying", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == engine.ReasonApplying
+	})
+	e.create(e.localCloud("late", e.newCluster("late", false), map[string]any{"instances": 1}))
+	e.waitFor("late", 15*time.Second, "waiting for the slot", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == engine.ReasonWaitingForJobSlot
+	})
+	if !isReady(e.get("long")) {
+		e.waitFor("long", time.Minute, "Ready", isReady)
+	}
+	e.waitFor("late", time.Minute, "Ready", isReady)
+	// The checks go on: one after late's apply.
+	var lateApply *batchv1.Job
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 30*time.Second, true, func(context.Context) (bool, error) {
+		jobs := e.jobs("")
+		for i := range jobs {
+			if jobs[i].Labels[names.LabelObjectName] == "late" {
+				lateApply = &jobs[i]
+			}
+		}
+		for _, j := range jobs {
+			if j.Labels[names.LabelOperation] == "drift" && lateApply != nil && lateApply.CreationTimestamp.Before(&j.CreationTimestamp) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.dumpJobs()
+		t.Fatalf("no drift check after late's apply: %v", err)
+	}
+	jobs := e.jobs("")
+	noOverlap(t, jobs)
+	var longApply *batchv1.Job
+	for i := range jobs {
+		if jobs[i].Labels[names.LabelObjectName] == "long" {
+			longApply = &jobs[i]
+		}
+	}
+	// The first Job made after long's: late's apply, though every watched
+	// cluster's check was due before it.
+	var next *batchv1.Job
+	for i := range jobs {
+		j := &jobs[i]
+		if longApply.CreationTimestamp.Before(&j.CreationTimestamp) && (next == nil || j.CreationTimestamp.Before(&next.CreationTimestamp)) {
+			next = j
+		}
+	}
+	if next == nil || next.Name != lateApply.Name {
+		e.dumpJobs()
+		t.Errorf("the first Job after %s is %s, want late's apply %s", longApply.Name, jobName(next), lateApply.Name)
+	}
+	if n := len(e.jobs("apply")); n != len(watched)+2 {
+		t.Errorf("%d apply Jobs, want %d", n, len(watched)+2)
+	}
+}
+
+func jobName(j *batchv1.Job) string {
+	if j == nil {
+		return "none"
+	}
+	return j.Name
+}
+
 // TestResourceQuota: a ResourceQuota that refuses the runner Job, then one
 // that refuses its pod, is said in Ready (QuotaExceeded, naming the quota)
 // and an event, not only in the manager's log; once the quota allows it the
