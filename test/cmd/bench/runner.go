@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,43 +186,54 @@ func (f *fakeRunner) succeed(ctx context.Context, pod *corev1.Pod) error {
 	})
 }
 
-// driftFigures reads the drift Jobs the manager created from the audit log:
-// how evenly they came over window (per 10 s), and the objects that went
-// longer than maxGap without one.
+// driftFigures counts the drift Jobs created in [from, from+window) and,
+// per object, the longest it went without a check over the window: from
+// its last check before the window (or from, when it had none) to each
+// check in it, and from its last to the window's end. An object goes
+// starved when that exceeds maxGap; an object checked just before the
+// window and just after it is not (its checks are an interval apart).
 func driftFigures(events []framework.AuditEvent, user string, from time.Time, window, maxGap time.Duration, objects []string) string {
+	end := from.Add(window)
+	var checks []framework.AuditEvent
+	for _, ev := range events {
+		if ev.User.Username == user && ev.Verb == "create" && ev.ObjectRef.Resource == "jobs" && strings.Contains(ev.ObjectRef.Name, "-drift-") &&
+			ev.RequestReceivedTimestamp.Time.Before(end) {
+			checks = append(checks, ev)
+		}
+	}
+	sort.Slice(checks, func(i, j int) bool {
+		return checks[i].RequestReceivedTimestamp.Time.Before(checks[j].RequestReceivedTimestamp.Time)
+	})
 	per := map[int64]int{}
 	last := map[string]time.Time{}
-	worst := time.Duration(0)
-	for _, ev := range events {
+	longest := map[string]time.Duration{}
+	for _, ev := range checks {
 		at := ev.RequestReceivedTimestamp.Time
-		if ev.User.Username != user || ev.Verb != "create" || ev.ObjectRef.Resource != "jobs" || !strings.Contains(ev.ObjectRef.Name, "-drift-") {
-			continue
-		}
-		if at.Before(from) || !at.Before(from.Add(window)) {
+		obj := strings.TrimPrefix(ev.ObjectRef.Name, "tfc-")
+		obj = obj[:strings.Index(obj, "-drift-")]
+		if at.Before(from) {
+			last[obj] = at
 			continue
 		}
 		per[at.Sub(from).Milliseconds()/10000]++
-		obj := strings.TrimPrefix(ev.ObjectRef.Name, "tfc-")
-		obj = obj[:strings.Index(obj, "-drift-")]
 		prev, ok := last[obj]
 		if !ok {
 			prev = from
 		}
-		worst = max(worst, at.Sub(prev))
+		longest[obj] = max(longest[obj], at.Sub(prev))
 		last[obj] = at
 	}
 	starved := 0
+	worst := time.Duration(0)
 	for _, o := range objects {
-		t, ok := last[o]
+		prev, ok := last[o]
 		if !ok {
-			t = from
+			prev = from
 		}
-		// The window is an interval at least: every object is due in it.
-		if gap := from.Add(window).Sub(t); !ok || gap > maxGap {
+		gap := max(longest[o], end.Sub(prev))
+		worst = max(worst, gap)
+		if !ok || gap > maxGap {
 			starved++
-		}
-		if ok {
-			worst = max(worst, from.Add(window).Sub(t))
 		}
 	}
 	buckets := int(window / (10 * time.Second))
@@ -235,6 +247,6 @@ func driftFigures(events []framework.AuditEvent, user string, from time.Time, wi
 	}
 	mean := float64(total) / float64(buckets)
 	return fmt.Sprintf("drift Jobs created over %s: %d (%.1f/s); per 10 s: mean %.1f, lowest %d, highest %d (%.2f× the mean); "+
-		"longest gap between an object's checks %s; objects without a check in the window or for over %s: %d of %d\n",
+		"longest an object went without a check over the window %s; objects without one for over %s: %d of %d\n",
 		window, total, float64(total)/window.Seconds(), mean, low, peak, float64(peak)/mean, worst.Round(time.Second), maxGap, starved, len(objects))
 }
