@@ -57,4 +57,3 @@ func containerMemoryLimit(readFile func(string) ([]byte, error)) (int64, bool) {
 	}
 	return 0, false
 }
-

@@ -24,15 +24,15 @@ func TestDriftFigures(t *testing.T) {
 		want   string
 	}{
 		"checked just before the window and not in it: an interval apart": {
-			checks: []framework.AuditEvent{check("a", -5 * time.Second)},
+			checks: []framework.AuditEvent{check("a", -5*time.Second)},
 			want:   "longest an object went without a check over the window 10m5s; objects without one for over 11m30s: 0 of 1"},
 		"never checked": {
 			want: "objects without one for over 11m30s: 1 of 1"},
 		"a check late in the window, the one before long before it": {
-			checks: []framework.AuditEvent{check("a", -5 * time.Minute), check("a", 8*time.Minute)},
+			checks: []framework.AuditEvent{check("a", -5*time.Minute), check("a", 8*time.Minute)},
 			want:   "longest an object went without a check over the window 13m0s; objects without one for over 11m30s: 1 of 1"},
 		"checks in the window, evenly": {
-			checks: []framework.AuditEvent{check("a", -8 * time.Minute), check("a", 2*time.Minute)},
+			checks: []framework.AuditEvent{check("a", -8*time.Minute), check("a", 2*time.Minute)},
 			want:   "drift Jobs created over 10m0s: 1 (0.0/s)"},
 	} {
 		t.Run(name, func(t *testing.T) {
