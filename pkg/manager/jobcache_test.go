@@ -14,8 +14,6 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/engine"
-	"github.com/captf/captf/pkg/intern"
-	"github.com/captf/captf/pkg/names"
 )
 
 // jobsPerObject is what an object with drift checks on keeps once it has
@@ -70,9 +68,7 @@ func BenchmarkJobCache(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	shared := &intern.Pool{LabelValues: map[string]bool{names.LabelManagedBy: true, names.LabelKind: true,
-		names.LabelOperation: true, names.LabelAttempt: true, names.LabelSecretType: true}}
-	transform := cacheTransform(shared, engine.CacheJob)
+	transform := cacheTransform(newSharedStrings(), engine.CacheJob)
 	var perJob float64
 	for b.Loop() {
 		runtime.GC()

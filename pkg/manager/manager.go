@@ -398,8 +398,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 			lo.LabelSelector = capi.WatchFilterLabel + "=" + o.WatchFilter
 		}
 	}
-	shared := &intern.Pool{LabelValues: map[string]bool{names.LabelManagedBy: true, names.LabelKind: true,
-		names.LabelOperation: true, names.LabelAttempt: true, names.LabelSecretType: true}}
+	shared := newSharedStrings()
 	cc.CAPTFInformers = externalversions.NewSharedInformerFactoryWithOptions(cc.CAPTF, o.SyncPeriod,
 		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(cacheTransform(shared, nil)), externalversions.WithTweakListOptions(filter))
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
@@ -575,6 +574,13 @@ func namespaceOrAll(ns string) string {
 // workspace is a Terraform* object that is not a template.
 type workspace interface {
 	WorkspaceStatus() *infrav1.WorkspaceStatus
+}
+
+// newSharedStrings is the pool of the strings the informers' objects
+// share: label keys, and the values of the labels that repeat.
+func newSharedStrings() *intern.Pool {
+	return &intern.Pool{LabelValues: map[string]bool{names.LabelManagedBy: true, names.LabelKind: true,
+		names.LabelOperation: true, names.LabelAttempt: true, names.LabelSecretType: true}}
 }
 
 // cacheTransform is the informers' transform: it applies trim, drops

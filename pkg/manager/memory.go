@@ -13,8 +13,8 @@ const defaultGCPercent = 50
 
 // memoryLimitShare of the container's memory limit is the manager's soft
 // memory limit when GOMEMLIMIT is unset: near the limit the collector runs
-// harder rather than the kernel kill the manager. The rest is for what Go
-// does not count (the binary, thread stacks the kernel maps).
+// harder rather than the kernel kill the manager. The rest is for what the
+// Go runtime does not account for (the mapped binary, C allocations).
 const memoryLimitShare = 0.9
 
 // cgroupMemoryLimits are where a container reads its memory limit: cgroup
