@@ -412,7 +412,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
 		func(lo *metav1.ListOptions) { lo.LabelSelector = engine.StateSecretsSelector })
 	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
-	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, nil)); err != nil {
+	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, engine.CacheStateSecret)); err != nil {
 		return cc, engine.Config{}, nil, err
 	}
 	access := &engine.RunnerAccess{Client: cc.Kube}

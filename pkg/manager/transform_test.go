@@ -67,6 +67,22 @@ func TestCacheTransform(t *testing.T) {
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
 			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},
+		"a state head keeps what the checks read": {trim: engine.CacheStateSecret,
+			in: &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{
+				Name: "captf-tfm-m-state", Namespace: "tenant", UID: "s1", ResourceVersion: "9", CreationTimestamp: start,
+				Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: "tfm", names.LabelObjectName: "m",
+					names.LabelObjectUID: "u1", names.LabelSecretType: names.SecretTypeState, names.LabelAbandoned: "true"},
+				Annotations: map[string]string{names.AnnotationObjectName: "m", "captf.io/encoding": "gzip", "captf.io/uncompressed-bytes": "1234",
+					"captf.io/generation": "3", "captf.io/state-sha256": "abc", "captf.io/backups": `["b1","b2"]`, "captf.io/lock-holder": "tfm-m-apply-h-1"},
+				Finalizers:      []string{names.StateFinalizer},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "x1"}},
+				ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "captf"}}}},
+			want: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+				Name: "captf-tfm-m-state", Namespace: "tenant", UID: "s1", ResourceVersion: "9", CreationTimestamp: start,
+				Labels:          map[string]string{names.LabelKind: "tfm", names.LabelAbandoned: "true"},
+				Annotations:     map[string]string{names.AnnotationObjectName: "m", "captf.io/encoding": "gzip", "captf.io/uncompressed-bytes": "1234"},
+				Finalizers:      []string{names.StateFinalizer},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "x1"}}}}},
 		"metadata only": {
 			in:   &metav1.PartialObjectMetadata{ObjectMeta: meta()},
 			want: &metav1.PartialObjectMetadata{ObjectMeta: withoutManagedFields}},

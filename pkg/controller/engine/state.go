@@ -110,6 +110,36 @@ func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) 
 var StateSecretsSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "," +
 	names.LabelSecretType + " in (" + names.SecretTypeState + "," + names.SecretTypeDurableInput + ")"
 
+// CacheStateSecret is the state Secrets' metadata informer's transform: a
+// state head or durable inputs keeps only what the checks before every Job
+// and the state size metric read (not even its type: every object of the
+// informer is a Secret). Its other annotations (the backups list, sums,
+// the lock holder) and labels are most of its cached size.
+func CacheStateSecret(obj any) any {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj
+	}
+	keep := func(in map[string]string, keys ...string) map[string]string {
+		var out map[string]string
+		for _, k := range keys {
+			if v, ok := in[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+		Labels:          keep(m.Labels, names.LabelKind, names.LabelAbandoned),
+		Annotations:     keep(m.Annotations, append([]string{names.AnnotationObjectName}, runner.HeadSummaryAnnotations...)...),
+		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}}
+}
+
 // secretMeta reads a state or durable-inputs Secret's metadata: from the
 // cache when there is one, else from the API server. nil when not found.
 func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (metav1.Object, error) {
