@@ -49,18 +49,58 @@ func nextDriftCheck(obj Object, base time.Time, interval time.Duration) time.Tim
 	if interval <= 0 {
 		return base
 	}
-	h := fnv.New64a()
-	h.Write([]byte(obj.GetUID()))
-	phase := time.Duration(h.Sum64() % uint64(interval))
 	earliest := base.Add(interval / 2)
-	// The slots are phase + k*interval from the Unix epoch.
-	since := earliest.Sub(time.Unix(0, 0).Add(phase))
-	k := since / interval
-	due := time.Unix(0, 0).Add(phase + k*interval)
+	due := driftSlot(obj, earliest, interval)
 	if due.Before(earliest) {
 		due = due.Add(interval)
 	}
 	return due
+}
+
+// driftSlot is obj's last check slot at or before t: the slots are its
+// phase + k*interval from the Unix epoch.
+func driftSlot(obj Object, t time.Time, interval time.Duration) time.Time {
+	h := fnv.New64a()
+	h.Write([]byte(obj.GetUID()))
+	phase := time.Duration(h.Sum64() % uint64(interval))
+	k := t.Sub(time.Unix(0, 0).Add(phase)) / interval
+	return time.Unix(0, 0).Add(phase + k*interval)
+}
+
+// driftCheckHash names the drift check of the inputs appliedHash due at
+// due: one check per due time, so a restarted manager does not start it
+// twice.
+func driftCheckHash(appliedHash string, due time.Time) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", appliedHash, due.Unix()))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// driftDue is when obj's next drift check is due, given its newest drift
+// Job (nil when none is left): the slot after the one its last check was
+// for, or half an interval after an apply at least. Counting from when
+// the last check finished instead would move the next one a whole interval
+// on whenever a check ran more than half an interval late (a backlog of
+// Jobs, a cap): that object would go two intervals unchecked.
+func driftDue(obj Object, latest *CachedJob, appliedHash string, interval time.Duration) (time.Time, bool) {
+	st := obj.WorkspaceStatus()
+	checked, applied := st.LastDriftCheckTime, st.LastAppliedTime
+	if checked == nil || (applied != nil && applied.After(checked.Time)) {
+		if applied == nil {
+			return time.Time{}, false
+		}
+		return nextDriftCheck(obj, applied.Time, interval), true
+	}
+	if latest != nil && interval > 0 {
+		// Its slot is the last before the Job was made, or one either
+		// side of it (clocks differ): its name says which.
+		slot := driftSlot(obj, latest.CreationTimestamp.Time, interval)
+		for _, s := range []time.Time{slot, slot.Add(interval), slot.Add(-interval)} {
+			if driftCheckHash(appliedHash, s) == latest.InputsHash {
+				return s.Add(interval), true
+			}
+		}
+	}
+	return nextDriftCheck(obj, checked.Time, interval), true
 }
 
 // remediationTime is when drift was found that the object's policy
@@ -98,22 +138,15 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 	if !enabled {
 		return nil
 	}
-	base := st.LastDriftCheckTime
-	if base == nil || (st.LastAppliedTime != nil && st.LastAppliedTime.After(base.Time)) {
-		base = st.LastAppliedTime
-	}
-	if base == nil {
+	due, ok := driftDue(obj, latest, appliedHash, interval)
+	if !ok {
 		return nil
 	}
-	due := nextDriftCheck(obj, base.Time, interval)
 	if wait := due.Sub(e.Now()); wait > 0 {
 		r.requeueWithin(wait)
 		return nil
 	}
-	// One check per due time: the name says which, so a restarted manager
-	// does not start it twice.
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", appliedHash, due.Unix()))
-	return e.start(ctx, r, infrav1.OperationDrift, hex.EncodeToString(sum[:])[:16], 0, nil)
+	return e.start(ctx, r, infrav1.OperationDrift, driftCheckHash(appliedHash, due), 0, nil)
 }
 
 // recordDrift turns a finished drift Job into the Drifted condition. It
