@@ -36,7 +36,7 @@ func tuneGC(logger klog.Logger, getenv func(string) string, readFile func(string
 	if limit, ok := containerMemoryLimit(readFile); ok {
 		soft := int64(float64(limit) * memoryLimitShare)
 		debug.SetMemoryLimit(soft)
-		logger.V(1).Info("Soft memory limit set from the container's", "containerLimitBytes", limit, "GOMEMLIMIT", soft)
+		logger.Info("Soft memory limit set from the container's", "containerLimitBytes", limit, "GOMEMLIMIT", soft)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 )
 
 // ExecutorOptions configure the local executor.
@@ -73,6 +74,7 @@ type Executor struct {
 	images   map[string]*unpackedImage
 	// sandboxes are the pods' network namespaces, by pod.
 	sandboxes map[types.UID]*podSandbox
+	cgroups   memoryCgroups
 }
 
 // unpackedImage is an image's root filesystem, unpacked once and shared
@@ -110,6 +112,10 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 		images:   map[string]*unpackedImage{},
 
 		sandboxes: map[types.UID]*podSandbox{},
+	}
+	var err error
+	if e.cgroups, err = findMemoryCgroups(); err != nil {
+		klog.FromContext(ctx).Info("Containers from images run without memory limits", "err", err)
 	}
 	enqueue := func(obj any) {
 		if name, err := cache.DeletionHandlingObjectToName(obj); err == nil {

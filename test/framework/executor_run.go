@@ -48,6 +48,7 @@ type container struct {
 	env      []string
 	created  []string // mount targets the executor made on the host
 	termFile string
+	cgroup   string // its memory cgroup, if it has a memory limit
 }
 
 // configError is a container the executor cannot start as specified.
@@ -280,8 +281,18 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 	for _, d := range e.opts.HostDirs {
 		bind(d, d, false)
 	}
+	var cgroup string
+	if limit := c.Resources.Limits.Memory(); !limit.IsZero() && e.cgroups.base != "" {
+		if cgroup, err = e.cgroups.create(fmt.Sprintf("captf-%s-%d", pod.UID, time.Now().UnixNano()), limit.Value()); err != nil {
+			return nil, err
+		}
+		// From here on the kernel counts the container's memory.
+		fmt.Fprintf(&script, "echo $$ > %s || exit 125\n", shellQuote(filepath.Join(cgroup, "cgroup.procs")))
+		bind(cgroup, cgroupMountPoint, false)
+	}
 	termFile, err := terminationFile(proc.dir)
 	if err != nil {
+		e.cgroups.remove(cgroup)
 		return nil, err
 	}
 	bind(termFile, cmp.Or(c.TerminationMessagePath, corev1.TerminationMessagePathDefault), true)
@@ -292,7 +303,7 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 		net = "--net=" + shellQuote(proc.sandbox.NetNS)
 	}
 	fmt.Fprintf(&script, "exec nsenter --target $$ --mount %s --root=%s --wd=%s --setuid=%d --setgid=%d \"$@\"\n", net, shellQuote(root), shellQuote(wd), uid, gid)
-	return &container{script: script.String(), argv: argv, env: env, termFile: termFile}, nil
+	return &container{script: script.String(), argv: argv, env: env, termFile: termFile, cgroup: cgroup}, nil
 }
 
 // scriptStart begins a container's script: the pod's hostname, in the
@@ -332,6 +343,7 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		e.release(c.created)
+		e.cgroups.remove(c.cgroup)
 		e.finishPod(ctx, proc, nil, 128, "StartError", err.Error())
 		return nil
 	}
@@ -353,13 +365,18 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 		// The container is gone: so is every process it left behind.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		e.release(c.created)
+		oomKilled := e.cgroups.oomKilled(c.cgroup)
+		go e.cgroups.remove(c.cgroup)
 		code := exitCode(cmd, waitErr)
 		msg, _ := os.ReadFile(c.termFile)
 		if len(msg) == 0 && code != 0 && spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
 			msg = logTail(filepath.Join(proc.dir, "container.log"), 80, 2048)
 		}
 		reason := "Completed"
-		if code != 0 {
+		switch {
+		case oomKilled:
+			reason = "OOMKilled"
+		case code != 0:
 			reason = "Error"
 		}
 		last := &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: truncate(string(msg), 4096),

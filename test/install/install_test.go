@@ -130,6 +130,7 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	if !strings.HasPrefix(first.Status.PodIP, "198.18.") {
 		t.Errorf("manager pod IP %q is not on the pod network", first.Status.PodIP)
 	}
+	checkSoftMemoryLimit(t, e.executor, first)
 
 	// The API server reaches the webhook only through its Service (no URL
 	// in the configuration): a rejection with CAPTF's message proves it.
@@ -221,6 +222,25 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	}
 	if _, err := plane.Kubectl(ctx, "delete", "-k", overlay, "--wait", "--timeout=2m"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkSoftMemoryLimit: the manager, in a container with a memory limit,
+// sets Go's soft memory limit to 90% of it and says so.
+func checkSoftMemoryLimit(t *testing.T, executor *framework.Executor, pod *corev1.Pod) {
+	t.Helper()
+	if !executor.MemoryLimits() {
+		t.Log("The executor cannot give containers memory limits on this machine: the manager's soft memory limit is not checked")
+		return
+	}
+	limit := pod.Spec.Containers[0].Resources.Limits.Memory().Value()
+	want := fmt.Sprintf(`"Soft memory limit set from the container's" containerLimitBytes=%d GOMEMLIMIT=%d`, limit, int64(float64(limit)*0.9))
+	logs, err := executor.Logs(pod.Namespace, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs, want) {
+		t.Errorf("the manager's log does not say %s:\n%s", want, podLog(executor, pod))
 	}
 }
 
