@@ -334,6 +334,7 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 	logFile, err := os.OpenFile(filepath.Join(proc.dir, "container.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		e.release(c.created)
+		e.cgroups.remove(c.cgroup)
 		return err
 	}
 	cmd := exec.Command("/bin/sh", append([]string{"-c", c.script, "sh"}, c.argv...)...)
