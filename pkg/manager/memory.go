@@ -2,10 +2,10 @@ package manager
 
 import (
 	"runtime/debug"
-	"strconv"
-	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/captf/captf/pkg/cgroup"
 )
 
 // defaultGCPercent is the manager's GOGC when the environment sets none.
@@ -16,10 +16,6 @@ const defaultGCPercent = 50
 // harder rather than the kernel kill the manager. The rest is for what the
 // Go runtime does not account for (the mapped binary, C allocations).
 const memoryLimitShare = 0.9
-
-// cgroupMemoryLimits are where a container reads its memory limit: cgroup
-// v2, then v1.
-var cgroupMemoryLimits = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
 
 // tuneGC sets GOGC and the soft memory limit the environment leaves unset.
 func tuneGC(logger klog.Logger, getenv func(string) string, readFile func(string) ([]byte, error)) {
@@ -33,27 +29,9 @@ func tuneGC(logger klog.Logger, getenv func(string) string, readFile func(string
 	if getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	if limit, ok := containerMemoryLimit(readFile); ok {
+	if limit, ok := cgroup.MemoryLimit(readFile); ok {
 		soft := int64(float64(limit) * memoryLimitShare)
 		debug.SetMemoryLimit(soft)
 		logger.Info("Soft memory limit set from the container's", "containerLimitBytes", limit, "GOMEMLIMIT", soft)
 	}
-}
-
-// containerMemoryLimit is the memory limit of the cgroup the manager runs
-// in; none when it has no limit.
-func containerMemoryLimit(readFile func(string) ([]byte, error)) (int64, bool) {
-	for _, file := range cgroupMemoryLimits {
-		b, err := readFile(file)
-		if err != nil {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		// "max" (v2), or v1's page-rounded maximum: no limit.
-		if err != nil || n <= 0 || n > 1<<60 {
-			return 0, false
-		}
-		return n, true
-	}
-	return 0, false
 }
