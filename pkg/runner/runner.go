@@ -25,6 +25,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/cgroup"
 	"github.com/captf/captf/pkg/names"
 )
 
@@ -82,6 +84,31 @@ type Runner struct {
 	child    *exec.Cmd
 	signal   bool
 	lockLost error
+	// readFile reads the container's cgroup files (nil: os.ReadFile).
+	readFile cgroup.ReadFile
+}
+
+// errOutOfMemory: the kernel killed a process of the runner's container
+// (terraform, a provider) at the pod's memory limit.
+var errOutOfMemory = errors.New("out of memory")
+
+// outOfMemory explains a failed terraform command when the kernel killed a
+// process of the container for want of memory: a limit too low for the
+// module is the user's to raise, and "signal: killed" or a provider's lost
+// connection do not say so.
+func (r *Runner) outOfMemory(command string) error {
+	read := r.readFile
+	if read == nil {
+		read = os.ReadFile
+	}
+	if cgroup.OOMKills(read) == 0 {
+		return nil
+	}
+	limit := "its limit"
+	if n, ok := cgroup.MemoryLimit(read); ok {
+		limit = resource.NewQuantity(n, resource.BinarySI).String()
+	}
+	return fmt.Errorf("%w: the kernel killed terraform %s or a provider at the runner pod's memory limit (%s): raise spec.jobs.resources.limits.memory (or the cluster's spec.defaults.jobs)", errOutOfMemory, command, limit)
 }
 
 // Run performs the operation and always tries to write a result. It returns
@@ -428,6 +455,9 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	r.child = nil
 	r.mu.Unlock()
 	if err != nil {
+		if oom := r.outOfMemory(args[0]); oom != nil {
+			return nil, oom
+		}
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
 			msg = strings.TrimSpace(stdout.String())
@@ -587,7 +617,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
 var failureReasons = []struct {
 	err    error
 	reason string
-}{{ErrStateMissing, "StateMissing"}, {ErrOtherOwner, "StateOwnedByOther"}, {ErrStateTooLarge, "StateTooLarge"}, {errLockLost, "LockLost"}, {ErrFenced, "LockLost"}}
+}{{ErrStateMissing, "StateMissing"}, {ErrOtherOwner, "StateOwnedByOther"}, {ErrStateTooLarge, "StateTooLarge"}, {errLockLost, "LockLost"}, {ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}}
 
 func failureReason(err error) string {
 	for _, r := range failureReasons {
