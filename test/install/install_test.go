@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -171,6 +172,7 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 
 	if namespace == "captf-system" {
 		checkReadinessCommands(t, e.root)
+		checkRunnerOutOfMemory(t, e.executor)
 	}
 	if replacePod {
 		// The pod goes; the Deployment makes another, which takes the lead.
@@ -221,6 +223,79 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 		t.Fatalf("namespace demo was not deleted: %v\n%+v", err, ns.Status)
 	}
 	if _, err := plane.Kubectl(ctx, "delete", "-k", overlay, "--wait", "--timeout=2m"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRunnerOutOfMemory: a runner pod whose memory limit is too small for
+// tofu is killed by the kernel, as in a real cluster, and the object says
+// so, naming the limit and what to raise.
+func checkRunnerOutOfMemory(t *testing.T, executor *framework.Executor) {
+	t.Helper()
+	if !executor.MemoryLimits() {
+		t.Log("The executor cannot give containers memory limits on this machine: a runner out of memory is not checked")
+		return
+	}
+	ctx := context.Background()
+	// The runner takes about 25 MiB, tofu about 50 more to init: it is
+	// the bigger when the limit is reached, so the kernel kills it.
+	manifest := `apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: small, namespace: demo}
+spec:
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: TerraformCluster, name: small}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: TerraformCluster
+metadata:
+  name: small
+  namespace: demo
+  labels: {cluster.x-k8s.io/cluster-name: small}
+spec:
+  module:
+    inline: |
+      resource "terraform_data" "instance" {}
+      output "control_plane_endpoint" { value = { host = "small.local.test", port = 6443 } }
+  jobs:
+    resources:
+      requests: {memory: 64Mi}
+      limits: {memory: 64Mi}
+`
+	file := filepath.Join(t.TempDir(), "small.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kubectl(ctx, "apply", "-f", file); err != nil {
+		t.Fatal(err)
+	}
+	var last metav1.Condition
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "small", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range tc.Status.Conditions {
+			if c.Type == infrav1.ConditionReady {
+				last = c
+			}
+		}
+		return last.Reason == "RunnerOutOfMemory" || last.Reason == "Applied", nil
+	})
+	if err != nil || last.Reason != "RunnerOutOfMemory" || !strings.Contains(last.Message, "(64Mi): raise spec.jobs.resources.limits.memory") {
+		t.Errorf("a runner with 64Mi: Ready %s %s: %s (%v), want RunnerOutOfMemory naming the limit", last.Status, last.Reason, last.Message, err)
+	} else {
+		t.Logf("a runner with 64Mi: Ready=%s %s: %s", last.Status, last.Reason, last.Message)
+	}
+	if pods, err := plane.Kube.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=small"}); err == nil {
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if term := cs.State.Terminated; term != nil {
+					t.Logf("runner pod %s: %s, exit code %d", p.Name, term.Reason, term.ExitCode)
+				}
+			}
+		}
+	}
+	if _, err := plane.Kubectl(ctx, "delete", "-f", file, "--wait", "--timeout=2m"); err != nil {
 		t.Fatal(err)
 	}
 }
