@@ -89,7 +89,8 @@ type Runner struct {
 }
 
 // errOutOfMemory: the kernel killed a process of the runner's container
-// (terraform, a provider) at the pod's memory limit.
+// (terraform, a provider, a provisioner's command) at the pod's memory
+// limit.
 var errOutOfMemory = errors.New("out of memory")
 
 // outOfMemory explains a failed terraform command when the kernel killed a
@@ -108,7 +109,7 @@ func (r *Runner) outOfMemory(command string) error {
 	if n, ok := cgroup.MemoryLimit(read); ok {
 		limit = resource.NewQuantity(n, resource.BinarySI).String()
 	}
-	return fmt.Errorf("%w: the kernel killed terraform %s or a provider at the runner pod's memory limit (%s): raise spec.jobs.resources.limits.memory (or the cluster's spec.defaults.jobs)", errOutOfMemory, command, limit)
+	return fmt.Errorf("%w: the kernel killed a process of terraform %s (terraform, a provider or a provisioner's command) at the runner pod's memory limit (%s): raise spec.jobs.resources.limits.memory (or the cluster's spec.defaults.jobs)", errOutOfMemory, command, limit)
 }
 
 // Run performs the operation and always tries to write a result. It returns

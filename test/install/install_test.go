@@ -227,9 +227,9 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	}
 }
 
-// checkRunnerOutOfMemory: a runner pod whose memory limit is too small for
-// tofu is killed by the kernel, as in a real cluster, and the object says
-// so, naming the limit and what to raise.
+// checkRunnerOutOfMemory: a module that needs more memory than its runner
+// pod's limit is killed by the kernel, as in a real cluster, and the object
+// says so, naming the limit and what to raise.
 func checkRunnerOutOfMemory(t *testing.T, executor *framework.Executor) {
 	t.Helper()
 	if !executor.MemoryLimits() {
@@ -237,8 +237,7 @@ func checkRunnerOutOfMemory(t *testing.T, executor *framework.Executor) {
 		return
 	}
 	ctx := context.Background()
-	// The runner takes about 25 MiB, tofu about 50 more to init: it is
-	// the bigger when the limit is reached, so the kernel kills it.
+	// The module's provisioner wants 128 MiB at once (dd's buffer).
 	manifest := `apiVersion: cluster.x-k8s.io/v1beta2
 kind: Cluster
 metadata: {name: small, namespace: demo}
@@ -254,7 +253,9 @@ metadata:
 spec:
   module:
     inline: |
-      resource "terraform_data" "instance" {}
+      resource "terraform_data" "instance" {
+        provisioner "local-exec" { command = "dd if=/dev/zero of=/dev/null bs=128M count=1" }
+      }
       output "control_plane_endpoint" { value = { host = "small.local.test", port = 6443 } }
   jobs:
     resources:
