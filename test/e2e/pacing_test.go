@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +159,59 @@ func TestDriftYieldsToApply(t *testing.T) {
 	}
 	if n := len(e.jobs("apply")); n != len(watched)+2 {
 		t.Errorf("%d apply Jobs, want %d", n, len(watched)+2)
+	}
+}
+
+// TestLateDriftCheckKeepsItsPace: a drift check held back past half its
+// interval (here by another cluster's apply holding the only Job slot) does
+// not push the next one a whole interval on: the next comes at the
+// object's next slot, which has passed by then, so at once.
+func TestLateDriftCheckKeepsItsPace(t *testing.T) {
+	const interval = 20 * time.Second
+	e := newEnv(t)
+	e.startManager("--max-concurrent-jobs=1")
+	keep := int32(50)
+	tc := e.localCloud("watched", e.newCluster("watched", false), map[string]any{"instances": 1})
+	tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: interval}}
+	tc.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
+	e.create(tc)
+	e.waitFor("watched", 2*time.Minute, "Ready and checked for drift", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Status.LastDriftCheckTime != nil
+	})
+	// The next check is due 10 to 30 s after that one: long's apply holds
+	// the slot past it by 15 s at least.
+	e.create(e.localCloud("long", e.newCluster("long", false), map[string]any{"instances": 1, "sleep_seconds": 45}))
+	e.waitFor("long", 2*time.Minute, "Ready", isReady)
+	var checks []batchv1.Job // watched's checks made after long's apply
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		checks = nil
+		var longApply *batchv1.Job
+		jobs := e.jobs("")
+		for i := range jobs {
+			if jobs[i].Labels[names.LabelObjectName] == "long" {
+				longApply = &jobs[i]
+			}
+		}
+		for _, j := range jobs {
+			if j.Labels[names.LabelObjectName] == "watched" && j.Labels[names.LabelOperation] == "drift" && longApply.CreationTimestamp.Before(&j.CreationTimestamp) {
+				checks = append(checks, j)
+			}
+		}
+		return len(checks) >= 2, nil
+	})
+	if err != nil {
+		e.dumpJobs()
+		t.Fatalf("watched's checks after long's apply: %d, want 2: %v", len(checks), err)
+	}
+	slices.SortFunc(checks, func(a, b batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	noOverlap(t, e.jobs(""))
+	// Counted from the late check's finish, the next would be 13 s after
+	// its start at the soonest (a whole interval later, the old rule).
+	gap := checks[1].CreationTimestamp.Sub(checks[0].CreationTimestamp.Time)
+	t.Logf("the late check %s, then %s %s later", checks[0].Name, checks[1].Name, gap)
+	if gap >= 9*time.Second {
+		e.dumpJobs()
+		t.Errorf("the check after the late one came %s after it, want it at once (its slot had passed)", gap)
 	}
 }
 
