@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/captf/captf/pkg/cgroup"
 )
 
 // memoryCgroups give image containers their memory limit as a container
@@ -57,18 +59,13 @@ func (m memoryCgroups) create(name string, limit int64) (string, error) {
 }
 
 // oomKilled tells whether the kernel killed a process of the cgroup for
-// want of memory.
+// want of memory: what the container would read of its own.
 func (m memoryCgroups) oomKilled(dir string) bool {
 	if dir == "" {
 		return false
 	}
-	data, _ := os.ReadFile(filepath.Join(dir, "memory.oom_control"))
-	for _, line := range strings.Split(string(data), "\n") {
-		if n, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			return n != "0"
-		}
-	}
-	return false
+	inDir := func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, filepath.Base(name))) }
+	return cgroup.OOMKills(inDir) > 0
 }
 
 // remove deletes a container's cgroup once its last process has gone
