@@ -27,7 +27,7 @@ func TestOutOfMemory(t *testing.T) {
 	}{
 		"killed at the limit": {files: map[string]string{"/sys/fs/cgroup/memory/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
 			"/sys/fs/cgroup/memory/memory.limit_in_bytes": "50331648\n"},
-			want: "the kernel killed a process of terraform plan (terraform, a provider or a provisioner's command) at the runner pod's memory limit (48Mi): raise spec.jobs.resources.limits.memory", wantReason: "RunnerOutOfMemory"},
+			want: "the kernel killed a process of terraform plan (terraform, a provider or a provisioner's command) at the runner pod's memory limit (48Mi): raise spec.jobs.resources.limits.memory (or the cluster's spec.defaults.jobs). terraform plan: signal: killed: Initializing the backend...", wantReason: "RunnerOutOfMemory"},
 		"killed, no limit known": {files: map[string]string{"/sys/fs/cgroup/memory.events": "oom 1\noom_kill 1\n"},
 			want: "memory limit (its limit)", wantReason: "RunnerOutOfMemory"},
 		"killed otherwise": {files: map[string]string{"/sys/fs/cgroup/memory/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"},

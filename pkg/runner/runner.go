@@ -456,12 +456,12 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	r.child = nil
 	r.mu.Unlock()
 	if err != nil {
-		if oom := r.outOfMemory(args[0]); oom != nil {
-			return nil, oom
-		}
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
 			msg = strings.TrimSpace(stdout.String())
+		}
+		if oom := r.outOfMemory(args[0]); oom != nil {
+			return nil, fmt.Errorf("%w. terraform %s: %v: %s", oom, args[0], err, msg)
 		}
 		return nil, fmt.Errorf("terraform %s: %v: %s", args[0], err, msg)
 	}
