@@ -110,6 +110,9 @@ func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) 
 var StateSecretsSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "," +
 	names.LabelSecretType + " in (" + names.SecretTypeState + "," + names.SecretTypeDurableInput + ")"
 
+// cachedStateAnnotations are the annotations CacheStateSecret keeps.
+var cachedStateAnnotations = append([]string{names.AnnotationObjectName}, runner.HeadSummaryAnnotations...)
+
 // CacheStateSecret is the state Secrets' metadata informer's transform: a
 // state head or durable inputs keeps only what the checks before every Job
 // and the state size metric read (not even its type: every object of the
@@ -136,7 +139,7 @@ func CacheStateSecret(obj any) any {
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
 		Labels:          keep(m.Labels, names.LabelKind, names.LabelAbandoned),
-		Annotations:     keep(m.Annotations, append([]string{names.AnnotationObjectName}, runner.HeadSummaryAnnotations...)...),
+		Annotations:     keep(m.Annotations, cachedStateAnnotations...),
 		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}}
 }
 
