@@ -96,22 +96,6 @@ const AnnotationInputsBytes = "captf.io/inputs-bytes"
 type Object struct {
 	Kind string // short kind: tfc, tfm, tfmp
 	Name string
-
-	legacy bool
-}
-
-// Legacy names the Secrets and Lease of the object as releases before
-// names were taken from the full object name did: names over 30 characters
-// or with a dot were cut to 24 and a 20-bit hash, so two objects could share
-// them. Only for moving such a state to its own name.
-func (o Object) Legacy() Object { return Object{Kind: o.Kind, Name: o.Name, legacy: true} }
-
-func (o Object) legacyBase() string {
-	name := strings.ReplaceAll(o.Name, ".", "-")
-	if name != o.Name || len(name) > 30 {
-		name = strings.TrimRight(name[:min(len(name), 24)], "-") + "-" + hash(o.Name, 5)
-	}
-	return o.Kind + "-" + name
 }
 
 // maxBase is the longest base of a Secret or Lease name: it leaves room in
@@ -123,9 +107,6 @@ const maxBase = 213
 
 // base is the start of every Secret and Lease name of the object.
 func (o Object) base() string {
-	if o.legacy {
-		return o.legacyBase()
-	}
 	b := o.Kind + "-" + o.Name
 	if len(b) < maxBase {
 		return b

@@ -77,20 +77,6 @@ func TestJobNamesNeverCollide(t *testing.T) {
 	}
 }
 
-// The legacy names are those an earlier release gave: a state there is moved
-// to its own name, never lost.
-func TestLegacyNames(t *testing.T) {
-	tests := map[Object]string{
-		{Kind: "tfm", Name: "victim.m1"}: "tfm-victim-m1-d4efb-state",
-		{Kind: "tfc", Name: "prod"}:      "tfc-prod-state",
-	}
-	for o, want := range tests {
-		if got := o.Legacy().State(); got != want {
-			t.Errorf("%s: legacy state %q, want %q", o.Name, got, want)
-		}
-	}
-}
-
 // TestLeaderLease: one Lease per shard, each a valid name, none shared.
 func TestLeaderLease(t *testing.T) {
 	seen := map[string]string{}

@@ -416,29 +416,6 @@ func (s *StateStore) Restore(ctx context.Context, backup string) error {
 	return s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)), true)
 }
 
-// CopyFrom makes the state src holds this store's current state, copied
-// compressed (checked against the size limit while streaming). It returns
-// false when src holds no state.
-func (s *StateStore) CopyFrom(ctx context.Context, src *StateStore) (bool, error) {
-	head, err := src.secrets().Get(ctx, src.Object.State(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil || !HasState(head) {
-		return false, err
-	}
-	gz, err := src.readBlob(ctx, head)
-	if err != nil {
-		return false, err
-	}
-	h := sha256.New()
-	size, err := s.inflate(gz, h)
-	if err != nil {
-		return false, err
-	}
-	return true, s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)), true)
-}
-
 // SaveRescue stores a state terraform could not save as a backup of its own
 // (named by Rescue), restorable with captf.io/restore-state.
 func (s *StateStore) SaveRescue(ctx context.Context, state []byte) (string, error) {

@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -561,40 +563,15 @@ func TestBlockMove(t *testing.T) {
 	_ = tc
 }
 
-// TestFinalizerNames (defect 13): the domain-qualified form with a path, and
-// an object with the old name moves over in one update.
+// TestFinalizerNames (defect 13): the domain-qualified form with a path,
+// beside the finalizers of others.
 func TestFinalizerNames(t *testing.T) {
 	e := newEnv(t)
-	legacy := infrav1.LegacyFinalizers[infrav1.TerraformClusterFinalizer]
 	tc := e.localCloud("fin", e.newCluster("fin", false), map[string]any{})
-	tc.Finalizers = []string{"example.com/other", legacy}
+	tc.Finalizers = []string{"example.com/other"}
 	e.create(tc)
-	// Deleted while the manager was being upgraded: no finalizer can be
-	// added to it, the old one must serve.
-	deleting := e.localCloud("fin-deleting", e.newCluster("fin-deleting", false), map[string]any{})
-	deleting.Finalizers = []string{legacy}
-	e.create(deleting)
-	e.deleteTC("fin-deleting", metav1.DeletePropagationBackground)
-	watch, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=fin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
 	e.startManager()
 	e.waitFor("fin", 2*time.Minute, "Ready", isReady)
-	// Every version the API server held had a finalizer of ours.
-	for drained := false; !drained; {
-		select {
-		case ev := <-watch.ResultChan():
-			f := ev.Object.(*infrav1.TerraformCluster).Finalizers
-			if !slices.Contains(f, legacy) && !slices.Contains(f, infrav1.TerraformClusterFinalizer) {
-				t.Fatalf("a version without a CAPTF finalizer: %v", f)
-			}
-		case <-time.After(time.Second):
-			drained = true
-		}
-	}
-	e.waitFor("fin-deleting", time.Minute, "gone", gone)
 	if got := e.get("fin").Finalizers; !slices.Equal(got, []string{"example.com/other", infrav1.TerraformClusterFinalizer}) {
 		t.Errorf("finalizers %v", got)
 	}
@@ -1052,60 +1029,59 @@ func (e *env) limitStateSize(max int) func() {
 	}
 }
 
-// TestLegacyStateMoves: a state an earlier release kept under a shortened
-// name (a dot in the object's name) moves to the object's own name at its
-// next Job; nothing is created twice.
-func TestLegacyStateMoves(t *testing.T) {
+// TestNoLegacyStateAdoption (issue 30, item 6): earlier builds kept a state
+// whose object name had a dot under a shortened name, and the manager moved
+// such a state to the object's own name when its UID label matched. Module
+// code can write that label, and another object's own family can spell a
+// shortened name: a tenant names its object so that its state is the
+// victim's old-style state, labels it with the victim's UID, and the
+// victim's first run adopted the tenant's state (its destroy then destroyed
+// the tenant's resources with the tenant's module). CAPTF had no release
+// with those names: nothing reads them any more.
+func TestNoLegacyStateAdoption(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	m := e.startManager()
-	tc := e.create(e.localCloud("old.style", e.newCluster("old-style", false), map[string]any{"api_port": 6443}))
-	e.waitFor("old.style", 2*time.Minute, "Ready", isReady)
+	// "tfc-victim-db-" plus the first five hex digits of sha256("victim.db")
+	// was the old short name of TerraformCluster victim.db.
+	sum := sha256.Sum256([]byte("victim.db"))
+	planted := "victim-db-" + hex.EncodeToString(sum[:])[:5]
+	e.create(e.localCloud(planted, e.newCluster(planted, false), map[string]any{"instances": 2}))
+	e.waitFor(planted, 2*time.Minute, "Ready", isReady)
 	m.Stop()
-	// What the earlier release left: state and durable inputs under the
-	// shortened names, owned by the object.
-	n := tfcNames("old.style")
+	victim := e.create(e.localCloud("victim.db", e.newCluster("victim-db", false), map[string]any{"instances": 1}))
 	secrets := plane.Kube.CoreV1().Secrets(e.ns)
-	owner := metav1.OwnerReference{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: tc.Name, UID: tc.UID}
-	for from, to := range map[string]string{n.State(): n.Legacy().State(), n.DurableInputs(): n.Legacy().DurableInputs()} {
-		sec, err := secrets.Get(ctx, from, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: to, Namespace: e.ns, Labels: sec.Labels, OwnerReferences: []metav1.OwnerReference{owner},
-			Annotations: map[string]string{"captf.io/encoding": sec.Annotations["captf.io/encoding"], "captf.io/sha256": sec.Annotations["captf.io/sha256"]}}, Data: sec.Data}
-		if _, err := secrets.Create(ctx, old, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := secrets.Patch(ctx, from, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := secrets.Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	// What module code can do through the runner API: label its own state
+	// with the victim's UID.
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, names.LabelObjectUID, victim.UID)
+	if _, err := secrets.Patch(ctx, tfcNames(planted).State(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	e.startManager()
-	e.setVars("old.style", map[string]any{"api_port": 6444})
-	e.waitFor("old.style", 2*time.Minute, "port 6444", func(tc *infrav1.TerraformCluster) bool {
-		return isReady(tc) && strings.Contains(string(tc.Status.Outputs["control_plane_endpoint"].Raw), "6444")
-	})
-	if findEvent(t, e.ns, "old.style", "StateMoved") == nil {
-		t.Error("no StateMoved event")
+	e.waitFor("victim.db", 2*time.Minute, "Ready", isReady)
+	lineage := func(name string) string {
+		store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames(name)}
+		b, err := store.Read(ctx)
+		if err != nil {
+			t.Fatalf("state of %s: %v", name, err)
+		}
+		var st struct{ Lineage string }
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Lineage
 	}
-	if n := e.stateOf("old.style").instances(); n != 1 {
-		t.Errorf("state holds %d instances, want 1", n)
+	if lineage("victim.db") == lineage(planted) {
+		t.Errorf("victim.db adopted the state of %s (lineage %s)", planted, lineage(planted))
 	}
-	if files := e.instanceFiles(); len(files) != 1 {
-		t.Errorf("instances %v, want the one", files)
+	if findEvent(t, e.ns, "victim.db", "StateMoved") != nil {
+		t.Error("a StateMoved event: the victim took up a planted state")
 	}
-	// Destroyed, nothing is left: old names included.
-	e.deleteTC("old.style", metav1.DeletePropagationBackground)
-	e.waitFor("old.style", 2*time.Minute, "destroyed", gone)
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return len(e.secrets()) == 0 && len(e.instanceFiles()) == 0, nil
-	})
-	if err != nil {
-		t.Errorf("left after the destroy: secrets %d, instances %v", len(e.secrets()), e.instanceFiles())
+	if n := e.stateOf("victim.db").instances(); n != 1 {
+		t.Errorf("victim.db's state holds %d instances, want its own 1", n)
+	}
+	if n := e.stateOf(planted).instances(); n != 2 {
+		t.Errorf("%s's state holds %d instances, want 2", planted, n)
 	}
 }
 

@@ -163,14 +163,6 @@ func TestSync(t *testing.T) {
 				wantEvents: []string{"Warning StateMissing"},
 				wantNoJob:  true,
 			},
-			"deleted, with the finalizer of an earlier release: it serves, and goes": {
-				obj: newObject(k, deleting, func(o engine.Object) {
-					o.SetFinalizers([]string{infrav1.LegacyFinalizers[k.finalizer]})
-				}),
-				capi:       k.capi,
-				wantWrites: []string{"update {res} prod", "delete leases {k}-prod-lock"},
-				wantNoJob:  true,
-			},
 			"deleted after an apply: destroy with the durable inputs": {
 				obj:     newObject(k, fin, deleting),
 				capi:    k.capi,

@@ -57,7 +57,6 @@ const (
 	ReasonAbandoned     = "Abandoned"
 	ReasonDestroyed     = "Destroyed"
 	ReasonRefreshFailed = "RefreshFailed"
-	ReasonStateMoved    = "StateMoved"
 )
 
 // Object is a Terraform* object the engine runs Terraform for.

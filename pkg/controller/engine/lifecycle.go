@@ -36,20 +36,6 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
 		return false, nil
 	}
-	legacy := infrav1.LegacyFinalizers[l.Finalizer]
-	if !deleting && slices.Contains(obj.GetFinalizers(), legacy) {
-		// The old name goes in the update that puts the new one on: the
-		// object is never without a finalizer of ours. (No finalizer can
-		// be added to an object being deleted: there the old one serves.)
-		finalizers := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == legacy })
-		if !slices.Contains(finalizers, l.Finalizer) {
-			finalizers = append(finalizers, l.Finalizer)
-		}
-		obj.SetFinalizers(finalizers)
-		if err := r.Update(ctx); err != nil {
-			return false, err
-		}
-	}
 	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
 	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
@@ -89,7 +75,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	if err != nil || !done {
 		return false, err
 	}
-	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer || f == legacy }))
+	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
 	return false, r.Update(ctx)
 }
 
@@ -126,5 +112,5 @@ func setBlockMove(obj Object, block bool) bool {
 // HoldsFinalizer tells whether obj carries finalizer, or the name an earlier
 // release gave it.
 func HoldsFinalizer(obj metav1.Object, finalizer string) bool {
-	return slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f == finalizer || f == infrav1.LegacyFinalizers[finalizer] })
+	return slices.Contains(obj.GetFinalizers(), finalizer)
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
@@ -201,14 +200,6 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 		}
 	}
 	present := head != nil && runner.HasState(head)
-	if !present {
-		if present, err = e.migrateLegacy(ctx, obj); err != nil {
-			return false, false, err
-		}
-		if present {
-			applied = true
-		}
-	}
 	if head != nil {
 		if name, ok := head.GetAnnotations()[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.GetLabels()[names.LabelKind] != n.Kind) {
 			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
@@ -252,64 +243,6 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
 	}
 	return true, applied, nil
-}
-
-// migrateLegacy moves the state an earlier release kept under a shortened
-// name (see names.Object.Legacy) to the object's own name, with its durable
-// inputs, under the state lock. Only a state recorded for this very object
-// (its UID) moves: under the old names another object could share it.
-func (e *Engine) migrateLegacy(ctx context.Context, obj Object) (bool, error) {
-	n := e.Names(obj)
-	legacy := n.Legacy()
-	if legacy.State() == n.State() {
-		return false, nil
-	}
-	secrets := e.Kube.CoreV1().Secrets(obj.GetNamespace())
-	old, err := secrets.Get(ctx, legacy.State(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if old.Labels[names.LabelObjectUID] != string(obj.GetUID()) {
-		return false, nil // another object's, or one that cannot be told apart
-	}
-	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder,
-		Labels: runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())}
-	if err := lock.Acquire(ctx, 0); err != nil {
-		return false, err
-	}
-	defer func() {
-		if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
-			klog.FromContext(ctx).Error(err, "Releasing the state lock after moving a state")
-		}
-	}()
-	store := e.stateStore(obj)
-	if err := store.Claim(ctx, restoreLockHolder, false); err != nil {
-		return false, err
-	}
-	src := &runner.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: legacy, MaxBytes: e.MaxStateBytes}
-	moved, err := store.CopyFrom(ctx, src)
-	if err != nil || !moved {
-		return false, err
-	}
-	if durable, err := secrets.Get(ctx, legacy.DurableInputs(), metav1.GetOptions{}); err == nil {
-		sec := runner.NewStateSecret(obj.GetNamespace(), n.DurableInputs(), n, names.SecretTypeDurableInput, store.Labels)
-		sec.Data = durable.Data
-		if _, err := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return false, err
-		}
-	} else if !apierrors.IsNotFound(err) {
-		return false, err
-	}
-	// The old Secrets stay until the object is destroyed or abandoned, as
-	// its backups: protected, and found by the object's labels.
-	if err := e.protectState(ctx, obj); err != nil {
-		return false, err
-	}
-	e.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonStateMoved, "Moved the state from %s, named by an earlier release, to %s", legacy.State(), n.State())
-	return true, nil
 }
 
 // protectState takes the owner references off obj's state Secrets and puts

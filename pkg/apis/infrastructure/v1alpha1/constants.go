@@ -41,14 +41,6 @@ const (
 	TerraformMachinePoolFinalizer = "infrastructure.cluster.x-k8s.io/terraformmachinepool"
 )
 
-// LegacyFinalizers are the names earlier releases used; objects that carry
-// one move to the new name in a single update.
-var LegacyFinalizers = map[string]string{
-	TerraformClusterFinalizer:     "terraformcluster.infrastructure.cluster.x-k8s.io",
-	TerraformMachineFinalizer:     "terraformmachine.infrastructure.cluster.x-k8s.io",
-	TerraformMachinePoolFinalizer: "terraformmachinepool.infrastructure.cluster.x-k8s.io",
-}
-
 // LabelRunnerServiceAccount on a ServiceAccount lets spec.jobs.serviceAccountName
 // name it.
 const LabelRunnerServiceAccount = "captf.io/runner"
