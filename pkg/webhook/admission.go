@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -142,12 +141,39 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return resp
 	}
-	if deletingMetadataOnly(req) {
+	errs, err := h.decide(ctx, kind, req)
+	if err == nil && deleting(req) {
 		// Finalizers must be able to go, and abandon to be set, even when
-		// a newer rule finds the object invalid.
-		return resp
+		// a newer rule finds the object invalid: what the object already
+		// broke does not block; every change is held to every rule.
+		var was field.ErrorList
+		if was, err = h.decide(ctx, kind, asUnchanged(req)); err == nil {
+			errs = newErrors(errs, was)
+		}
 	}
-	gk := schema.GroupKind{Group: infrav1.GroupName, Kind: kind}
+	var status apierrors.APIStatus
+	switch e := err.(type) {
+	case nil:
+	case *internalError:
+		status = apierrors.NewInternalError(e.error)
+	default:
+		status = apierrors.NewBadRequest(err.Error())
+	}
+	if status != nil {
+		return deny(resp, status)
+	}
+	if len(errs) > 0 {
+		return deny(resp, apierrors.NewInvalid(schema.GroupKind{Group: infrav1.GroupName, Kind: kind}, req.Name, errs))
+	}
+	return resp
+}
+
+// internalError is a failure to decide (an authorizer that did not
+// answer), not a bad request: fail closed, and the user retries.
+type internalError struct{ error }
+
+// decide runs every rule of kind on req.
+func (h *Handler) decide(ctx context.Context, kind string, req *admissionv1.AdmissionRequest) (field.ErrorList, error) {
 	var errs field.ErrorList
 	var err error
 	switch kind {
@@ -182,14 +208,14 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 			return errs
 		})
 	default:
-		return deny(resp, apierrors.NewBadRequest("unknown kind "+kind))
+		return nil, errors.New("unknown kind " + kind)
 	}
 	if err != nil {
-		return deny(resp, apierrors.NewBadRequest(err.Error()))
+		return nil, err
 	}
 	specs, err := specsOf(req.Object.Raw)
 	if err != nil {
-		return deny(resp, apierrors.NewBadRequest(err.Error()))
+		return nil, err
 	}
 	for _, s := range specs {
 		errs = append(errs, h.RunnerPods.Check(s.Jobs, s.path.Child("jobs"))...)
@@ -199,39 +225,47 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	}
 	refErrs, err := h.checkReferences(ctx, req, specs)
 	if err != nil {
-		// Fail closed: the API server reports it and the user retries.
-		return deny(resp, apierrors.NewInternalError(err))
+		return nil, &internalError{err}
 	}
-	errs = append(errs, refErrs...)
-	if len(errs) > 0 {
-		return deny(resp, apierrors.NewInvalid(gk, req.Name, errs))
-	}
-	return resp
+	return append(errs, refErrs...), nil
 }
 
-// deletingMetadataOnly tells an update of an object being deleted that
-// changes nothing but metadata.
-func deletingMetadataOnly(req *admissionv1.AdmissionRequest) bool {
+// deleting tells an update of an object being deleted.
+func deleting(req *admissionv1.AdmissionRequest) bool {
 	if req.Operation != admissionv1.Update {
 		return false
 	}
-	var obj, old struct {
+	var old struct {
 		Metadata struct {
 			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
 		} `json:"metadata"`
-		Spec json.RawMessage `json:"spec"`
 	}
-	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil {
-		return false
+	return json.Unmarshal(req.OldObject.Raw, &old) == nil && old.Metadata.DeletionTimestamp != nil
+}
+
+// asUnchanged is req as an update that writes the old object again: what
+// the rules find there, the object already had.
+func asUnchanged(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRequest {
+	same := req.DeepCopy()
+	same.Object = req.OldObject
+	return same
+}
+
+// newErrors are the errors of errs that was does not have: the same rule,
+// field and value.
+func newErrors(errs, was field.ErrorList) field.ErrorList {
+	key := func(e *field.Error) string { return fmt.Sprintf("%s\x00%s\x00%v", e.Type, e.Field, e.BadValue) }
+	had := map[string]bool{}
+	for _, e := range was {
+		had[key(e)] = true
 	}
-	if old.Metadata.DeletionTimestamp == nil {
-		return false
+	var out field.ErrorList
+	for _, e := range errs {
+		if !had[key(e)] {
+			out = append(out, e)
+		}
 	}
-	var spec, oldSpec any
-	if json.Unmarshal(obj.Spec, &spec) != nil || json.Unmarshal(old.Spec, &oldSpec) != nil {
-		return len(obj.Spec) == 0 && len(old.Spec) == 0
-	}
-	return reflect.DeepEqual(spec, oldSpec)
+	return out
 }
 
 func deny(resp *admissionv1.AdmissionResponse, err apierrors.APIStatus) *admissionv1.AdmissionResponse {

@@ -361,3 +361,60 @@ func TestTemplateReferencesNeedReadRights(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletingObjectsKeepTheRules (issue 30, item 8): an object being
+// deleted may lose its finalizers and be abandoned even when a newer rule
+// finds it invalid, but every change is held to every rule.
+func TestDeletingObjectsKeepTheRules(t *testing.T) {
+	h := &Handler{ManagerUser: managerUser}
+	deleted := func(m *infrav1.TerraformMachine, change func(*infrav1.TerraformMachine)) *infrav1.TerraformMachine {
+		now := metav1.Now()
+		m.DeletionTimestamp = &now
+		m.Finalizers = []string{infrav1.TerraformMachineFinalizer}
+		if change != nil {
+			change(m)
+		}
+		return m
+	}
+	// What a rule made after the object was admitted refuses: two module sources.
+	broken := func(m *infrav1.TerraformMachine) { m.Spec.Module.Source = "git::https://example.com/m.git" }
+	cases := []struct {
+		name     string
+		obj, old *infrav1.TerraformMachine
+		want     string // "" = allowed
+	}{
+		{"the finalizer goes though the spec breaks a newer rule",
+			deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) { broken(m); m.Finalizers = nil }), deleted(machine("local:///a"), broken), ""},
+		{"abandon is set", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+			m.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "true"}
+		}), deleted(machine("local:///a"), nil), ""},
+		{"a provider-ID holder is relabelled", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+			m.Labels["cluster.x-k8s.io/cluster-name"] = "victim"
+		}), deleted(machine("local:///a"), nil), "metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden"},
+		{"a restore annotation that names no backup", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+			m.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-victim-state"}
+		}), deleted(machine("local:///a"), nil), "captf.io/restore-state"},
+		{"an approval on a machine", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+			m.Annotations = map[string]string{infrav1.AnnotationApprovePlan: "0123456789abcdef"}
+		}), deleted(machine("local:///a"), nil), "machines and pools are never gated"},
+		{"an abandon value that is not a bool", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+			m.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "yes"}
+		}), deleted(machine("local:///a"), nil), `must be "true" or "false"`},
+		{"a new spec error", deleted(machine("local:///a"), broken), deleted(machine("local:///a"), nil), "exactly one of source, configMap or inline"},
+		{"the provider ID changes", deleted(machine("local:///b"), nil), deleted(machine("local:///a"), nil), "spec.providerID: Forbidden"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := request(admissionv1.Update, "tenant", tc.obj, tc.old)
+			resp := h.Admit(context.Background(), req.Kind.Kind, req)
+			switch {
+			case tc.want == "" && !resp.Allowed:
+				t.Errorf("refused: %s", resp.Result.Message)
+			case tc.want != "" && resp.Allowed:
+				t.Errorf("allowed, want %q", tc.want)
+			case tc.want != "" && !strings.Contains(resp.Result.Message, tc.want):
+				t.Errorf("message %q, want it to contain %q", resp.Result.Message, tc.want)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -328,4 +330,40 @@ func review(t *testing.T, m *framework.Manager, kind string, obj any) *admission
 		t.Fatalf("webhook answer (%d): %v", resp.StatusCode, err)
 	}
 	return out.Response
+}
+
+// TestDeletingObjectsKeepTheRules (issue 30, item 8): the webhook admitted
+// any metadata change of an object being deleted, so a tenant set restore
+// and approval annotations no rule had checked. An object being deleted
+// keeps every rule but what would hold its finalizers: they still go.
+func TestDeletingObjectsKeepTheRules(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManagerWithWebhook()
+	tn := e.newTenant()
+	// Paused: the manager leaves it alone while the test writes it.
+	tc := e.localCloud("going", e.newCluster("going", true), map[string]any{})
+	tc.Finalizers = []string{"example.com/hold"}
+	e.create(tc)
+	e.deleteTC("going", metav1.DeletePropagationBackground)
+	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	for key, value := range map[string]string{
+		infrav1.AnnotationRestoreState:          "tfc-someone-else-state",
+		infrav1.AnnotationApprovePlan:           "not-a-hash",
+		infrav1.AnnotationAbandonInfrastructure: "yes",
+	} {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value)
+		_, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%s on an object being deleted: %v, want refused naming the annotation", key, value, err)
+		}
+	}
+	// What deleting needs stays open: abandon, then the finalizers go.
+	if _, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, infrav1.AnnotationAbandonInfrastructure)), metav1.PatchOptions{}); err != nil {
+		t.Errorf("abandon of an object being deleted: %v", err)
+	}
+	if _, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("removing the finalizers: %v", err)
+	}
+	e.waitFor("going", time.Minute, "gone", gone)
 }
