@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -550,5 +551,73 @@ func TestLongNameThroughRunnerAPI(t *testing.T) {
 	}
 	if n := e.stateOf(name).instances(); n != 1 {
 		t.Errorf("%d instances in the state, want 1", n)
+	}
+}
+
+// lateSensitiveModule prints its input when it is destroyed: a destroy runs
+// with the durable inputs, the last apply's.
+const lateSensitiveModule = `
+variable "captf_cluster_name" { type = string }
+variable "captf_name" { type = string }
+variable "token" { type = string }
+
+resource "terraform_data" "uses" {
+  input = var.token
+  provisioner "local-exec" {
+    when    = destroy
+    command = "echo destroying with ${self.input}"
+  }
+}
+`
+
+// TestLateSensitiveFlag (issue 30, item 9): a variable marked sensitive
+// after its object was applied changed no inputs hash, so no run carried
+// the new list to the durable inputs, and the destroy printed the value.
+// What is sensitive is part of the inputs: marking one applies again, and
+// every later run hides it.
+func TestLateSensitiveFlag(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	const canary = "canary-late-5a3c"
+	value, _ := json.Marshal(canary)
+	tc := &infrav1.TerraformCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: e.ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "late"},
+			// Held after CAPTF's finalizer goes: its destroy Job and pod stay to be read.
+			Finalizers:      []string{"example.com/hold"},
+			OwnerReferences: []metav1.OwnerReference{clusterOwnerRef(e.newCluster("late", false))}},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: lateSensitiveModule},
+			Variables: []infrav1.Variable{{Name: "token", Value: &runtime.RawExtension{Raw: value}}}}},
+	}
+	e.create(tc)
+	first := e.waitFor("late", 2*time.Minute, "Ready", isReady).Status.AppliedInputsHash
+	e.update("late", func(tc *infrav1.TerraformCluster) { tc.Spec.Variables[0].Sensitive = true })
+	e.waitFor("late", 2*time.Minute, "applied with the sensitive flag", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Status.AppliedInputsHash != first
+	})
+	e.deleteTC("late", metav1.DeletePropagationBackground)
+	e.waitFor("late", 2*time.Minute, "destroyed", func(tc *infrav1.TerraformCluster) bool {
+		return tc != nil && !slices.Contains(tc.Finalizers, infrav1.TerraformClusterFinalizer)
+	})
+	destroys := e.jobs("destroy")
+	if len(destroys) != 1 {
+		t.Fatalf("%d destroy Jobs, want 1", len(destroys))
+	}
+	pods, err := plane.Kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + destroys[0].Name})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("the destroy Job's pods: %v (%d)", err, len(pods.Items))
+	}
+	logs, err := executor.Logs(e.ns, pods.Items[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs, "destroying with") {
+		t.Fatalf("the destroy did not print where the test looks: the test proves nothing:\n%s", tail(logs, 2000))
+	}
+	if strings.Contains(logs, canary) {
+		t.Errorf("the destroy's log shows the value marked sensitive after the apply:\n%s", tail(logs, 2000))
+	}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Patch(ctx, "late", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

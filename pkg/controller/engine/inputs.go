@@ -25,7 +25,9 @@ type Inputs struct {
 	// Variables is terraform.tfvars.json: CAPTF's captf_* inputs and the
 	// user's variables.
 	Variables []byte
-	// Hash covers the module and the variables: a change of either applies.
+	// Hash covers the module, the variables and which are sensitive: a
+	// change of any applies, so the durable inputs that destroy, drift and
+	// refresh runs read keep up with it.
 	Hash string
 	// Sensitive names the variables whose values the runner keeps out of
 	// its log and reports: marked sensitive, or read from a Secret.
@@ -123,6 +125,12 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 	h.Write(module)
 	h.Write([]byte{0})
 	h.Write(in.Variables)
+	if len(in.Sensitive) > 0 {
+		// Only when some are: hashes of inputs without any stay as they were.
+		sensitive, _ := json.Marshal(in.Sensitive)
+		h.Write([]byte{0})
+		h.Write(sensitive)
+	}
 	in.Hash = hex.EncodeToString(h.Sum(nil))[:16]
 	return in, nil
 }
@@ -140,7 +148,7 @@ func (in *Inputs) SecretData() map[string][]byte {
 // HashSecretData hashes stored inputs (a durable-inputs Secret) as Render does.
 func HashSecretData(data map[string][]byte) string {
 	h := sha256.New()
-	for _, k := range []string{runner.KeyModule, runner.KeyVariables} { // what Render hashes
+	for _, k := range []string{runner.KeyModule, runner.KeyVariables, runner.KeySensitive} { // what Render hashes
 		if _, ok := data[k]; !ok {
 			continue
 		}

@@ -115,6 +115,17 @@ func TestRender(t *testing.T) {
 	if a.Hash == c.Hash {
 		t.Error("a changed value kept the hash")
 	}
+	// Marked sensitive late (issue 30, item 9): the next apply must carry
+	// the new list to the durable inputs, so the hash changes.
+	secret := ws(val("a", "1"), val("b", "2"))
+	secret.Variables[1].Sensitive = true
+	d, _ := Render(ctx, client, "ns", secret, nil)
+	if a.Hash == d.Hash {
+		t.Error("marking a variable sensitive kept the hash")
+	}
+	if got := HashSecretData(d.SecretData()); got == HashSecretData(a.SecretData()) {
+		t.Error("stored inputs that differ in what is sensitive hash alike")
+	}
 }
 
 func TestBackoff(t *testing.T) {
