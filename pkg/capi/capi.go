@@ -48,6 +48,10 @@ type Kind struct {
 	// BootstrapDataSecretPath is the path of the bootstrap data Secret's
 	// name; nil for a Cluster.
 	BootstrapDataSecretPath []string
+	// BootstrapConfigRefPath is the path of the reference to the bootstrap
+	// config (KubeadmConfig and the like) whose provider writes the
+	// bootstrap data Secret; nil for a Cluster.
+	BootstrapConfigRefPath []string
 	// ClusterNamePath is the path of the name of the owner's Cluster; nil
 	// for a Cluster.
 	ClusterNamePath []string
@@ -57,9 +61,11 @@ type Kind struct {
 var (
 	Cluster = Kind{Kind: "Cluster", Resource: resource("clusters"), InfrastructureRefPath: []string{"spec", "infrastructureRef"}}
 	Machine = Kind{Kind: "Machine", Resource: resource("machines"), InfrastructureRefPath: []string{"spec", "infrastructureRef"},
-		BootstrapDataSecretPath: []string{"spec", "bootstrap", "dataSecretName"}, ClusterNamePath: []string{"spec", "clusterName"}}
+		BootstrapDataSecretPath: []string{"spec", "bootstrap", "dataSecretName"}, BootstrapConfigRefPath: []string{"spec", "bootstrap", "configRef"},
+		ClusterNamePath: []string{"spec", "clusterName"}}
 	MachinePool = Kind{Kind: "MachinePool", Resource: resource("machinepools"), InfrastructureRefPath: []string{"spec", "template", "spec", "infrastructureRef"},
-		BootstrapDataSecretPath: []string{"spec", "template", "spec", "bootstrap", "dataSecretName"}, ClusterNamePath: []string{"spec", "clusterName"}}
+		BootstrapDataSecretPath: []string{"spec", "template", "spec", "bootstrap", "dataSecretName"}, BootstrapConfigRefPath: []string{"spec", "template", "spec", "bootstrap", "configRef"},
+		ClusterNamePath: []string{"spec", "clusterName"}}
 )
 
 func resource(name string) schema.GroupVersionResource {
@@ -84,6 +90,19 @@ func (k Kind) BootstrapData(o *unstructured.Unstructured) string {
 	}
 	name, _, _ := unstructured.NestedString(o.Object, k.BootstrapDataSecretPath...)
 	return name
+}
+
+// BootstrapConfig is the group, kind and name of o's bootstrap config, if
+// its spec names one.
+func (k Kind) BootstrapConfig(o *unstructured.Unstructured) (group, kind, name string, ok bool) {
+	if k.BootstrapConfigRefPath == nil {
+		return "", "", "", false
+	}
+	ref, _, _ := unstructured.NestedStringMap(o.Object, k.BootstrapConfigRefPath...)
+	if ref["kind"] == "" || ref["name"] == "" {
+		return "", "", "", false
+	}
+	return ref["apiGroup"], ref["kind"], ref["name"], true
 }
 
 // ClusterName is the name of o's Cluster as o's spec gives it.
@@ -148,12 +167,14 @@ var cachedFields = [][]string{
 	{"spec", "infrastructureRef"},
 	{"spec", "clusterName"},
 	{"spec", "bootstrap", "dataSecretName"},
+	{"spec", "bootstrap", "configRef"},
 	{"spec", "version"},
 	{"spec", "failureDomain"},
 	{"spec", "replicas"},
 	{"spec", "failureDomains"},
 	{"spec", "template", "spec", "infrastructureRef"},
 	{"spec", "template", "spec", "bootstrap", "dataSecretName"},
+	{"spec", "template", "spec", "bootstrap", "configRef"},
 	{"spec", "template", "spec", "version"},
 	{"status", "initialization", "infrastructureProvisioned"},
 	{"status", "initialization", "controlPlaneInitialized"},

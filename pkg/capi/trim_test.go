@@ -25,7 +25,8 @@ func TestTrim(t *testing.T) {
 			"status": map[string]any{"initialization": map[string]any{"infrastructureProvisioned": true, "controlPlaneInitialized": true}, "conditions": conditions}}},
 		"machine": {Object: map[string]any{"apiVersion": Group + "/" + Version, "kind": "Machine", "metadata": meta("m"),
 			"spec": map[string]any{"clusterName": "c", "version": "v1.34.0", "failureDomain": "a", "infrastructureRef": ref,
-				"bootstrap": map[string]any{"dataSecretName": "boot", "configRef": map[string]any{"name": "x"}}},
+				"bootstrap": map[string]any{"dataSecretName": "boot", "configRef": map[string]any{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "x"}},
+				"minReadySeconds": int64(5)},
 			"status": map[string]any{"conditions": conditions, "nodeRef": map[string]any{"name": "n"}}}},
 		"pool": {Object: map[string]any{"apiVersion": Group + "/" + Version, "kind": "MachinePool", "metadata": meta("p"),
 			"spec": map[string]any{"clusterName": "c", "replicas": int64(3), "failureDomains": []any{"a", "b"},
@@ -37,7 +38,8 @@ func TestTrim(t *testing.T) {
 		k := map[string]Kind{"Cluster": Cluster, "Machine": Machine, "MachinePool": MachinePool}[u.GetKind()]
 		ref, ok := k.InfrastructureRef(u, "infrastructure.cluster.x-k8s.io", "TerraformMachine")
 		why, paused := Paused(u, u, u.GetKind())
-		return []any{ref, ok, k.BootstrapData(u), k.ClusterName(u), why, paused, InfrastructureProvisioned(u), ControlPlaneInitialized(u),
+		cfgGroup, cfgKind, cfgName, cfgOK := k.BootstrapConfig(u)
+		return []any{ref, ok, k.BootstrapData(u), cfgGroup, cfgKind, cfgName, cfgOK, k.ClusterName(u), why, paused, InfrastructureProvisioned(u), ControlPlaneInitialized(u),
 			IsControlPlane(u), MachineVersion(u), MachineFailureDomain(u), PoolReplicas(u), PoolVersion(u), PoolFailureDomains(u),
 			u.GetName(), u.GetNamespace(), u.GetUID(), u.GetLabels(), u.GetAnnotations()}
 	}
@@ -58,7 +60,7 @@ func TestTrim(t *testing.T) {
 			if len(trimmed.GetManagedFields()) > 0 {
 				t.Error("managedFields kept")
 			}
-			if _, found, _ := unstructured.NestedFieldNoCopy(trimmed.Object, "spec", "bootstrap", "configRef"); found {
+			if _, found, _ := unstructured.NestedFieldNoCopy(trimmed.Object, "spec", "minReadySeconds"); found {
 				t.Error("an unread field kept")
 			}
 		})

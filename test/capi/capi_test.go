@@ -243,7 +243,7 @@ var machinesGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version
 func machine(t *testing.T, ns, root, instances string) {
 	ctx := context.Background()
 	const bootstrap = "#cloud-config\nruncmd: [echo hello]\n"
-	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "worker-bootstrap"},
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "worker-bootstrap", Labels: map[string]string{infrav1.LabelBootstrapData: "true"}},
 		Data: map[string][]byte{"value": []byte(bootstrap), "format": []byte("cloud-config")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestMoveNeverDestroys(t *testing.T) {
 		Spec:       infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: read("local-machine")}, Variables: variables}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot"},
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot", Labels: map[string]string{infrav1.LabelBootstrapData: "true"}},
 		Data: map[string][]byte{"value": []byte("#cloud-config")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

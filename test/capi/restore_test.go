@@ -162,7 +162,7 @@ func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, i
 			WorkspaceSpec: infrav1.WorkspaceSpec{Module: module("local-machine"), Variables: variables[:1]}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cp.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "dr-boot"},
+	if _, err := cp.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "dr-boot", Labels: map[string]string{infrav1.LabelBootstrapData: "true"}},
 		Data: map[string][]byte{"value": []byte("#cloud-config\n")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestWorkloadCluster(t *testing.T) {
 	tl := startTimeline(t, ns, workload)
 
 	const bootstrap = "#cloud-config\n"
-	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot"},
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot", Labels: map[string]string{infrav1.LabelBootstrapData: "true"}},
 		Data: map[string][]byte{"value": []byte(bootstrap)}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

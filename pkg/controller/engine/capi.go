@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
@@ -57,16 +59,31 @@ func exports(tc *infrav1.TerraformCluster) map[string]json.RawMessage {
 	return exports
 }
 
-// ReasonBootstrapDataUnavailable: the bootstrap data Secret cannot be read.
-const ReasonBootstrapDataUnavailable = "BootstrapDataUnavailable"
+// Ready reasons of bootstrap data that cannot be read.
+const (
+	// ReasonBootstrapDataUnavailable: the bootstrap data Secret cannot be read.
+	ReasonBootstrapDataUnavailable = "BootstrapDataUnavailable"
+	// ReasonBootstrapDataNotAllowed: the owner names a bootstrap data
+	// Secret that was not made for it.
+	ReasonBootstrapDataNotAllowed = "BootstrapDataNotAllowed"
+)
 
-// bootstrapInputs reads a bootstrap data Secret (keys value and format, as
-// Cluster API's bootstrap providers write it) into captf_bootstrap_data and
-// captf_bootstrap_format.
-func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, namespace, secret string, inputs map[string]any) error {
-	sec, err := kube.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
+// bootstrapInputs reads the bootstrap data Secret of owner (a Machine or
+// MachinePool of kind; keys value and format, as Cluster API's bootstrap
+// providers write it) into captf_bootstrap_data and captf_bootstrap_format,
+// when the Secret was made for owner (madeFor).
+func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, kind capi.Kind, owner *unstructured.Unstructured, inputs map[string]any) error {
+	name := kind.BootstrapData(owner)
+	sec, err := kube.CoreV1().Secrets(owner.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return &InputError{Reason: ReasonBootstrapDataUnavailable, Message: fmt.Sprintf("reading bootstrap data Secret %s: %v", secret, err)}
+		return &InputError{Reason: ReasonBootstrapDataUnavailable, Message: fmt.Sprintf("reading bootstrap data Secret %s: %v", name, err)}
+	}
+	if !madeFor(sec, kind, owner) {
+		return &InputError{Reason: ReasonBootstrapDataNotAllowed, Message: fmt.Sprintf(
+			"%s %s names bootstrap data Secret %s (%s), which was not made for it: CAPTF reads bootstrap data only from a Secret controlled by the %s or by its bootstrap config (%s), "+
+				"or one labelled %s=true by someone who may write Secrets. Point %s at the Secret its bootstrap provider wrote, or label the Secret if it is meant as bootstrap data.",
+			kind.Kind, owner.GetName(), name, strings.Join(kind.BootstrapDataSecretPath, "."), kind.Kind, strings.Join(kind.BootstrapConfigRefPath, "."),
+			infrav1.LabelBootstrapData, strings.Join(kind.BootstrapDataSecretPath, "."))}
 	}
 	format := string(sec.Data["format"])
 	if format == "" {
@@ -75,4 +92,36 @@ func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, namespace, 
 	inputs["captf_bootstrap_data"] = string(sec.Data["value"])
 	inputs["captf_bootstrap_format"] = format
 	return nil
+}
+
+// madeFor tells whether sec is bootstrap data made for owner: whoever may
+// create Machines must not make CAPTF read any Secret of the namespace (the
+// cluster's kubeconfig, another cluster's bootstrap data with its CA keys).
+// A Secret is made for owner when its controller is owner itself, or the
+// bootstrap config owner names (as kubeadm's provider writes it) and it
+// belongs to owner's Cluster; or when someone who may write Secrets
+// labelled it as bootstrap data.
+func madeFor(sec *corev1.Secret, kind capi.Kind, owner *unstructured.Unstructured) bool {
+	if sec.Labels[infrav1.LabelBootstrapData] == "true" {
+		return true
+	}
+	ref := metav1.GetControllerOfNoCopy(sec)
+	if ref == nil {
+		return false
+	}
+	group := ref.APIVersion
+	if i := strings.Index(group, "/"); i >= 0 {
+		group = group[:i]
+	} else {
+		group = "" // the core group
+	}
+	if ref.Kind == kind.Kind && group == capi.Group && ref.Name == owner.GetName() && ref.UID == owner.GetUID() {
+		return true
+	}
+	cfgGroup, cfgKind, cfgName, ok := kind.BootstrapConfig(owner)
+	if !ok || ref.Kind != cfgKind || ref.Name != cfgName || group != cfgGroup {
+		return false
+	}
+	cluster, labelled := sec.Labels[capi.ClusterNameLabel]
+	return !labelled || cluster == kind.ClusterName(owner)
 }

@@ -325,8 +325,8 @@ func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
 	}
 	if s.Owner != nil && c.kind.Inputs != nil {
 		c.kind.Inputs(s.Owner, inputs)
-		if name := c.kind.Owner.BootstrapData(s.Owner); name != "" {
-			if err := bootstrapInputs(ctx, c.engine.Kube, obj.GetNamespace(), name, inputs); err != nil {
+		if c.kind.Owner.BootstrapData(s.Owner) != "" {
+			if err := bootstrapInputs(ctx, c.engine.Kube, c.kind.Owner, s.Owner, inputs); err != nil {
 				return nil, err
 			}
 		}

@@ -104,7 +104,9 @@ func readyCluster(name string) *unstructured.Unstructured {
 		"infrastructureProvisioned": true, "controlPlaneInitialized": true}})
 }
 
-var bootstrapData = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "ns"}, Data: map[string][]byte{"value": []byte("#cloud-config")}}
+// bootstrapData is a plain Secret its writer labelled as bootstrap data.
+var bootstrapData = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: "ns", Labels: map[string]string{infrav1.LabelBootstrapData: "true"}},
+	Data: map[string][]byte{"value": []byte("#cloud-config")}}
 
 var clusterLabel = map[string]string{capi.ClusterNameLabel: "work"}
 

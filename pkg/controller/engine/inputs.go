@@ -64,8 +64,10 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		in.Module.Files = maps.Clone(cm.Data)
 	}
 	vars := map[string]json.RawMessage{}
-	if _, ok := captf["captf_bootstrap_data"]; ok {
-		in.Sensitive = append(in.Sensitive, "captf_bootstrap_data") // from the bootstrap Secret
+	for _, name := range []string{"captf_bootstrap_data", "captf_bootstrap_format"} { // from the bootstrap Secret
+		if _, ok := captf[name]; ok {
+			in.Sensitive = append(in.Sensitive, name)
+		}
 	}
 	for k, v := range captf {
 		b, err := json.Marshal(v)

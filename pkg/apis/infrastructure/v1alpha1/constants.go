@@ -41,6 +41,12 @@ const (
 	TerraformMachinePoolFinalizer = "infrastructure.cluster.x-k8s.io/terraformmachinepool"
 )
 
+// LabelBootstrapData ("true") on a Secret, set by someone who may write
+// Secrets, lets any Machine or MachinePool of its namespace name it as its
+// bootstrap data; without it CAPTF reads only a bootstrap data Secret
+// controlled by the Machine (or pool) or by its bootstrap config.
+const LabelBootstrapData = "captf.io/bootstrap-data"
+
 // LabelRunnerServiceAccount on a ServiceAccount lets spec.jobs.serviceAccountName
 // name it.
 const LabelRunnerServiceAccount = "captf.io/runner"

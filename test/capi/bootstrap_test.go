@@ -1,0 +1,143 @@
+package capi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+)
+
+// stealModule hands its bootstrap data on in a form redaction does not
+// match: what a tenant writes to read a Secret through a Machine.
+const stealModule = `
+variable "captf_name" { type = string }
+variable "captf_bootstrap_data" { type = string }
+output "provider_id" { value = "local:///${var.captf_name}" }
+output "addresses" { value = [{ type = "InternalIP", address = "10.0.0.9" }] }
+output "loot" { value = base64encode(var.captf_bootstrap_data) }
+`
+
+// TestBootstrapSecretMustBeMadeForTheMachine (issue 30, item 1): CAPTF read
+// whatever Secret a Machine's spec.bootstrap.dataSecretName named and gave
+// its value to the module: a tenant who may create Machines pointed one at
+// the cluster's admin kubeconfig and output it. Bootstrap data is read
+// only from a Secret made for the Machine: controlled by it or by its
+// bootstrap config, or labelled as bootstrap data by a writer of Secrets.
+func TestBootstrapSecretMustBeMadeForTheMachine(t *testing.T) {
+	ctx := context.Background()
+	root, capiMgr := setup(t)
+	ns := "bootstrap"
+	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	instances := t.TempDir()
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: ns},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: string(module)},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "work", "namespace": ns},
+		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "work"}}}}
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// What a control-plane provider writes; the tenant may not read it.
+	const kubeconfig = "canary-admin-kubeconfig-51c0"
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "work-kubeconfig",
+		Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}}, Data: map[string][]byte{"value": []byte(kubeconfig)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// newMachine makes a control-plane Machine (it waits for no other) and
+	// its TerraformMachine running stealModule.
+	newMachine := func(name, secret string) *unstructured.Unstructured {
+		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
+			Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: stealModule}}}}
+		if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		m := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work", "cluster.x-k8s.io/control-plane": ""}},
+			"spec": map[string]any{"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": secret},
+				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": name}}}}
+		created, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(ctx, m, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return created
+	}
+	waitMachine := func(name, what string, ok func(*infrav1.TerraformMachine) bool) *infrav1.TerraformMachine {
+		var tm *infrav1.TerraformMachine
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			tm, err = plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && ok(tm), nil
+		})
+		if err != nil {
+			var conds []metav1.Condition
+			if tm != nil {
+				conds = tm.Status.Conditions
+			}
+			t.Fatalf("TerraformMachine %s never %s: %v\nconditions %+v\ncapi log:\n%s", name, what, err, conds, capiMgr.Logs(20))
+		}
+		return tm
+	}
+	readyReason := func(tm *infrav1.TerraformMachine) string {
+		if c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady); c != nil {
+			return c.Reason
+		}
+		return ""
+	}
+
+	// The tenant's Machine names the kubeconfig: refused, and no Job.
+	newMachine("thief", "work-kubeconfig")
+	tm := waitMachine("thief", "refused", func(tm *infrav1.TerraformMachine) bool {
+		return readyReason(tm) != "" && !strings.HasPrefix(readyReason(tm), "WaitingFor")
+	})
+	if got := readyReason(tm); got != "BootstrapDataNotAllowed" {
+		c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady)
+		t.Errorf("a Machine naming the cluster's kubeconfig: Ready %s (%s), want BootstrapDataNotAllowed; outputs %v", got, c.Message, tm.Status.Outputs)
+	}
+	jobs, err := plane.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=thief"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) > 0 {
+		t.Errorf("Jobs made for the thief: %d", len(jobs.Items))
+	}
+	for k, v := range tm.Status.Outputs {
+		if strings.Contains(string(v.Raw), "Y2FuYXJ5") { // base64 of "canary"
+			t.Errorf("status.outputs[%s] holds the kubeconfig: %s", k, v.Raw)
+		}
+	}
+
+	// A Secret controlled by its Machine, as a bootstrap provider makes it, is read.
+	own := newMachine("owned", "owned-bootstrap")
+	yes := true
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "owned-bootstrap",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "owned", UID: own.GetUID(), Controller: &yes}}},
+		Data: map[string][]byte{"value": []byte("#cloud-config\n")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tm = waitMachine("owned", "provisioned", func(tm *infrav1.TerraformMachine) bool { return tm.Spec.ProviderID != "" })
+	if got := string(tm.Status.Outputs["loot"].Raw); got != `"I2Nsb3VkLWNvbmZpZwo="` {
+		t.Errorf("the module's view of its own bootstrap data: %s", got)
+	}
+}
