@@ -297,6 +297,11 @@ func TestReferencesNeedReadRights(t *testing.T) {
 		tc.Spec.Jobs = &infrav1.JobPolicy{EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: envFromSecret}}}}}
 		return tc
 	}
+	withKey := func(tc *infrav1.TerraformCluster, secret, key string) *infrav1.TerraformCluster {
+		tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "w", ValueFrom: &infrav1.VariableSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}})
+		return tc
+	}
 	tests := map[string]struct {
 		user     string
 		obj, old *infrav1.TerraformCluster
@@ -309,6 +314,12 @@ func TestReferencesNeedReadRights(t *testing.T) {
 		"an update that keeps a reference": {user: "alice", obj: withRefs("db", "mine", "module"), old: withRefs("db", "mine", "module")},
 		"an update that adds one":          {user: "alice", obj: withRefs("db", "mine", "module"), old: withRefs("mine", "mine", "module"), want: []string{`alice may not get Secret "db"`}},
 		"Cluster API's controller":         {user: "capi-controller", obj: withRefs("db", "db", "other")},
+		// Issue 30, item 5: a reference is a key, not a Secret.
+		"another key of a Secret it kept": {user: "alice", obj: withKey(withRefs("db", "mine", "module"), "db", "admin-password"), old: withRefs("db", "mine", "module"),
+			want: []string{`spec.variables[1].valueFrom.secretKeyRef: Forbidden: alice may not get Secret "db"`}},
+		"a key of a Secret whose every key it had": {user: "alice", obj: withKey(withRefs("mine", "db", "module"), "db", "admin-password"), old: withRefs("mine", "db", "module")},
+		"every key of a Secret it had one key of": {user: "alice", obj: withRefs("db", "db", "module"), old: withRefs("db", "mine", "module"),
+			want: []string{`spec.jobs.envFrom[0].secretRef: Forbidden: alice may not get Secret "db"`}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

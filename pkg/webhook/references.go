@@ -24,35 +24,37 @@ type reference struct {
 	path     *field.Path
 	resource string // secrets or configmaps
 	name     string
+	key      string // "" for every key (envFrom, the module ConfigMap)
 }
 
 // checkReferences refuses a create or update that adds a reference to a
 // Secret or ConfigMap the requesting user may not read: CAPTF would read it
-// on their behalf. References the object already had are not checked
-// again, so others (Cluster API's controllers, the manager) can keep
-// writing it.
+// on their behalf. A reference is a key of the object (or every key): one
+// the object already had is not checked again, so others (Cluster API's
+// controllers, the manager) can keep writing it, but another key of the
+// same Secret is a new reference.
 func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.AdmissionRequest, specs []objectSpec) (field.ErrorList, error) {
 	if h.Authorize == nil {
 		return nil, nil
 	}
 	refs := references(specs)
-	had := map[[2]string]bool{}
+	had := map[[3]string]bool{} // resource, name, key
 	if req.Operation == admissionv1.Update {
 		oldSpecs, err := specsOf(req.OldObject.Raw)
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range references(oldSpecs) {
-			had[[2]string{r.resource, r.name}] = true
+			had[[3]string{r.resource, r.name, r.key}] = true
 		}
 	}
 	var errs field.ErrorList
 	checked := map[[2]string]string{} // "" allowed, else why not
 	for _, r := range refs {
-		key := [2]string{r.resource, r.name}
-		if had[key] {
-			continue
+		if had[[3]string{r.resource, r.name, r.key}] || had[[3]string{r.resource, r.name, ""}] {
+			continue // that key, or every key, was there
 		}
+		key := [2]string{r.resource, r.name}
 		why, done := checked[key]
 		if !done {
 			ok, reason, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: req.Namespace, Verb: "get", Resource: r.resource, Name: r.name})
@@ -87,15 +89,15 @@ func singular(resource string) string {
 // envFrom, in spec, spec.defaults and a template's spec.template.spec.
 func references(specs []objectSpec) []reference {
 	var refs []reference
-	add := func(path *field.Path, resource, name string) {
-		refs = append(refs, reference{path, resource, name})
+	add := func(path *field.Path, resource, name, key string) {
+		refs = append(refs, reference{path, resource, name, key})
 	}
 	keyRefs := func(path *field.Path, secret *corev1.SecretKeySelector, configMap *corev1.ConfigMapKeySelector) {
 		if secret != nil {
-			add(path.Child("secretKeyRef"), "secrets", secret.Name)
+			add(path.Child("secretKeyRef"), "secrets", secret.Name, secret.Key)
 		}
 		if configMap != nil {
-			add(path.Child("configMapKeyRef"), "configmaps", configMap.Name)
+			add(path.Child("configMapKeyRef"), "configmaps", configMap.Name, configMap.Key)
 		}
 	}
 	jobRefs := func(path *field.Path, j *infrav1.JobPolicy) {
@@ -110,16 +112,16 @@ func references(specs []objectSpec) []reference {
 		for i, e := range j.EnvFrom {
 			p := path.Child("envFrom").Index(i)
 			if e.SecretRef != nil {
-				add(p.Child("secretRef"), "secrets", e.SecretRef.Name)
+				add(p.Child("secretRef"), "secrets", e.SecretRef.Name, "")
 			}
 			if e.ConfigMapRef != nil {
-				add(p.Child("configMapRef"), "configmaps", e.ConfigMapRef.Name)
+				add(p.Child("configMapRef"), "configmaps", e.ConfigMapRef.Name, "")
 			}
 		}
 	}
 	for _, s := range specs {
 		if s.Module.ConfigMap != nil {
-			add(s.path.Child("module", "configMap", "name"), "configmaps", s.Module.ConfigMap.Name)
+			add(s.path.Child("module", "configMap", "name"), "configmaps", s.Module.ConfigMap.Name, "")
 		}
 		for i, v := range s.Variables {
 			if v.ValueFrom != nil {

@@ -621,3 +621,53 @@ func TestLateSensitiveFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReferenceKeysAreChecked (issue 30, item 5): a reference the object
+// already had was not checked again, keyed by the Secret alone, so a
+// tenant who may not read a Secret added a variable reading another key of
+// it. Each new (Secret, key) is checked; a kept one is not.
+func TestReferenceKeysAreChecked(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManagerWithWebhook()
+	tn := e.newTenant()
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Data: map[string][]byte{"user": []byte("app"), "admin-password": []byte("canary-admin-9f2a")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fromDB := func(name, key string) infrav1.Variable {
+		return infrav1.Variable{Name: name, ValueFrom: &infrav1.VariableSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: key}}}
+	}
+	// The namespace's admin gives the cluster the user name; paused, it runs nothing.
+	tc := e.localCloud("keys", e.newCluster("keys", true), map[string]any{})
+	tc.Spec.Variables = append(tc.Spec.Variables, fromDB("db_user", "user"))
+	e.create(tc)
+	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	update := func(change func(*infrav1.TerraformCluster)) error {
+		cur, err := tcs.Get(ctx, "keys", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(cur)
+		_, err = tcs.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}
+	err := update(func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Variables = append(tc.Spec.Variables, fromDB("db_admin", "admin-password"))
+	})
+	if err == nil || !strings.Contains(err.Error(), `may not get Secret "db"`) {
+		t.Errorf("the tenant adds another key of a Secret the object reads: %v, want refused", err)
+	}
+	// Every key of it at once, through envFrom: refused as well.
+	err = update(func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Jobs.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
+	})
+	if err == nil || !strings.Contains(err.Error(), `may not get Secret "db"`) {
+		t.Errorf("the tenant adds every key of it through envFrom: %v, want refused", err)
+	}
+	// What the object had stays writable for the tenant.
+	if err := update(func(tc *infrav1.TerraformCluster) { tc.Labels["team"] = "a" }); err != nil {
+		t.Errorf("an update that keeps the reference: %v", err)
+	}
+}
