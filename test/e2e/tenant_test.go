@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -480,20 +481,7 @@ func TestCustomRunnerServiceAccount(t *testing.T) {
 func TestApproverWriterSplit(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "approval-policy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		resource := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[o.GetKind()]
-		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
-		if _, err := plane.Dynamic.Resource(gvr).Create(ctx, o, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = plane.Dynamic.Resource(gvr).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
-		})
-	}
+	installApprovalPolicy(t)
 	tn := e.newTenant()
 	e.create(e.localCloud("gated", nil, map[string]any{}))
 	attempt := 0
@@ -508,7 +496,7 @@ func TestApproverWriterSplit(t *testing.T) {
 		return err
 	}
 	// The policy takes effect a moment after it is created.
-	err = waitAPI(func() error {
+	err := waitAPI(func() error {
 		if err := approve(); err == nil || !strings.Contains(err.Error(), "needs the verb approve on terraformclusters") {
 			return fmt.Errorf("a writer approves: %v", err)
 		}
@@ -519,18 +507,128 @@ func TestApproverWriterSplit(t *testing.T) {
 	}
 	// A writer may still change everything else.
 	e.update("gated", func(tc *infrav1.TerraformCluster) { tc.Labels["team"] = "a" })
-	approver := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "approver"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{infrav1.SchemeGroupVersion.Group}, Resources: []string{"terraformclusters"}, Verbs: []string{"approve"}}}}
-	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, approver, metav1.CreateOptions{}); err != nil {
+	e.grantApprove("terraformclusters")
+	if err := waitAPI(approve); err != nil {
+		t.Errorf("an approver approves: %v", err)
+	}
+}
+
+// installApprovalPolicy installs manifests/approval-policy for the test.
+// Tests that install it run one at a time: it is cluster-wide.
+func installApprovalPolicy(t *testing.T) {
+	ctx := context.Background()
+	objs, err := framework.Kustomize(filepath.Join(root, "manifests", "approval-policy"))
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range objs {
+		resource := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[o.GetKind()]
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+		if _, err := plane.Dynamic.Resource(gvr).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = plane.Dynamic.Resource(gvr).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+		})
+	}
+}
+
+// grantApprove gives the tenant the verb approve on resources.
+func (e *env) grantApprove(resources ...string) {
+	ctx := context.Background()
+	approver := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "approver"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{infrav1.SchemeGroupVersion.Group}, Resources: resources, Verbs: []string{"approve"}}}}
+	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, approver, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
 	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "approver"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "approver"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: e.ns}}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestApprovalPolicyGuardsThePolicy (issue 30, item 4): with the approval
+// policy installed, a writer without the verb approve switched
+// spec.approvalPolicy from Manual to Auto and the next plan applied
+// unapproved; and restore-state and abandon-infrastructure, which roll a
+// state back and leave infrastructure unmanaged, were open to any writer.
+// Each needs an approver now; removing them does not.
+func TestApprovalPolicyGuardsThePolicy(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	installApprovalPolicy(t)
+	tn := e.newTenant()
+	tc := e.localCloud("guarded", nil, map[string]any{})
+	tc.Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+	e.create(tc)
+	tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: e.ns},
+		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: "# nothing"}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, tm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitAPI(approve); err != nil {
-		t.Errorf("an approver approves: %v", err)
+	tcs, tms := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns), tn.captf.InfrastructureV1alpha1().TerraformMachines(e.ns)
+	patch := func(kind, name, body string) error {
+		var err error
+		if kind == "cluster" {
+			_, err = tcs.Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		} else {
+			_, err = tms.Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		}
+		return err
+	}
+	annotate := func(key, value string) string {
+		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value)
+	}
+	writes := []struct{ what, kind, name, body, refusal string }{
+		{"approvalPolicy Manual to Auto", "cluster", "guarded", `{"spec":{"approvalPolicy":null}}`, "changing spec.approvalPolicy needs the verb approve on terraformclusters"},
+		{"approvalPolicy Manual to Destructive", "cluster", "guarded", `{"spec":{"approvalPolicy":"Destructive"}}`, "changing spec.approvalPolicy needs the verb approve"},
+		{"a cluster's restore", "cluster", "guarded", annotate(infrav1.AnnotationRestoreState, "tfc-guarded-backup-20261201-000000"), "setting captf.io/restore-state needs the verb approve on terraformclusters"},
+		{"a cluster's abandon", "cluster", "guarded", annotate(infrav1.AnnotationAbandonInfrastructure, "true"), "setting captf.io/abandon-infrastructure needs the verb approve on terraformclusters"},
+		{"a machine's restore", "machine", "worker", annotate(infrav1.AnnotationRestoreState, "tfm-worker-backup-20261201-000000"), "setting captf.io/restore-state needs the verb approve on terraformmachines"},
+		{"a machine's abandon", "machine", "worker", annotate(infrav1.AnnotationAbandonInfrastructure, "true"), "setting captf.io/abandon-infrastructure needs the verb approve on terraformmachines"},
+	}
+	// The policy takes effect a moment after it is created.
+	err := waitAPI(func() error {
+		if err := patch("cluster", "guarded", `{"spec":{"approvalPolicy":null}}`); err == nil || !strings.Contains(err.Error(), "needs the verb approve") {
+			return fmt.Errorf("a writer changes the approval policy: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range writes {
+		if err := patch(w.kind, w.name, w.body); err == nil || !strings.Contains(err.Error(), w.refusal) {
+			t.Errorf("a writer sets %s: %v, want %q", w.what, err, w.refusal)
+		}
+	}
+	// Everything else stays a writer's.
+	if err := patch("cluster", "guarded", `{"metadata":{"labels":{"team":"a"}}}`); err != nil {
+		t.Errorf("a writer labels the cluster: %v", err)
+	}
+	e.grantApprove("terraformclusters", "terraformmachines")
+	for _, w := range writes {
+		if err := waitAPI(func() error { return patch(w.kind, w.name, w.body) }); err != nil {
+			t.Errorf("an approver sets %s: %v", w.what, err)
+		}
+	}
+	// Taking an annotation away grants nothing: open to writers (and to
+	// the manager, which removes a restore once done).
+	if err := plane.Kube.RbacV1().RoleBindings(e.ns).Delete(ctx, "approver", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = waitAPI(func() error {
+		if err := patch("machine", "worker", annotate(infrav1.AnnotationAbandonInfrastructure, "false")); err == nil {
+			return errors.New("the approver's right has not gone yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := patch("machine", "worker", fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, infrav1.AnnotationRestoreState, infrav1.AnnotationAbandonInfrastructure)); err != nil {
+		t.Errorf("a writer removes a machine's restore and abandon: %v", err)
 	}
 }
 
