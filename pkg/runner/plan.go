@@ -15,13 +15,16 @@ import (
 const maxAddressesPerAction = 5
 
 // SummarizePlan derives the hash and summary of a plan from `terraform show
-// -json`. The hash covers each changed resource's address, actions and
-// planned values, in address order, so it names exactly what would change
-// and nothing else (not the time, not the source revision).
+// -json`. The hash covers each changed resource's address, actions, values
+// before and planned values after, in address order, so it names exactly
+// what would change and nothing else (not the time, not the source
+// revision): two deletes of one address hash alike only when they delete
+// the same object.
 func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 	type change struct {
 		Address      string          `json:"address"`
 		Actions      []string        `json:"actions"`
+		Before       json.RawMessage `json:"before,omitempty"`
 		After        json.RawMessage `json:"after,omitempty"`
 		AfterUnknown json.RawMessage `json:"afterUnknown,omitempty"`
 	}
@@ -67,6 +70,9 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 		}
 		var err error
 		// encoding/json sorts map keys: the values are canonical.
+		if c.Before, err = json.Marshal(rc.Change.Before); err != nil {
+			return nil, err
+		}
 		if c.After, err = json.Marshal(rc.Change.After); err != nil {
 			return nil, err
 		}

@@ -41,6 +41,16 @@ func TestSummarizePlan(t *testing.T) {
 	if q, _ := SummarizePlan(other); q.Hash == p.Hash {
 		t.Error("different planned values share a hash")
 	}
+	// Issue 30, item 4: "destroy X" of another X is another plan.
+	deleteOf := func(id string) *tfjson.Plan {
+		return &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{{Address: "d.w",
+			Change: &tfjson.Change{Actions: tfjson.Actions{del}, Before: map[string]any{"id": id}}}}}
+	}
+	first, _ := SummarizePlan(deleteOf("i-1"))
+	second, _ := SummarizePlan(deleteOf("i-2"))
+	if first.Hash == second.Hash {
+		t.Error("deletes of two different objects at one address share a hash")
+	}
 	empty, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("e.v", nil, noop)}})
 	if empty.HasChanges() || empty.Destructive() {
 		t.Errorf("a no-op plan reports changes: %+v", empty.Summary)

@@ -207,3 +207,52 @@ func TestManualPolicy(t *testing.T) {
 		return len(e.instanceFiles()) == 2 && isReady(tc)
 	})
 }
+
+// TestApprovalIsUsedOnce (issue 30, item 4): an approval stayed on the
+// object after its plan applied, ignored only while it named the last
+// applied plan; and a delete's plan hash covered address and actions, not
+// what is deleted. So the approval of "destroy instance[1]", after an
+// apply that made instance[1] anew, approved destroying the new one too.
+// A used approval goes, and the hash covers what is deleted.
+func TestApprovalIsUsedOnce(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	e.gated("once", "", map[string]any{"instances": 2})
+	e.waitFor("once", 2*time.Minute, "Ready", isReady)
+	instances := func(n int) {
+		e.update("once", func(tc *infrav1.TerraformCluster) {
+			setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": n, "instance_dir": e.instances})
+		})
+	}
+	blocked := func(what string, not string) string {
+		tc := waitCondition(e, "once", infrav1.ConditionDestructivePlanBlocked, what, func(c *metav1.Condition, tc *infrav1.TerraformCluster) bool {
+			return c.Status == metav1.ConditionTrue && tc.Status.LastPlan.Hash != not
+		})
+		return tc.Status.LastPlan.Hash
+	}
+	instances(1)
+	h1 := blocked("the first destroy blocked", "")
+	e.annotate("once", infrav1.AnnotationApproveDestructivePlan, h1)
+	tc := e.waitFor("once", 2*time.Minute, "the approved destroy applied", func(tc *infrav1.TerraformCluster) bool {
+		return tc.Status.AppliedPlanHash == h1 && isReady(tc)
+	})
+	if v, ok := tc.Annotations[infrav1.AnnotationApproveDestructivePlan]; ok {
+		t.Errorf("the used approval %s is still on the object", v)
+	}
+	// instance[1] again: an add, which the Destructive policy lets through.
+	instances(2)
+	e.waitFor("once", 2*time.Minute, "instance[1] made anew", func(tc *infrav1.TerraformCluster) bool {
+		return tc.Status.AppliedPlanHash != h1 && isReady(tc) && len(e.instanceFiles()) == 2
+	})
+	added := e.get("once").Status.AppliedPlanHash
+	// Destroying the new instance[1] is another plan: it waits.
+	instances(1)
+	h3 := blocked("the second destroy blocked", added)
+	if h3 == h1 {
+		t.Errorf("destroying the new instance[1] hashes as destroying the old one (%s)", h1)
+	}
+	time.Sleep(3 * time.Second)
+	if files := e.instanceFiles(); len(files) != 2 {
+		t.Errorf("instances %v: the second destroy applied without an approval of its own", files)
+	}
+}

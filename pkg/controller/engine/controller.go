@@ -276,6 +276,9 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		c.engine.InvalidOutput(s, err)
 		return nil
 	}
+	if res.Plan != nil && dropUsedApprovals(obj, res.Plan.Hash) {
+		specChanged = true // metadata, written in the same update
+	}
 	if specChanged {
 		if err := s.Update(ctx); err != nil {
 			return err

@@ -42,6 +42,25 @@ func GateOf(obj Object, policy infrav1.ApprovalPolicy) *Gate {
 		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan)}
 }
 
+// dropUsedApprovals removes from obj the approval annotations that name
+// plan, just applied: an approval applies once, and one left in place
+// would approve any later plan that hashes alike. It says whether it
+// removed any.
+func dropUsedApprovals(obj Object, plan string) bool {
+	annotations := obj.GetAnnotations()
+	dropped := false
+	for _, key := range []string{infrav1.AnnotationApprovePlan, infrav1.AnnotationApproveDestructivePlan} {
+		if v, ok := annotations[key]; ok && v == plan {
+			delete(annotations, key)
+			dropped = true
+		}
+	}
+	if dropped {
+		obj.SetAnnotations(annotations)
+	}
+	return dropped
+}
+
 // reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
 func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *runner.Plan) {

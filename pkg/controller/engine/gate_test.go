@@ -89,7 +89,11 @@ func TestGateSequence(t *testing.T) {
 	if r := f.readyReason(); r != engine.ReasonApplied {
 		t.Errorf("Ready reason %q after the apply", r)
 	}
-	// Applied once: the approval stays on the object but starts nothing.
+	// Applied once (issue 30, item 4): the used approval is gone, so no
+	// later plan that hashes alike applies on it.
+	if _, ok := f.object().GetAnnotations()[infrav1.AnnotationApproveDestructivePlan]; ok {
+		t.Errorf("the used approval is still on the object: %v", f.object().GetAnnotations())
+	}
 	f.observe()
 	f.sync()
 	if jobs := f.createdJobs(); len(jobs) != 0 {
