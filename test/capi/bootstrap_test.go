@@ -18,6 +18,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 // stealModule hands its bootstrap data on in a form redaction does not
@@ -40,64 +41,18 @@ func TestBootstrapSecretMustBeMadeForTheMachine(t *testing.T) {
 	ctx := context.Background()
 	root, capiMgr := setup(t)
 	ns := "bootstrap"
-	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	instances := t.TempDir()
-	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: ns},
-		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: string(module)},
-			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", instances)}}}}}}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-		"metadata": map[string]any{"name": "work", "namespace": ns},
-		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "work"}}}}
-	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	workCluster(t, root, ns)
 	// What a control-plane provider writes; the tenant may not read it.
 	const kubeconfig = "canary-admin-kubeconfig-51c0"
 	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "work-kubeconfig",
 		Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}}, Data: map[string][]byte{"value": []byte(kubeconfig)}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// newMachine makes a control-plane Machine (it waits for no other) and
-	// its TerraformMachine running stealModule.
 	newMachine := func(name, secret string) *unstructured.Unstructured {
-		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
-			Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: stealModule}}}}
-		if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		m := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-			"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work", "cluster.x-k8s.io/control-plane": ""}},
-			"spec": map[string]any{"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": secret},
-				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": name}}}}
-		created, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(ctx, m, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return created
+		return controlPlaneMachine(t, ns, name, secret, stealModule)
 	}
 	waitMachine := func(name, what string, ok func(*infrav1.TerraformMachine) bool) *infrav1.TerraformMachine {
-		var tm *infrav1.TerraformMachine
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			tm, err = plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, name, metav1.GetOptions{})
-			return err == nil && ok(tm), nil
-		})
-		if err != nil {
-			var conds []metav1.Condition
-			if tm != nil {
-				conds = tm.Status.Conditions
-			}
-			t.Fatalf("TerraformMachine %s never %s: %v\nconditions %+v\ncapi log:\n%s", name, what, err, conds, capiMgr.Logs(20))
-		}
-		return tm
+		return waitTerraformMachine(t, ns, name, what, capiMgr, ok)
 	}
 	readyReason := func(tm *infrav1.TerraformMachine) string {
 		if c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady); c != nil {
@@ -109,7 +64,7 @@ func TestBootstrapSecretMustBeMadeForTheMachine(t *testing.T) {
 	// The tenant's Machine names the kubeconfig: refused, and no Job.
 	newMachine("thief", "work-kubeconfig")
 	tm := waitMachine("thief", "refused", func(tm *infrav1.TerraformMachine) bool {
-		return readyReason(tm) != "" && !strings.HasPrefix(readyReason(tm), "WaitingFor")
+		return readyReason(tm) == "BootstrapDataNotAllowed" || tm.Spec.ProviderID != ""
 	})
 	if got := readyReason(tm); got != "BootstrapDataNotAllowed" {
 		c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady)
@@ -139,5 +94,134 @@ func TestBootstrapSecretMustBeMadeForTheMachine(t *testing.T) {
 	tm = waitMachine("owned", "provisioned", func(tm *infrav1.TerraformMachine) bool { return tm.Spec.ProviderID != "" })
 	if got := string(tm.Status.Outputs["loot"].Raw); got != `"I2Nsb3VkLWNvbmZpZwo="` {
 		t.Errorf("the module's view of its own bootstrap data: %s", got)
+	}
+}
+
+// workCluster makes namespace ns with a Cluster "work" whose TerraformCluster
+// runs the local-cloud example.
+func workCluster(t *testing.T, root, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: ns},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: string(module)},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", t.TempDir())}}}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "work", "namespace": ns},
+		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "work"}}}}
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// controlPlaneMachine makes a control-plane Machine of Cluster "work" (it
+// waits for no other) with bootstrap data Secret secret, and its
+// TerraformMachine running module.
+func controlPlaneMachine(t *testing.T, ns, name, secret, module string) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
+		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: module}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work", "cluster.x-k8s.io/control-plane": ""}},
+		"spec": map[string]any{"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": secret},
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": name}}}}
+	created, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(ctx, m, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// waitTerraformMachine waits up to 3 minutes for ok.
+func waitTerraformMachine(t *testing.T, ns, name, what string, capiMgr *framework.CAPIManager, ok func(*infrav1.TerraformMachine) bool) *infrav1.TerraformMachine {
+	t.Helper()
+	var tm *infrav1.TerraformMachine
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		tm, err = plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && ok(tm), nil
+	})
+	if err != nil {
+		var conds []metav1.Condition
+		if tm != nil {
+			conds = tm.Status.Conditions
+		}
+		t.Fatalf("TerraformMachine %s/%s never %s: %v\nconditions %+v\ncapi log:\n%s", ns, name, what, err, conds, capiMgr.Logs(20))
+	}
+	return tm
+}
+
+// bootstrapSecret makes a hand-made bootstrap data Secret, labelled as one.
+func bootstrapSecret(t *testing.T, ns, name string) {
+	t.Helper()
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{infrav1.LabelBootstrapData: "true"}}, Data: map[string][]byte{"value": []byte("#cloud-config\n")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimModule outputs the provider ID it is given.
+const claimModule = `
+variable "captf_name" { type = string }
+variable "captf_bootstrap_data" { type = string }
+variable "id" {
+  type    = string
+  default = ""
+}
+output "provider_id" { value = var.id != "" ? var.id : "local:///${var.captf_name}" }
+output "addresses" { value = [{ type = "InternalIP", address = "10.0.0.9" }] }
+`
+
+// TestProviderIDsAcrossNamespaces (issue 30, item 7): the provider-ID index
+// was cluster-wide, so a tenant whose module output, first, an ID another
+// namespace's machine would output (a predictable one, such as a sequential
+// server number) blocked that machine with InvalidOutput, and the refusal
+// named the tenant's namespace and object to the victim (and the victim's
+// to the tenant). A provider ID is unique within a namespace: Cluster API
+// ties it to a Node of the Machine's own Cluster.
+func TestProviderIDsAcrossNamespaces(t *testing.T) {
+	root, capiMgr := setup(t)
+	for _, ns := range []string{"ids-tenant", "ids-victim"} {
+		workCluster(t, root, ns)
+		bootstrapSecret(t, ns, "boot")
+	}
+	// The tenant claims the ID the victim's machine will output.
+	thief := strings.Replace(claimModule, `default = ""`, `default = "local:///victim-0"`, 1)
+	controlPlaneMachine(t, "ids-tenant", "thief", "boot", thief)
+	waitTerraformMachine(t, "ids-tenant", "thief", "holds the ID", capiMgr, func(tm *infrav1.TerraformMachine) bool {
+		return tm.Spec.ProviderID == "local:///victim-0"
+	})
+	controlPlaneMachine(t, "ids-victim", "victim-0", "boot", claimModule)
+	tm := waitTerraformMachine(t, "ids-victim", "victim-0", "settled", capiMgr, func(tm *infrav1.TerraformMachine) bool {
+		c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady)
+		return tm.Spec.ProviderID != "" || c != nil && c.Reason == "InvalidOutput"
+	})
+	if tm.Spec.ProviderID != "local:///victim-0" {
+		t.Errorf("the victim's machine has provider ID %q, Ready %+v: another namespace's claim blocked it",
+			tm.Spec.ProviderID, meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady))
+	}
+	// Within a namespace the rule holds: a second claim is refused, naming the holder.
+	second := strings.Replace(claimModule, `default = ""`, `default = "local:///victim-0"`, 1)
+	controlPlaneMachine(t, "ids-victim", "copycat", "boot", second)
+	tm = waitTerraformMachine(t, "ids-victim", "copycat", "refused", capiMgr, func(tm *infrav1.TerraformMachine) bool {
+		c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady)
+		return c != nil && c.Reason == "InvalidOutput"
+	})
+	c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady)
+	if !strings.Contains(c.Message, "TerraformMachine victim-0") || strings.Contains(c.Message, "ids-tenant") {
+		t.Errorf("the refusal within a namespace says %q", c.Message)
 	}
 }

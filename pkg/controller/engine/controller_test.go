@@ -233,37 +233,56 @@ func TestApplyOutputs(t *testing.T) {
 }
 
 // TestProviderIDHeldElsewhere: a module output claiming an instance another
-// machine or pool already holds is InvalidOutput naming the holder, and
-// the spec keeps no provider ID.
+// machine or pool of its namespace already holds is InvalidOutput naming
+// the holder, and the spec keeps no provider ID. A holder in another
+// namespace blocks nothing and is not named (issue 30, item 7): Cluster API
+// ties provider IDs to Nodes of the Machine's own Cluster.
 func TestProviderIDHeldElsewhere(t *testing.T) {
-	forKinds(t, func(t *testing.T, k kindCase) {
-		if k.kind == "TerraformCluster" {
-			return
-		}
-		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
-		holder := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns", UID: "uid-holder"}}
-		holder.Spec.ProviderIDList = []string{"aws:///a/i-1", "p://2"}
-		if err := f.informers().Infrastructure().V1alpha1().TerraformMachinePools().Informer().GetIndexer().Add(holder); err != nil {
-			t.Fatal(err)
-		}
-		f.sync()
-		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
-		f.sync()
-		c := f.condition(infrav1.ConditionReady)
-		if c == nil || c.Reason != engine.ReasonInvalidOutput || !strings.Contains(c.Message, "already held by TerraformMachinePool ns/holder") {
-			t.Fatalf("Ready = %+v, want InvalidOutput naming the holder", c)
-		}
-		switch o := f.object().(type) {
-		case *infrav1.TerraformMachine:
-			if o.Spec.ProviderID != "" {
-				t.Errorf("spec.providerID = %q", o.Spec.ProviderID)
+	for _, tc := range []struct {
+		holderNamespace string
+		wantReady       string
+	}{
+		{"ns", engine.ReasonInvalidOutput},
+		{"another-tenant", engine.ReasonApplied},
+	} {
+		forKinds(t, func(t *testing.T, k kindCase) {
+			if k.kind == "TerraformCluster" {
+				return
 			}
-		case *infrav1.TerraformMachinePool:
-			if len(o.Spec.ProviderIDList) != 0 {
-				t.Errorf("spec.providerIDList = %v", o.Spec.ProviderIDList)
+			f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+			holder := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: tc.holderNamespace, UID: "uid-holder"}}
+			holder.Spec.ProviderIDList = []string{"aws:///a/i-1", "p://2"}
+			if err := f.informers().Infrastructure().V1alpha1().TerraformMachinePools().Informer().GetIndexer().Add(holder); err != nil {
+				t.Fatal(err)
 			}
-		}
-	})
+			f.sync()
+			f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+			f.sync()
+			c := f.condition(infrav1.ConditionReady)
+			if c == nil || c.Reason != tc.wantReady {
+				t.Fatalf("holder in %s: Ready = %+v, want %s", tc.holderNamespace, c, tc.wantReady)
+			}
+			if tc.wantReady == engine.ReasonApplied {
+				if strings.Contains(c.Message, "holder") {
+					t.Errorf("the message names another namespace's holder: %s", c.Message)
+				}
+				return
+			}
+			if !strings.Contains(c.Message, "already held by TerraformMachinePool holder in this namespace") {
+				t.Errorf("Ready message %q does not name the holder", c.Message)
+			}
+			switch o := f.object().(type) {
+			case *infrav1.TerraformMachine:
+				if o.Spec.ProviderID != "" {
+					t.Errorf("spec.providerID = %q", o.Spec.ProviderID)
+				}
+			case *infrav1.TerraformMachinePool:
+				if len(o.Spec.ProviderIDList) != 0 {
+					t.Errorf("spec.providerIDList = %v", o.Spec.ProviderIDList)
+				}
+			}
+		})
+	}
 }
 
 // TestInputErrorOnce: a variable from a missing Secret is a condition and

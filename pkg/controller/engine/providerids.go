@@ -10,8 +10,17 @@ import (
 )
 
 // byProviderID indexes TerraformMachines and TerraformMachinePools by the
-// provider IDs they hold.
+// provider IDs they hold, within their namespace (providerIDKey).
 const byProviderID = "captf.io/provider-id"
+
+// providerIDKey is an index key: a provider ID is unique within a
+// namespace. Cluster API ties a provider ID to a Node of the Machine's own
+// Cluster, which is in the Machine's namespace, so an ID claimed in one
+// namespace takes nothing from another; a cluster-wide index let a tenant
+// claim, first, IDs that another namespace's machines would output
+// (sequential server numbers), blocking them, and told the tenant who held
+// an ID.
+func providerIDKey(namespace, id string) string { return namespace + "/" + id }
 
 // providerIDIndexes are the machine and pool caches, indexed by provider
 // ID: one instance is never claimed by two objects.
@@ -21,13 +30,17 @@ func providerIDIndexes(cc controller.Context) ([]cache.Indexer, error) {
 	funcs := []cache.IndexFunc{
 		func(obj any) ([]string, error) {
 			if tm, ok := obj.(*infrav1.TerraformMachine); ok && tm.Spec.ProviderID != "" {
-				return []string{tm.Spec.ProviderID}, nil
+				return []string{providerIDKey(tm.Namespace, tm.Spec.ProviderID)}, nil
 			}
 			return nil, nil
 		},
 		func(obj any) ([]string, error) {
 			if tmp, ok := obj.(*infrav1.TerraformMachinePool); ok {
-				return tmp.Spec.ProviderIDList, nil
+				keys := make([]string, 0, len(tmp.Spec.ProviderIDList))
+				for _, id := range tmp.Spec.ProviderIDList {
+					keys = append(keys, providerIDKey(tmp.Namespace, id))
+				}
+				return keys, nil
 			}
 			return nil, nil
 		},
@@ -44,8 +57,8 @@ func providerIDIndexes(cc controller.Context) ([]cache.Indexer, error) {
 	return indexers, nil
 }
 
-// claimedElsewhere returns an error naming the object that already holds
-// one of ids, or a provider ID that ids name twice.
+// claimedElsewhere returns an error naming the object of obj's namespace
+// that already holds one of ids, or a provider ID that ids name twice.
 func claimedElsewhere(indexers []cache.Indexer, obj Object, ids []string) error {
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -57,7 +70,7 @@ func claimedElsewhere(indexers []cache.Indexer, obj Object, ids []string) error 
 		}
 		seen[id] = true
 		for _, idx := range indexers {
-			holders, err := idx.ByIndex(byProviderID, id)
+			holders, err := idx.ByIndex(byProviderID, providerIDKey(obj.GetNamespace(), id))
 			if err != nil {
 				return err
 			}
@@ -68,8 +81,8 @@ func claimedElsewhere(indexers []cache.Indexer, obj Object, ids []string) error 
 					if _, ok := o.(*infrav1.TerraformMachinePool); ok {
 						kind = "TerraformMachinePool"
 					}
-					return fmt.Errorf("provider ID %q is already held by %s %s/%s: a module may not claim another object's instance",
-						id, kind, o.GetNamespace(), o.GetName())
+					return fmt.Errorf("provider ID %q is already held by %s %s in this namespace: a module may not claim another object's instance",
+						id, kind, o.GetName())
 				}
 			}
 		}
