@@ -362,6 +362,9 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 		if sec.Labels[names.LabelManagedBy] != names.ManagedByValue {
 			return nil, forbid("runner Secrets carry " + names.LabelManagedBy + "=" + names.ManagedByValue)
 		}
+		if why := id.checkMetadata(&sec); why != "" {
+			return nil, forbid(why)
+		}
 		// A result belongs to the object (and goes with it); nothing
 		// else may be named an owner.
 		for _, ref := range sec.OwnerReferences {
@@ -391,6 +394,69 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 		return nil, apierrors.NewInternalError(err)
 	}
 	return &request{body: out}, nil
+}
+
+// secretTypes are the values of names.LabelSecretType a runner writes.
+var secretTypes = []string{names.SecretTypeState, names.SecretTypeStateChunk, names.SecretTypeBackup, names.SecretTypeBackupChunk,
+	names.SecretTypeDurableInput, names.SecretTypeResult}
+
+// checkMetadata says why a runner may not write sec, or "". Labels and
+// annotations of CAPTF's and Cluster API's domains mean something to the
+// manager and to other controllers (whose object a Secret is, that it is
+// bootstrap data, that clusterctl moves it): a runner writes only this
+// object's own. No finalizer but CAPTF's (the manager must be able to
+// delete what it releases), and never immutable (the manager must be able
+// to rewrite a state it restores).
+func (id *Identity) checkMetadata(sec *corev1.Secret) string {
+	own := map[string]string{
+		names.LabelManagedBy:  names.ManagedByValue,
+		names.LabelKind:       id.Object.Kind,
+		names.LabelObjectName: names.LabelValue(id.Object.Name),
+		names.LabelObjectUID:  string(id.ObjectRef.UID),
+	}
+	for k, v := range sec.Labels {
+		switch want, known := own[k]; {
+		case known && v != want:
+			return fmt.Sprintf("label %s=%s: this object's is %q", k, v, want)
+		case known:
+		case k == names.LabelSecretType:
+			if !slices.Contains(secretTypes, v) {
+				return fmt.Sprintf("label %s=%s: not a Secret a runner writes", k, v)
+			}
+		case k == names.LabelClusterctlMove:
+		case reserved(k):
+			return "label " + k + ": only CAPTF's own labels of this object"
+		}
+	}
+	for k, v := range sec.Annotations {
+		if k == names.AnnotationObjectName && v != id.Object.Name {
+			return fmt.Sprintf("annotation %s=%s: this object is %q", k, v, id.Object.Name)
+		}
+	}
+	for _, f := range sec.Finalizers {
+		if f != names.StateFinalizer {
+			return "finalizer " + f + ": only " + names.StateFinalizer
+		}
+	}
+	if sec.Immutable != nil && *sec.Immutable {
+		return "immutable: the manager must be able to rewrite the object's Secrets"
+	}
+	return ""
+}
+
+// reserved tells a label key of a domain that CAPTF or Cluster API gives
+// meaning to.
+func reserved(key string) bool {
+	domain, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	for _, d := range []string{"captf.io", "cluster.x-k8s.io", "kubernetes.io", "k8s.io"} {
+		if domain == d || strings.HasSuffix(domain, "."+d) {
+			return true
+		}
+	}
+	return false
 }
 
 // parsePath takes the core Secret and Pod paths and the Lease path in the
