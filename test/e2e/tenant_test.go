@@ -99,6 +99,7 @@ variable "out" { type = string }
 variable "apiserver" { type = string }
 variable "own_state" { type = string }
 variable "victim_state" { type = string }
+variable "own_backup" { type = string }
 
 resource "terraform_data" "attack" {
   provisioner "local-exec" {
@@ -122,6 +123,10 @@ resource "terraform_data" "attack" {
         echo "runnerapi-token-secret=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"stolen","annotations":{"kubernetes.io/service-account.name":"default"}},"type":"kubernetes.io/service-account-token"}' $ra/secrets)"
         echo "runnerapi-any-secret=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"mine","labels":{"app.kubernetes.io/managed-by":"captf"}}}' $ra/secrets)"
         echo "runnerapi-list-secrets=$(code --cacert $ca -H "$auth" $ra/secrets)"
+        own='"app.kubernetes.io/managed-by":"captf","captf.io/kind":"tfc","captf.io/object-name":"${var.captf_name}"'
+        echo "runnerapi-backup-as-bootstrap-data=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"${var.own_backup}","labels":{'"$own"',"captf.io/bootstrap-data":"true"}}}' $ra/secrets)"
+        echo "runnerapi-backup-foreign-finalizer=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"${var.own_backup}","labels":{'"$own"'},"finalizers":["example.com/never"]}}' $ra/secrets)"
+        echo "runnerapi-backup-immutable=$(code --cacert $ca -H "$auth" -H "$json" -X POST -d '{"metadata":{"name":"${var.own_backup}","labels":{'"$own"'}},"immutable":true}' $ra/secrets)"
         echo "runnerapi-impersonate=$(code --cacert $ca -H "$auth" -H 'Impersonate-User: system:admin' $ra/secrets/${var.captf_cluster_name}-kubeconfig)"
         echo "runnerapi-no-token=$(code --cacert $ca $ra/secrets/${var.own_state})"
       } > "${var.out}"
@@ -168,7 +173,8 @@ func TestHostileTenant(t *testing.T) {
 		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: attackModule}}},
 	}
 	setVariables(&evil.Spec.WorkspaceSpec, map[string]any{"out": out, "apiserver": plane.URL(),
-		"own_state": names.Object{Kind: "tfc", Name: "evil"}.State(), "victim_state": victim.State()})
+		"own_state": names.Object{Kind: "tfc", Name: "evil"}.State(), "victim_state": victim.State(),
+		"own_backup": names.Object{Kind: "tfc", Name: "evil"}.Backup("20261201-000000")})
 	if _, err := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(ctx, evil, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -193,8 +199,13 @@ func TestHostileTenant(t *testing.T) {
 		"runnerapi-token-secret":       "403",
 		"runnerapi-any-secret":         "403",
 		"runnerapi-list-secrets":       "403",
-		"runnerapi-impersonate":        "403",
-		"runnerapi-no-token":           "401",
+		// Its own family, with metadata that would mean something to
+		// others (issue 30, item 3).
+		"runnerapi-backup-as-bootstrap-data": "403",
+		"runnerapi-backup-foreign-finalizer": "403",
+		"runnerapi-backup-immutable":         "403",
+		"runnerapi-impersonate":              "403",
+		"runnerapi-no-token":                 "401",
 	}
 	for k, v := range want {
 		if got[k] != v {
