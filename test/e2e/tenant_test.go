@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
@@ -754,13 +755,16 @@ func TestReferenceKeysAreChecked(t *testing.T) {
 	e.create(tc)
 	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
 	update := func(change func(*infrav1.TerraformCluster)) error {
-		cur, err := tcs.Get(ctx, "keys", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		change(cur)
-		_, err = tcs.Update(ctx, cur, metav1.UpdateOptions{})
-		return err
+		// The manager writes the object too (its finalizer, Paused).
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := tcs.Get(ctx, "keys", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(cur)
+			_, err = tcs.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
 	}
 	err := update(func(tc *infrav1.TerraformCluster) {
 		tc.Spec.Variables = append(tc.Spec.Variables, fromDB("db_admin", "admin-password"))
