@@ -408,11 +408,13 @@ var secretTypes = []string{names.SecretTypeState, names.SecretTypeStateChunk, na
 // delete what it releases), and never immutable (the manager must be able
 // to rewrite a state it restores).
 func (id *Identity) checkMetadata(sec *corev1.Secret) string {
+	// Not the UID: a state restored into a fresh plane (Velero, a
+	// hand-made export) names the object's earlier UID until the manager
+	// records it anew, and nothing takes a state up by its UID label.
 	own := map[string]string{
 		names.LabelManagedBy:  names.ManagedByValue,
 		names.LabelKind:       id.Object.Kind,
 		names.LabelObjectName: names.LabelValue(id.Object.Name),
-		names.LabelObjectUID:  string(id.ObjectRef.UID),
 	}
 	for k, v := range sec.Labels {
 		switch want, known := own[k]; {
