@@ -425,7 +425,7 @@ func (id *Identity) checkMetadata(sec *corev1.Secret) string {
 			if !slices.Contains(secretTypes, v) {
 				return fmt.Sprintf("label %s=%s: not a Secret a runner writes", k, v)
 			}
-		case k == names.LabelClusterctlMove:
+		case k == names.LabelClusterctlMove, k == names.LabelObjectUID:
 		case reserved(k):
 			return "label " + k + ": only CAPTF's own labels of this object"
 		}

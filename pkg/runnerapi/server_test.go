@@ -97,8 +97,8 @@ func TestAuthorize(t *testing.T) {
 			s.Annotations = map[string]string{names.AnnotationObjectName: "prod"}
 			s.Finalizers = []string{names.StateFinalizer}
 		}), allowed: true},
-		"another object's UID":  {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) { s.Labels[names.LabelObjectUID] = "uid-victim" })},
-		"another object's name": {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) { s.Labels[names.LabelObjectName] = "victim" })},
+		"the UID of the object before a restore": {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) { s.Labels[names.LabelObjectUID] = "uid-before" }), allowed: true},
+		"another object's name":                  {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) { s.Labels[names.LabelObjectName] = "victim" })},
 		"another owner's annotation": {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) {
 			s.Annotations = map[string]string{names.AnnotationObjectName: "victim"}
 		})},
