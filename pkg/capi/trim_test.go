@@ -25,7 +25,7 @@ func TestTrim(t *testing.T) {
 			"status": map[string]any{"initialization": map[string]any{"infrastructureProvisioned": true, "controlPlaneInitialized": true}, "conditions": conditions}}},
 		"machine": {Object: map[string]any{"apiVersion": Group + "/" + Version, "kind": "Machine", "metadata": meta("m"),
 			"spec": map[string]any{"clusterName": "c", "version": "v1.34.0", "failureDomain": "a", "infrastructureRef": ref,
-				"bootstrap": map[string]any{"dataSecretName": "boot", "configRef": map[string]any{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "x"}},
+				"bootstrap":       map[string]any{"dataSecretName": "boot", "configRef": map[string]any{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "x"}},
 				"minReadySeconds": int64(5)},
 			"status": map[string]any{"conditions": conditions, "nodeRef": map[string]any{"name": "n"}}}},
 		"pool": {Object: map[string]any{"apiVersion": Group + "/" + Version, "kind": "MachinePool", "metadata": meta("p"),

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -142,10 +143,11 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 		return resp
 	}
 	errs, err := h.decide(ctx, kind, req)
-	if err == nil && deleting(req) {
+	if err == nil && deletingMetadataOnly(req) {
 		// Finalizers must be able to go, and abandon to be set, even when
 		// a newer rule finds the object invalid: what the object already
-		// broke does not block; every change is held to every rule.
+		// broke does not block; every change is held to every rule (and a
+		// change of the spec to all of them).
 		var was field.ErrorList
 		if was, err = h.decide(ctx, kind, asUnchanged(req)); err == nil {
 			errs = newErrors(errs, was)
@@ -230,17 +232,26 @@ func (h *Handler) decide(ctx context.Context, kind string, req *admissionv1.Admi
 	return append(errs, refErrs...), nil
 }
 
-// deleting tells an update of an object being deleted.
-func deleting(req *admissionv1.AdmissionRequest) bool {
+// deletingMetadataOnly tells an update of an object being deleted that
+// leaves its spec as it was.
+func deletingMetadataOnly(req *admissionv1.AdmissionRequest) bool {
 	if req.Operation != admissionv1.Update {
 		return false
 	}
-	var old struct {
+	var obj, old struct {
 		Metadata struct {
 			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
 		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
 	}
-	return json.Unmarshal(req.OldObject.Raw, &old) == nil && old.Metadata.DeletionTimestamp != nil
+	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil || old.Metadata.DeletionTimestamp == nil {
+		return false
+	}
+	var spec, oldSpec any
+	if json.Unmarshal(obj.Spec, &spec) != nil || json.Unmarshal(old.Spec, &oldSpec) != nil {
+		return len(obj.Spec) == 0 && len(old.Spec) == 0
+	}
+	return reflect.DeepEqual(spec, oldSpec)
 }
 
 // asUnchanged is req as an update that writes the old object again: what

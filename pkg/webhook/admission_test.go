@@ -413,6 +413,9 @@ func TestDeletingObjectsKeepTheRules(t *testing.T) {
 		}), deleted(machine("local:///a"), nil), `must be "true" or "false"`},
 		{"a new spec error", deleted(machine("local:///a"), broken), deleted(machine("local:///a"), nil), "exactly one of source, configMap or inline"},
 		{"the provider ID changes", deleted(machine("local:///b"), nil), deleted(machine("local:///a"), nil), "spec.providerID: Forbidden"},
+		{"a spec change that breaks a rule the object already broke", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+			m.Spec.Module.Source, m.Spec.Module.Version = "git::https://example.com/m.git", "1.3.0"
+		}), deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) { m.Spec.Module.Version = "1.2.0" }), "spec.module.version: Forbidden"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
