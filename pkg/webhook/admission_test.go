@@ -128,14 +128,7 @@ func TestIdentityRule(t *testing.T) {
 			if resp.UID != tc.req.UID {
 				t.Errorf("response UID %q, want the request's", resp.UID)
 			}
-			switch {
-			case tc.want == "" && !resp.Allowed:
-				t.Errorf("refused: %s", resp.Result.Message)
-			case tc.want != "" && resp.Allowed:
-				t.Errorf("allowed, want %q", tc.want)
-			case tc.want != "" && !strings.Contains(resp.Result.Message, tc.want):
-				t.Errorf("message %q, want it to contain %q", resp.Result.Message, tc.want)
-			}
+			wantAdmission(t, resp, tc.want)
 		})
 	}
 
@@ -421,14 +414,21 @@ func TestDeletingObjectsKeepTheRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := request(admissionv1.Update, "tenant", tc.obj, tc.old)
 			resp := h.Admit(context.Background(), req.Kind.Kind, req)
-			switch {
-			case tc.want == "" && !resp.Allowed:
-				t.Errorf("refused: %s", resp.Result.Message)
-			case tc.want != "" && resp.Allowed:
-				t.Errorf("allowed, want %q", tc.want)
-			case tc.want != "" && !strings.Contains(resp.Result.Message, tc.want):
-				t.Errorf("message %q, want it to contain %q", resp.Result.Message, tc.want)
-			}
+			wantAdmission(t, resp, tc.want)
 		})
+	}
+}
+
+// wantAdmission checks resp against want: "" allowed, else a refusal whose
+// message contains it.
+func wantAdmission(t *testing.T, resp *admissionv1.AdmissionResponse, want string) {
+	t.Helper()
+	switch {
+	case want == "" && !resp.Allowed:
+		t.Errorf("refused: %s", resp.Result.Message)
+	case want != "" && resp.Allowed:
+		t.Errorf("allowed, want %q", want)
+	case want != "" && !strings.Contains(resp.Result.Message, want):
+		t.Errorf("message %q, want it to contain %q", resp.Result.Message, want)
 	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/test/framework"
 )
 
 // gated creates a TerraformCluster that keeps its Jobs for counting.
@@ -251,8 +253,16 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 	if h3 == h1 {
 		t.Errorf("destroying the new instance[1] hashes as destroying the old one (%s)", h1)
 	}
-	time.Sleep(3 * time.Second)
-	if files := e.instanceFiles(); len(files) != 2 {
-		t.Errorf("instances %v: the second destroy applied without an approval of its own", files)
+	// Blocked is what the gate says; over a window, nothing applies either.
+	if err := framework.Consistently(5*time.Second, func() error {
+		if files := e.instanceFiles(); len(files) != 2 {
+			return fmt.Errorf("instances %v: the second destroy applied without an approval of its own", files)
+		}
+		if now := e.get("once").Status.AppliedPlanHash; now != added {
+			return fmt.Errorf("plan %s applied without an approval of its own", now)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
