@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"slices"
 	"strconv"
@@ -237,16 +238,28 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(state)
-	return s.write(ctx, gz, int64(len(state)), hex.EncodeToString(sum[:]), false)
+	sum := hex.EncodeToString(sha256Of(state))
+	return s.write(ctx, newState{
+		same: func(head *corev1.Secret) bool { return head.Annotations[annotationStateSum] == sum },
+		fill: func(head *corev1.Secret, chunkName func(int) string) (int64, string, error) {
+			return int64(len(state)), sum, s.writeBlob(ctx, head, gz, chunkName, names.SecretTypeStateChunk)
+		},
+	}, false)
 }
 
-// write stores gz (of size bytes, sum its sha256) as the current state.
-// replacing is set when the new state is not terraform's next state but
-// another one put in its place (a restore, a copy): the current state must
-// then become a backup, kept whatever the rotation says, or nothing is
-// written.
-func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum string, replacing bool) error {
+// newState is what write stores: same tells a current state that already
+// is it, fill puts it into the state Secret (inline or in chunks it
+// creates) and tells its uncompressed size and sha256.
+type newState struct {
+	same func(head *corev1.Secret) bool
+	fill func(head *corev1.Secret, chunkName func(int) string) (size int64, sum string, err error)
+}
+
+// write stores a new state as the current state. replacing is set when the
+// new state is not terraform's next state but another one put in its place
+// (a restore): the current state must then become a backup, kept whatever
+// the rotation says, or nothing is written.
+func (s *StateStore) write(ctx context.Context, state newState, replacing bool) error {
 	if s.readOnly {
 		return errors.New("this run only plans: it writes no state")
 	}
@@ -256,7 +269,7 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 		}
 	}
 	head := s.head.DeepCopy()
-	if HasState(head) && head.Annotations[annotationStateSum] == sum {
+	if HasState(head) && state.same(head) {
 		return nil // unchanged: no write, and above all no backup
 	}
 	backups, err := backupsOf(head)
@@ -300,7 +313,8 @@ func (s *StateStore) write(ctx context.Context, gz []byte, size int64, sum strin
 	delete(head.Annotations, annotationApplied) // not known good until its run ends well
 	oldGen, oldChunks := chunkInfo(head)
 	gen := time.Now().UnixNano()
-	if err := s.writeBlob(ctx, head, gz, func(i int) string { return s.Object.StateChunk(gen, i) }, names.SecretTypeStateChunk); err != nil {
+	size, sum, err := state.fill(head, func(i int) string { return s.Object.StateChunk(gen, i) })
+	if err != nil {
 		return err
 	}
 	head.Annotations[annotationGeneration] = strconv.FormatInt(gen, 10)
@@ -400,20 +414,23 @@ func (s *StateStore) updateHead(ctx context.Context, head *corev1.Secret, writte
 }
 
 // Restore makes a backup the current state, the current one a backup first;
-// the restored backup stays. The state is copied compressed, checked against
-// the size limit without holding it uncompressed.
+// the restored backup stays. The state is copied compressed, one chunk at a
+// time, and checked (its sum, the size limit) as it is copied: whatever the
+// backup holds, the caller never holds more than one chunk of it.
 func (s *StateStore) Restore(ctx context.Context, backup string) error {
-	_, gz, err := s.readBackupBlob(ctx, backup)
-	if err != nil {
-		return err
-	}
-	h := sha256.New()
-	size, err := s.inflate(gz, h)
+	sec, err := s.backupSecret(ctx, backup)
 	if err != nil {
 		return err
 	}
 	s.Keep = backup
-	return s.write(ctx, gz, size, hex.EncodeToString(h.Sum(nil)), true)
+	return s.write(ctx, newState{
+		same: func(head *corev1.Secret) bool {
+			return head.Annotations[annotationSHA256] != "" && head.Annotations[annotationSHA256] == sec.Annotations[annotationSHA256]
+		},
+		fill: func(head *corev1.Secret, chunkName func(int) string) (int64, string, error) {
+			return s.copyBlob(ctx, sec, head, chunkName, names.SecretTypeStateChunk)
+		},
+	}, true)
 }
 
 // SaveRescue stores a state terraform could not save as a backup of its own
@@ -423,33 +440,42 @@ func (s *StateStore) SaveRescue(ctx context.Context, state []byte) (string, erro
 	if err != nil {
 		return "", err
 	}
-	return s.saveBackup(ctx, s.Object.Rescue, gz, strconv.Itoa(len(state)))
+	return s.saveBackup(ctx, s.Object.Rescue, strconv.Itoa(len(state)), func(sec *corev1.Secret, chunkName func(int) string) error {
+		return s.writeBlob(ctx, sec, gz, chunkName, names.SecretTypeBackupChunk)
+	})
 }
 
-// backup copies the state head points at into a new backup Secret.
+// backup copies the state head points at into a new backup Secret, a chunk
+// at a time.
 func (s *StateStore) backup(ctx context.Context, head *corev1.Secret) (string, error) {
-	gz, err := s.readBlob(ctx, head)
-	if err != nil {
-		return "", err
-	}
-	name, err := s.saveBackup(ctx, s.Object.Backup, gz, head.Annotations[annotationSize])
+	name, err := s.saveBackup(ctx, s.Object.Backup, head.Annotations[annotationSize], func(sec *corev1.Secret, chunkName func(int) string) error {
+		_, _, err := s.copyBlob(ctx, head, sec, chunkName, names.SecretTypeBackupChunk)
+		return err
+	})
 	if err == nil {
 		s.BackupsMade++
 	}
 	return name, err
 }
 
-func (s *StateStore) saveBackup(ctx context.Context, nameOf func(stamp string) string, gz []byte, size string) (string, error) {
+// saveBackup creates a backup Secret named by nameOf, after fill has put
+// the state into it (inline, or in chunks it created first).
+func (s *StateStore) saveBackup(ctx context.Context, nameOf func(stamp string) string, size string, fill func(sec *corev1.Secret, chunkName func(int) string) error) (string, error) {
 	stamp := s.now().UTC().Format("20060102-150405")
 	for i := 0; ; i++ {
 		name := nameOf(stamp)
 		if i > 0 {
 			name = fmt.Sprintf("%s-%d", name, i)
 		}
+		if _, err := s.secrets().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			continue // taken: do not copy the state only to learn it
+		} else if !apierrors.IsNotFound(err) {
+			return "", err
+		}
 		sec := s.newSecret(name, names.SecretTypeBackup)
 		sec.Annotations[annotationBackupOf] = s.Object.State()
 		sec.Annotations[annotationSize] = size
-		if err := s.writeBlob(ctx, sec, gz, func(c int) string { return s.Object.BackupChunk(name, c) }, names.SecretTypeBackupChunk); err != nil {
+		if err := fill(sec, func(c int) string { return s.Object.BackupChunk(name, c) }); err != nil {
 			return "", err
 		}
 		_, err := s.secrets().Create(ctx, sec, metav1.CreateOptions{})
@@ -488,33 +514,39 @@ func backupsOf(head *corev1.Secret) ([]string, error) {
 
 // ReadBackup returns the state saved in a backup.
 func (s *StateStore) ReadBackup(ctx context.Context, name string) ([]byte, error) {
-	_, gz, err := s.readBackupBlob(ctx, name)
+	sec, err := s.backupSecret(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	return s.gunzip(gz)
+	var buf bytes.Buffer
+	if _, err := s.inflate(s.blobReader(ctx, sec), &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
-func (s *StateStore) readBackupBlob(ctx context.Context, name string) (*corev1.Secret, []byte, error) {
+// backupSecret reads a backup's Secret (not its chunks), refusing a Secret
+// that is not a backup of this state.
+func (s *StateStore) backupSecret(ctx context.Context, name string) (*corev1.Secret, error) {
 	sec, err := s.secrets().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if sec.Labels[names.LabelSecretType] != names.SecretTypeBackup || sec.Annotations[annotationBackupOf] != s.Object.State() {
-		return nil, nil, fmt.Errorf("%w: secret %s is not a state backup of %s", ErrNotABackup, name, s.Object.State())
+		return nil, fmt.Errorf("%w: secret %s is not a state backup of %s", ErrNotABackup, name, s.Object.State())
 	}
-	gz, err := s.readBlob(ctx, sec)
-	return sec, gz, err
+	return sec, nil
 }
 
-// CheckBackup reads a backup through without keeping it: it exists, is a
-// backup of this state, is intact and within the size limit.
+// CheckBackup reads a backup through, a chunk at a time, without keeping
+// it: it exists, is a backup of this state, is intact and within the size
+// limit.
 func (s *StateStore) CheckBackup(ctx context.Context, name string) error {
-	_, gz, err := s.readBackupBlob(ctx, name)
+	sec, err := s.backupSecret(ctx, name)
 	if err != nil {
 		return err
 	}
-	_, err = s.inflate(gz, io.Discard)
+	_, err = s.inflate(s.blobReader(ctx, sec), io.Discard)
 	return err
 }
 
@@ -549,22 +581,8 @@ func (s *StateStore) writeBlob(ctx context.Context, sec *corev1.Secret, gz []byt
 	}
 	n := 0
 	for off := 0; off < len(gz); off += size {
-		chunk := s.newSecret(chunkName(n), chunkType)
-		chunk.Data = map[string][]byte{dataKey: gz[off:min(off+size, len(gz))]}
-		// A chunk's name is this write's alone: one that exists after a
-		// cut connection is the one this write sent (and the blob's sum
-		// is checked on every read).
-		cut := false
-		err := retryTransient(ctx, func() error {
-			_, err := s.secrets().Create(ctx, chunk, metav1.CreateOptions{})
-			if cut && apierrors.IsAlreadyExists(err) {
-				return nil
-			}
-			cut = err != nil && transient(err)
+		if err := s.createChunk(ctx, chunkName(n), chunkType, gz[off:min(off+size, len(gz))]); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("writing chunk %s: %w", chunk.Name, err)
 		}
 		n++
 	}
@@ -573,36 +591,158 @@ func (s *StateStore) writeBlob(ctx context.Context, sec *corev1.Secret, gz []byt
 	return nil
 }
 
+// createChunk creates one chunk Secret holding data.
+func (s *StateStore) createChunk(ctx context.Context, name, chunkType string, data []byte) error {
+	chunk := s.newSecret(name, chunkType)
+	chunk.Data = map[string][]byte{dataKey: data}
+	// A chunk's name is this write's alone: one that exists after a cut
+	// connection is the one this write sent (and the blob's sum is checked
+	// on every read).
+	cut := false
+	err := retryTransient(ctx, func() error {
+		_, err := s.secrets().Create(ctx, chunk, metav1.CreateOptions{})
+		if cut && apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		cut = err != nil && transient(err)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writing chunk %s: %w", name, err)
+	}
+	return nil
+}
+
 // readBlob returns the gzip bytes sec holds or points at, checked and
-// bounded: a forged chunk count cannot make it read without end.
+// bounded.
 func (s *StateStore) readBlob(ctx context.Context, sec *corev1.Secret) ([]byte, error) {
+	return io.ReadAll(s.blobReader(ctx, sec))
+}
+
+// blobReader reads the gzip bytes sec holds or points at, one chunk Secret
+// at a time, bounded by the size limit (a forged chunk count cannot make
+// it read without end); at the end it checks their sha256 against sec's.
+func (s *StateStore) blobReader(ctx context.Context, sec *corev1.Secret) *blobReader {
 	gen, chunks := chunkInfo(sec)
-	if int64(chunks)*int64(s.chunkSize()) > s.maxBytes()+int64(s.chunkSize()) {
-		return nil, fmt.Errorf("%w: %s has %d chunks (limit %d bytes)", ErrStateTooLarge, sec.Name, chunks, s.maxBytes())
+	return &blobReader{ctx: ctx, store: s, sec: sec, gen: gen, chunks: chunks, sum: sha256.New()}
+}
+
+type blobReader struct {
+	ctx    context.Context
+	store  *StateStore
+	sec    *corev1.Secret
+	gen    int64
+	chunks int
+	// onPiece, when set, sees every piece (the inline data, or chunk i)
+	// as it is read: a copy writes it out before the next is read.
+	onPiece func(i int, piece []byte) error
+
+	next  int    // the next piece
+	piece []byte // what is left of the current piece
+	read  int64  // bytes read so far
+	sum   hash.Hash
+	err   error
+}
+
+func (b *blobReader) Read(p []byte) (int, error) {
+	for len(b.piece) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		b.err = b.advance()
 	}
-	var gz []byte
-	if chunks == 0 {
-		gz = sec.Data[dataKey]
+	n := copy(p, b.piece)
+	b.piece = b.piece[n:]
+	return n, nil
+}
+
+// advance reads the next piece, or ends with io.EOF once the sum is right.
+func (b *blobReader) advance() error {
+	s, sec := b.store, b.sec
+	if int64(b.chunks)*int64(s.chunkSize()) > s.maxBytes()+int64(s.chunkSize()) {
+		return fmt.Errorf("%w: %s has %d chunks (limit %d bytes)", ErrStateTooLarge, sec.Name, b.chunks, s.maxBytes())
 	}
-	for i := range chunks {
-		name := s.Object.StateChunk(gen, i)
+	var piece []byte
+	switch {
+	case b.next == max(b.chunks, 1):
+		got := hex.EncodeToString(b.sum.Sum(nil))
+		if want := sec.Annotations[annotationSHA256]; want != "" && want != got {
+			return fmt.Errorf("state in %s is corrupt: sha256 %s, want %s", sec.Name, got, want)
+		}
+		return io.EOF
+	case b.chunks == 0:
+		piece = sec.Data[dataKey]
+	default:
+		name := s.Object.StateChunk(b.gen, b.next)
 		if sec.Labels[names.LabelSecretType] == names.SecretTypeBackup {
-			name = s.Object.BackupChunk(sec.Name, i)
+			name = s.Object.BackupChunk(sec.Name, b.next)
 		}
-		c, err := s.secrets().Get(ctx, name, metav1.GetOptions{})
+		c, err := s.secrets().Get(b.ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("reading chunk %s of %s: %w", name, sec.Name, err)
+			return fmt.Errorf("reading chunk %s of %s: %w", name, sec.Name, err)
 		}
-		gz = append(gz, c.Data[dataKey]...)
-		if int64(len(gz)) > s.maxBytes() {
-			return nil, fmt.Errorf("%w: %s is over %d bytes compressed", ErrStateTooLarge, sec.Name, s.maxBytes())
+		piece = c.Data[dataKey]
+	}
+	if b.read += int64(len(piece)); b.read > s.maxBytes() {
+		return fmt.Errorf("%w: %s is over %d bytes compressed", ErrStateTooLarge, sec.Name, s.maxBytes())
+	}
+	b.sum.Write(piece)
+	if b.onPiece != nil {
+		if err := b.onPiece(b.next, piece); err != nil {
+			return err
 		}
 	}
-	sum := sha256.Sum256(gz)
-	if want := sec.Annotations[annotationSHA256]; want != "" && want != hex.EncodeToString(sum[:]) {
-		return nil, fmt.Errorf("state in %s is corrupt: sha256 %s, want %s", sec.Name, hex.EncodeToString(sum[:]), want)
+	b.next++
+	b.piece = piece
+	if len(piece) == 0 {
+		return b.advance()
 	}
-	return gz, nil
+	return nil
+}
+
+// copyBlob copies the blob src holds or points at into dst: inline, or as
+// chunks (named by chunkName) of the same sizes, each written before the
+// next is read. It checks the copy as it goes (sha256, gzip, the size
+// limit) and tells the uncompressed size and sha256; a copy that fails
+// leaves no chunk behind.
+func (s *StateStore) copyBlob(ctx context.Context, src, dst *corev1.Secret, chunkName func(int) string, chunkType string) (int64, string, error) {
+	_, chunks := chunkInfo(src)
+	r := s.blobReader(ctx, src)
+	var written []string
+	r.onPiece = func(i int, piece []byte) error {
+		if chunks == 0 {
+			dst.Data = map[string][]byte{dataKey: piece}
+			return nil
+		}
+		dst.Data = nil
+		name := chunkName(i)
+		if err := s.createChunk(ctx, name, chunkType, piece); err != nil {
+			return err
+		}
+		written = append(written, name)
+		return nil
+	}
+	h := sha256.New()
+	size, err := s.inflate(r, h)
+	if err == nil {
+		_, err = io.Copy(io.Discard, r) // what follows the gzip stream is copied and summed too
+	}
+	if err != nil {
+		for _, name := range written {
+			if derr := s.deleteSecret(ctx, name); derr != nil {
+				klog.FromContext(ctx).Error(derr, "Deleting a chunk of a copy that failed", "chunk", name)
+			}
+		}
+		return 0, "", err
+	}
+	dst.Annotations[annotationEncoding] = "gzip"
+	dst.Annotations[annotationSHA256] = hex.EncodeToString(r.sum.Sum(nil))
+	if chunks == 0 {
+		delete(dst.Annotations, annotationChunks)
+	} else {
+		dst.Annotations[annotationChunks] = strconv.Itoa(chunks)
+	}
+	return size, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func chunkInfo(sec *corev1.Secret) (gen int64, chunks int) {
@@ -702,17 +842,19 @@ func gzipBytes(b []byte) ([]byte, error) {
 // an out-of-memory kill.
 func (s *StateStore) gunzip(gz []byte) ([]byte, error) {
 	var buf bytes.Buffer
-	if _, err := s.inflate(gz, &buf); err != nil {
+	if _, err := s.inflate(bytes.NewReader(gz), &buf); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-func (s *StateStore) inflate(gz []byte, w io.Writer) (int64, error) {
-	if len(gz) == 0 {
+// inflate decompresses gz into w, at most the size limit, and tells how
+// many bytes it wrote.
+func (s *StateStore) inflate(gz io.Reader, w io.Writer) (int64, error) {
+	r, err := gzip.NewReader(gz)
+	if errors.Is(err, io.EOF) {
 		return 0, errors.New("state secret holds no data")
 	}
-	r, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
 		return 0, fmt.Errorf("state is not gzip: %w", err)
 	}
@@ -724,4 +866,9 @@ func (s *StateStore) inflate(gz []byte, w io.Writer) (int64, error) {
 		return n, fmt.Errorf("%w: over %d bytes uncompressed", ErrStateTooLarge, s.maxBytes())
 	}
 	return n, nil
+}
+
+func sha256Of(b []byte) []byte {
+	sum := sha256.Sum256(b)
+	return sum[:]
 }

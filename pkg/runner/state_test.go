@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -354,4 +355,148 @@ func TestStateWriteAnswerLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestoreStreamsChunks: a restore (and the backup of the state it
+// replaces) copies a chunk at a time, each written before the next is
+// read, so the manager never holds more than one chunk of a state however
+// big a backup a module wrote; a forged backup that fails a check leaves
+// no chunk of its copy and the state as it was.
+func TestRestoreStreamsChunks(t *testing.T) {
+	random := make([]byte, 5*(64<<10)) // incompressible: five or six chunks of 64 KiB
+	if _, err := rand.Read(random); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		forge   func(t *testing.T, client *fake.Clientset, backup string) // as module code may, through the runner API
+		wantErr string
+	}{
+		"intact": {},
+		"a chunk changed": {
+			forge: func(t *testing.T, client *fake.Clientset, backup string) {
+				chunk := names.Object{Kind: "tfc", Name: "c"}.BackupChunk(backup, 2)
+				sec, err := client.CoreV1().Secrets("ns").Get(context.Background(), chunk, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sec.Data[dataKey][10] ^= 0xff
+				if _, err := client.CoreV1().Secrets("ns").Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantErr: "gzip: invalid checksum",
+		},
+		"more chunks than the limit": {
+			forge: func(t *testing.T, client *fake.Clientset, backup string) {
+				sec, err := client.CoreV1().Secrets("ns").Get(context.Background(), backup, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sec.Annotations[annotationChunks] = "100000"
+				if _, err := client.CoreV1().Secrets("ns").Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantErr: "over the size limit",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			s := newStore(client, 5, 64<<10)
+			if err := s.Write(ctx, random); err != nil {
+				t.Fatal(err)
+			}
+			next := newStore(client, 5, 64<<10) // the next run backs up the state it found
+			if err := next.Write(ctx, append([]byte("x"), random...)); err != nil {
+				t.Fatal(err)
+			}
+			backup := next.LastBackup
+			if tc.forge != nil {
+				tc.forge(t, client, backup)
+			}
+			before, _ := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+			chunksBefore := countChunks(t, client)
+			client.ClearActions()
+			r := newStore(client, 5, 64<<10)
+			r.Now = func() time.Time { return time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC) }
+			if err := r.Claim(ctx, "restorer", true); err != nil {
+				t.Fatal(err)
+			}
+			err := r.Restore(ctx, backup)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Restore = %v, want an error with %q", err, tc.wantErr)
+				}
+				after, _ := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+				if after.Annotations[annotationGeneration] != before.Annotations[annotationGeneration] {
+					t.Errorf("the state changed to generation %s", after.Annotations[annotationGeneration])
+				}
+				// The backup of the current state the restore made first stays; the copy's chunks go.
+				if got, want := countChunks(t, client), chunksBefore+len(chunksOf(t, client, r.LastBackup)); got != want {
+					t.Errorf("%d chunk Secrets after a failed restore, want %d", got, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every chunk read is written before the next chunk is read.
+			var order []string
+			for _, a := range client.Actions() {
+				switch a := a.(type) {
+				case k8stesting.GetAction:
+					if a.GetVerb() == "get" && chunkName.MatchString(a.GetName()) {
+						order = append(order, "get "+a.GetName())
+					}
+				case k8stesting.CreateAction:
+					if sec := a.GetObject().(*corev1.Secret); a.GetVerb() == "create" && strings.HasSuffix(sec.Labels[names.LabelSecretType], "chunk") {
+						order = append(order, "create "+sec.Name)
+					}
+				}
+			}
+			if got, err := r.Read(ctx); err != nil || !bytes.Equal(got, random) {
+				t.Fatalf("restored state: %d bytes, %v; want the backup's %d", len(got), err, len(random))
+			}
+			// What follows the last write deletes the replaced chunks.
+			for len(order) > 0 && strings.HasPrefix(order[len(order)-1], "get") {
+				order = order[:len(order)-1]
+			}
+			for i := 1; i < len(order); i++ {
+				if strings.HasPrefix(order[i], "get") && strings.HasPrefix(order[i-1], "get") {
+					t.Fatalf("two chunks read without a write between them: %v", order)
+				}
+			}
+			if len(order) < 4 {
+				t.Fatalf("chunk reads and writes: %v, want a copy of each chunk", order)
+			}
+		})
+	}
+}
+
+// chunkName matches the names of state and backup chunks.
+var chunkName = regexp.MustCompile(`(-state-\d+|-backup-\d{8}-\d{6}(-\d+)?)-\d+$`)
+
+func countChunks(t *testing.T, client *fake.Clientset) int {
+	t.Helper()
+	n := 0
+	for _, typ := range []string{names.SecretTypeStateChunk, names.SecretTypeBackupChunk} {
+		list, err := client.CoreV1().Secrets("ns").List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelSecretType + "=" + typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(list.Items)
+	}
+	return n
+}
+
+func chunksOf(t *testing.T, client *fake.Clientset, secret string) []int {
+	t.Helper()
+	sec, err := client.CoreV1().Secrets("ns").Get(context.Background(), secret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n := chunkInfo(sec)
+	return make([]int, n)
 }
