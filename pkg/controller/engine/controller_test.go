@@ -83,6 +83,8 @@ func TestSync(t *testing.T) {
 			wantArgs   string
 			// wantServiceAcc is the runner pod's ServiceAccount.
 			wantServiceAcc string
+			// wantDurable checks the durable inputs Secret after the sync.
+			wantDurable func(t *testing.T, s *corev1.Secret)
 		}{
 			"no owner: waits, writes only its status": {
 				obj:        newObject(k, func(o engine.Object) { o.SetOwnerReferences(nil) }),
@@ -135,9 +137,16 @@ func TestSync(t *testing.T) {
 				}),
 				capi:       k.capi,
 				objects:    []runtime.Object{stateSecret, durable, leftover},
-				wantWrites: []string{"update {res} prod", "update secrets {k}-prod-", "update secrets {k}-prod-", "delete secrets {k}-prod-apply-"},
+				wantWrites: []string{"update {res} prod", "patch secrets {k}-prod-", "patch secrets {k}-prod-", "delete secrets {k}-prod-apply-"},
 				wantEvents: []string{"Normal Abandoned"},
 				wantNoJob:  true,
+				// Listed without their data (a state can be large), the
+				// Secrets are labelled and released, their data kept.
+				wantDurable: func(t *testing.T, s *corev1.Secret) {
+					if s.Labels[names.LabelAbandoned] != "true" || slices.Contains(s.Finalizers, names.StateFinalizer) || len(s.Data) != 2 {
+						t.Errorf("abandoned durable inputs: labels %v, finalizers %v, %d data keys; want abandoned, released, both keys kept", s.Labels, s.Finalizers, len(s.Data))
+					}
+				},
 			},
 			"deleted, never applied: the finalizer goes, and the lock and left run inputs": {
 				obj:        newObject(k, fin, deleting),
@@ -194,6 +203,13 @@ func TestSync(t *testing.T) {
 				}
 				if tc.wantArgs != "" && (len(jobs) != 1 || !slices.Contains(jobs[0].Spec.Template.Spec.Containers[0].Args, tc.wantArgs)) {
 					t.Errorf("Jobs %v, want one with %s", jobNames(jobs), tc.wantArgs)
+				}
+				if tc.wantDurable != nil {
+					s, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), obj.DurableInputs(), metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					tc.wantDurable(t, s)
 				}
 			})
 		}

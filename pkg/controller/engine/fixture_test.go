@@ -464,6 +464,8 @@ func (f *fixture) writes() []string {
 			name = a.GetObject().(metav1.Object).GetName()
 		case core.DeleteAction:
 			name = a.GetName()
+		case core.PatchAction:
+			name = a.GetName()
 		}
 		out = append(out, a.GetVerb()+" "+what+" "+name)
 	}
@@ -475,7 +477,7 @@ func (f *fixture) writes() []string {
 	}
 	// In the order a sync makes them.
 	order := func(w string) int {
-		for i, p := range []string{"update " + f.k.resource + " ", "update secrets", "create secrets", "create serviceaccounts", "create rolebindings", "create jobs", "update " + f.k.resource + "/status"} {
+		for i, p := range []string{"update " + f.k.resource + " ", "update secrets", "patch secrets", "create secrets", "create serviceaccounts", "create rolebindings", "create jobs", "update " + f.k.resource + "/status"} {
 			if strings.HasPrefix(w, p) {
 				return i
 			}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
@@ -44,31 +46,44 @@ func (e *Engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret,
 	return state, err
 }
 
+// secretsPage is how many of an object's Secrets one list request reads:
+// chunks hold up to a MiB each, and module code can make a state (or a
+// forged backup) as big as --max-state-bytes.
+const secretsPage = 8
+
 // objectSecrets lists obj's state Secrets, and apart its run inputs (the
-// results go with the object, their owner).
+// results go with the object, their owner): their metadata only, a page at
+// a time, so that the manager never holds more than a few chunks of a
+// state.
 func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInputs []corev1.Secret, err error) {
 	sel := labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: e.Names(obj).Kind,
 		names.LabelObjectName: names.LabelValue(obj.GetName())}.String()
-	list, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, s := range list.Items {
-		switch s.Labels[names.LabelSecretType] {
-		case names.SecretTypeRunInputs:
-			if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
-				runInputs = append(runInputs, s)
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: secretsPage}
+	for {
+		list, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range list.Items {
+			s := corev1.Secret{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta} // no data: see updateSecrets
+			switch s.Labels[names.LabelSecretType] {
+			case names.SecretTypeRunInputs:
+				if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
+					runInputs = append(runInputs, s)
+				}
+				continue
+			case names.SecretTypeResult:
+				continue
 			}
-			continue
-		case names.SecretTypeResult:
-			continue
+			if n, ok := s.Annotations[names.AnnotationObjectName]; ok && n != obj.GetName() {
+				continue // another object whose name hashes to the same label
+			}
+			state = append(state, s)
 		}
-		if n, ok := s.Annotations[names.AnnotationObjectName]; ok && n != obj.GetName() {
-			continue // another object whose name hashes to the same label
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return state, runInputs, nil
 		}
-		state = append(state, s)
 	}
-	return state, runInputs, nil
 }
 
 // deleteRunInputs deletes run inputs left over (a runner killed before it
@@ -274,19 +289,37 @@ func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func
 	return e.updateSecrets(ctx, secrets, change)
 }
 
-// updateSecrets applies change to each of secrets and writes those it
-// changed.
+// updateSecrets applies change to the metadata of each of secrets (listed
+// without their data) and writes the owner references, finalizers, labels
+// and annotations of those it changed, as they were read or not at all.
 func (e *Engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, change func(*corev1.Secret) bool) error {
 	for i := range secrets {
 		s := &secrets[i]
 		if !change(s) {
 			continue
 		}
-		if _, err := e.Kube.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{FieldManager: e.fieldManager()}); err != nil && !apierrors.IsNotFound(err) {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": s.ResourceVersion, // the change is to what was read
+			"ownerReferences": nilIfEmpty(s.OwnerReferences), "finalizers": nilIfEmpty(s.Finalizers),
+			"labels": s.Labels, "annotations": s.Annotations,
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = e.Kube.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager()})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating state secret %s: %w", s.Name, err)
 		}
 	}
 	return nil
+}
+
+// nilIfEmpty is nil for an empty list: a merge patch removes the field.
+func nilIfEmpty[T any](list []T) []T {
+	if len(list) == 0 {
+		return nil
+	}
+	return list
 }
 
 // releaseState runs once obj's infrastructure is destroyed: its state
