@@ -191,7 +191,7 @@ func Main(args []string) error {
 	if err != nil {
 		return err
 	}
-	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg})
+	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes})
 	m.runnerAPI.Name = "runner-api"
 	if err := m.runnerAPI.Start(ctx); err != nil {
 		return err

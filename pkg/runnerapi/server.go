@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,9 +34,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
@@ -71,6 +74,13 @@ var forwardedQuery = []string{"resourceVersion", "fieldManager", "fieldValidatio
 type Server struct {
 	Kube   kubernetes.Interface
 	Config *rest.Config
+	// StateBackups and MaxStateBytes are the manager's --state-backups and
+	// --max-state-bytes: a runner creates no more of its object's state
+	// family than they let a run make.
+	StateBackups  int
+	MaxStateBytes int64
+
+	meta metadata.Interface
 
 	once     sync.Once
 	client   *http.Client
@@ -108,6 +118,9 @@ func (s *Server) init() error {
 		s.perPod = map[types.UID]int{}
 		s.reviews = flowcontrol.NewTokenBucketRateLimiter(reviewQPS, reviewBurst)
 		cfg := rest.CopyConfig(s.Config)
+		if s.meta, s.initErr = metadata.NewForConfig(cfg); s.initErr != nil {
+			return
+		}
 		s.client, s.initErr = rest.HTTPClientFor(cfg)
 		s.host = strings.TrimRight(cfg.Host, "/")
 		if !strings.Contains(s.host, "://") {
@@ -163,6 +176,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.pod != "" {
 		s.servePod(ctx, w, id, req.pod)
 		return
+	}
+	if req.created != nil {
+		if err := s.checkFamilySize(ctx, id, req.created); err != nil {
+			logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
+			writeStatus(w, err)
+			return
+		}
 	}
 	query := url.Values{}
 	for _, k := range forwardedQuery {
@@ -288,6 +308,9 @@ func isKind(kind string) bool {
 type request struct {
 	body []byte
 	pod  string
+	// created is a Secret of the object's state family this request
+	// creates.
+	created *corev1.Secret
 }
 
 // authorize allows what a run of the identity's object needs, and nothing
@@ -393,7 +416,81 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	return &request{body: out}, nil
+	req := &request{body: out}
+	if sec, ok := checked.(*corev1.Secret); ok && r.Method == http.MethodPost && id.Object.HoldsState(sec.Name) {
+		req.created = sec
+	}
+	return req, nil
+}
+
+// checkFamilySize refuses a Secret that would make the object's state
+// family larger than runs make it. A run writes a state (inline, or a
+// chunk at a time from chunk 0), a backup of it and, when terraform fails
+// to save, a rescued state; the rotation keeps --state-backups backups and
+// two more (the one restored, the last good one). Module code that creates
+// Secrets of its own state family through this API gets no more than
+// that: every chunk below the size limit's count, written in order, and a
+// bounded number of backups and chunked states at once.
+func (s *Server) checkFamilySize(ctx context.Context, id *Identity, sec *corev1.Secret) error {
+	forbid := func(why string) error {
+		return apierrors.NewForbidden(corev1.Resource("secrets"), sec.Name, fmt.Errorf("a runner of %s %s may not create it: %s", id.Object.Kind, id.Object.Name, why))
+	}
+	typ := sec.Labels[names.LabelSecretType]
+	switch typ {
+	case names.SecretTypeStateChunk, names.SecretTypeBackupChunk:
+		cut := strings.LastIndexByte(sec.Name, '-')
+		i, err := strconv.Atoi(sec.Name[cut+1:])
+		if cut < 0 || err != nil {
+			return forbid("a chunk's name ends in its index")
+		}
+		if maxChunks := s.maxStateBytes()/runner.DefaultChunkSize + 1; int64(i) >= maxChunks {
+			return forbid(fmt.Sprintf("chunk %d: a state of --max-state-bytes %d has at most %d", i, s.maxStateBytes(), maxChunks))
+		}
+		if i > 0 {
+			prev := fmt.Sprintf("%s-%d", sec.Name[:cut], i-1)
+			if _, err := s.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(id.Namespace).Get(ctx, prev, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				return forbid("chunks are written in order, and " + prev + " does not exist")
+			} else if err != nil {
+				return err
+			}
+			return nil
+		}
+	case names.SecretTypeBackup:
+	default:
+		return nil // the state and the durable inputs: one each
+	}
+	// A new backup, or chunk 0 of a new chunked state or backup.
+	list, err := s.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(id.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: id.Object.Kind,
+			names.LabelObjectName: names.LabelValue(id.Object.Name)}.String()})
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, o := range list.Items {
+		t := o.Labels[names.LabelSecretType]
+		if !id.Object.HoldsState(o.Name) || t != typ {
+			continue
+		}
+		if t == names.SecretTypeBackup || strings.HasSuffix(o.Name, "-0") {
+			n++
+		}
+	}
+	// The kept backups, the one being made and a rescued state (or, of
+	// chunked states, the current one and the one being written), and as
+	// many again for what runs killed mid-write left.
+	if limit := 2 * (s.StateBackups + 4); n >= limit {
+		what := map[string]string{names.SecretTypeBackup: "backups", names.SecretTypeStateChunk: "chunked states", names.SecretTypeBackupChunk: "chunked backups"}[typ]
+		return forbid(fmt.Sprintf("the object has %d %s already, the most a run leaves is %d", n, what, limit))
+	}
+	return nil
+}
+
+func (s *Server) maxStateBytes() int64 {
+	if s.MaxStateBytes > 0 {
+		return s.MaxStateBytes
+	}
+	return runner.DefaultMaxStateBytes
 }
 
 // secretTypes are the values of names.LabelSecretType a runner writes.

@@ -2,7 +2,9 @@ package runnerapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -311,5 +314,66 @@ func TestOnePodCannotTakeEverySlot(t *testing.T) {
 	}
 	if len(s.inFlight) != maxPerPod {
 		t.Errorf("%d slots taken, want the pod's %d", len(s.inFlight), maxPerPod)
+	}
+}
+
+// TestFamilySize: module code that creates Secrets of its own object's
+// state family gets no more of them than runs make: chunks below the size
+// limit's count and in order, a bounded number of backups and chunked
+// states at once.
+func TestFamilySize(t *testing.T) {
+	meta := func(name, typ string) runtime.Object {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue,
+				names.LabelKind: "tfc", names.LabelObjectName: "prod", names.LabelSecretType: typ}}}
+	}
+	backups := func(n int) []runtime.Object {
+		var out []runtime.Object
+		for i := range n {
+			out = append(out, meta(fmt.Sprintf("tfc-prod-backup-20261130-1749%02d", i), names.SecretTypeBackup))
+		}
+		return out
+	}
+	states := func(n int) []runtime.Object {
+		var out []runtime.Object
+		for i := range n {
+			out = append(out, meta(fmt.Sprintf("tfc-prod-state-17645400000000000%02d-0", i), names.SecretTypeStateChunk),
+				meta(fmt.Sprintf("tfc-prod-state-17645400000000000%02d-1", i), names.SecretTypeStateChunk))
+		}
+		return out
+	}
+	tests := map[string]struct {
+		existing []runtime.Object
+		name     string
+		typ      string
+		wantErr  string // "" allowed
+	}{
+		"the state":                         {existing: states(40), name: "tfc-prod-state", typ: names.SecretTypeState},
+		"a backup":                          {existing: backups(5), name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup},
+		"a backup past the most a run left": {existing: backups(18), name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup, wantErr: "has 18 backups already, the most a run leaves is 18"},
+		"another object's backups count not": {existing: append(backups(0), meta("tfc-other-backup-20261130-174900", names.SecretTypeBackup)),
+			name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup},
+		"chunk 0 of a new state":           {existing: states(2), name: "tfc-prod-state-1764540000000000099-0", typ: names.SecretTypeStateChunk},
+		"chunk 0 past the most a run left": {existing: states(18), name: "tfc-prod-state-1764540000000000099-0", typ: names.SecretTypeStateChunk, wantErr: "has 18 chunked states already"},
+		"the next chunk":                   {existing: states(1), name: "tfc-prod-state-1764540000000000000-2", typ: names.SecretTypeStateChunk},
+		"a chunk out of order":             {existing: states(1), name: "tfc-prod-state-1764540000000000000-5", typ: names.SecretTypeStateChunk, wantErr: "written in order"},
+		"a chunk past the size limit":      {name: "tfc-prod-backup-20261201-000000-171", typ: names.SecretTypeBackupChunk, wantErr: "at most 171"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			if err := metav1.AddMetaToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			s := &Server{StateBackups: 5, meta: metadatafake.NewSimpleMetadataClient(scheme, tc.existing...)}
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Labels: map[string]string{names.LabelSecretType: tc.typ}}}
+			err := s.checkFamilySize(context.Background(), me, sec)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("got %v, want Forbidden with %q", err, tc.wantErr)
+			}
+		})
 	}
 }
