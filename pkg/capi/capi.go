@@ -35,6 +35,12 @@ const (
 	// WatchFilterLabel: a provider started with --watch-filter=<value>
 	// reconciles only the objects labelled with that value.
 	WatchFilterLabel = "cluster.x-k8s.io/watch-filter"
+	// ClonedFromNameAnnotation and ClonedFromGroupKindAnnotation name the
+	// template an object was cloned from (by the MachineSet controller,
+	// KubeadmControlPlane or the topology controller), in the object's
+	// namespace; the group kind reads "Kind.group".
+	ClonedFromNameAnnotation      = "cluster.x-k8s.io/cloned-from-name"
+	ClonedFromGroupKindAnnotation = "cluster.x-k8s.io/cloned-from-groupkind"
 )
 
 // Kind is a Cluster API kind that owns an infrastructure object, and where

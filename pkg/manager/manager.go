@@ -272,11 +272,18 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	if err != nil {
 		return nil, err
 	}
+	captf, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	h := &webhook.Handler{
 		RunnerPods: o.runnerPods,
 		Authorize: webhook.SubjectAccessReviews(func(ctx context.Context, sar *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
 			return kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		}),
+		ReadTemplate: func(ctx context.Context, namespace, resource, name string) ([]byte, error) {
+			return captf.InfrastructureV1alpha1().RESTClient().Get().Namespace(namespace).Resource(resource).Name(name).DoRaw(ctx)
+		},
 		ClusterPaused: func(ctx context.Context, namespace, name string) (bool, error) {
 			cluster, err := dyn.Resource(capi.Cluster.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {

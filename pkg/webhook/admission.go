@@ -62,6 +62,10 @@ type Handler struct {
 	// read, and may they move provider IDs? Nil: neither is allowed to
 	// anyone but the manager, references are not checked.
 	Authorize Authorizer
+	// ReadTemplate reads a template (its resource, in namespace) as JSON:
+	// an object cloned from it may read only what it names. Nil: no
+	// cloned object gets a new reference.
+	ReadTemplate func(ctx context.Context, namespace, resource, name string) ([]byte, error)
 
 	slots chan struct{} // requests being served
 }

@@ -15,6 +15,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -430,5 +431,92 @@ func wantAdmission(t *testing.T, resp *admissionv1.AdmissionResponse, want strin
 		t.Errorf("allowed, want %q", want)
 	case want != "" && !strings.Contains(resp.Result.Message, want):
 		t.Errorf("message %q, want it to contain %q", resp.Result.Message, want)
+	}
+}
+
+// TestClonedObjectsReadOnlyWhatTheirTemplateNames (issue 30, item 2): an
+// object cloned from a template (by Cluster API's controllers, whose own
+// identity may read every Secret) gets only the references its template
+// holds; a ClusterClass patch that adds one is refused to the controller.
+func TestClonedObjectsReadOnlyWhatTheirTemplateNames(t *testing.T) {
+	template := &infrav1.TerraformClusterTemplate{ObjectMeta: metav1.ObjectMeta{Name: "class-cluster", Namespace: "ns"}}
+	template.Spec.Template.Spec.Module.Inline = "a"
+	template.Spec.Template.Spec.Variables = []infrav1.Variable{{Name: "creds", ValueFrom: &infrav1.VariableSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}, Key: "token"}}}}
+	template.Spec.Template.Spec.Jobs = &infrav1.JobPolicy{EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}}
+	rawTemplate, err := json.Marshal(template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{
+		// Cluster API's controllers may read everything.
+		Authorize: func(context.Context, authenticationv1.UserInfo, authorizationv1.ResourceAttributes) (bool, string, error) {
+			return true, "", nil
+		},
+		ReadTemplate: func(_ context.Context, namespace, resource, name string) ([]byte, error) {
+			if namespace == "ns" && resource == "terraformclustertemplates" && name == "class-cluster" {
+				return rawTemplate, nil
+			}
+			return nil, apierrors.NewNotFound(infrav1.Resource(resource), name)
+		},
+	}
+	cloned := func(groupKind, name string, change func(*infrav1.TerraformCluster)) *infrav1.TerraformCluster {
+		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+		tc.Spec.WorkspaceSpec = *template.Spec.Template.Spec.WorkspaceSpec.DeepCopy()
+		if groupKind != "" {
+			tc.Annotations = map[string]string{capi.ClonedFromGroupKindAnnotation: groupKind, capi.ClonedFromNameAnnotation: name}
+		}
+		if change != nil {
+			change(tc)
+		}
+		return tc
+	}
+	const fromTemplate = "TerraformClusterTemplate.infrastructure.cluster.x-k8s.io"
+	addSecret := func(name, key string) func(*infrav1.TerraformCluster) {
+		return func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "patched", ValueFrom: &infrav1.VariableSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}})
+		}
+	}
+	tests := map[string]struct {
+		obj, old *infrav1.TerraformCluster
+		want     string // "" admitted
+	}{
+		"what the template names":         {obj: cloned(fromTemplate, "class-cluster", nil)},
+		"not cloned: the writer's rights": {obj: cloned("", "", addSecret("cluster-kubeconfig", "value"))},
+		"a patch adds a Secret": {obj: cloned(fromTemplate, "class-cluster", addSecret("cluster-kubeconfig", "value")),
+			want: `spec.variables[1].valueFrom.secretKeyRef: Forbidden: Secret "cluster-kubeconfig" key "value" is not in TerraformClusterTemplate class-cluster`},
+		"a patch adds another key of a named Secret": {obj: cloned(fromTemplate, "class-cluster", addSecret("cloud", "admin")),
+			want: `Secret "cloud" key "admin" is not in TerraformClusterTemplate class-cluster`},
+		"a key of a ConfigMap the template reads whole": {obj: cloned(fromTemplate, "class-cluster", func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Variables = append(tc.Spec.Variables, infrav1.Variable{Name: "region", ValueFrom: &infrav1.VariableSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "region"}}})
+		})},
+		"a patch adds envFrom": {obj: cloned(fromTemplate, "class-cluster", func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs.EnvFrom = append(tc.Spec.Jobs.EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cluster-kubeconfig"}}})
+		}), want: `spec.jobs.envFrom[1].secretRef: Forbidden: Secret "cluster-kubeconfig" is not in TerraformClusterTemplate`},
+		"an update that adds one": {obj: cloned(fromTemplate, "class-cluster", addSecret("cluster-kubeconfig", "value")), old: cloned(fromTemplate, "class-cluster", nil),
+			want: `Secret "cluster-kubeconfig" key "value" is not in`},
+		"an update that keeps one the template dropped": {obj: cloned(fromTemplate, "class-cluster", addSecret("old", "k")), old: cloned(fromTemplate, "class-cluster", addSecret("old", "k"))},
+		"a template of another namespace or deleted": {obj: cloned(fromTemplate, "gone", nil),
+			want: `Secret "cloud" key "token" is not read for an object cloned from TerraformClusterTemplate gone (cluster.x-k8s.io/cloned-from-name), which the object was cloned from, which is not in namespace ns`},
+		"cloned from something else": {obj: cloned("ConfigMap", "class-cluster", nil), want: "which is not a CAPTF template"},
+		"half the annotations":       {obj: cloned(fromTemplate, "class-cluster", func(tc *infrav1.TerraformCluster) { delete(tc.Annotations, capi.ClonedFromGroupKindAnnotation) }), want: "name only half"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			op := admissionv1.Create
+			var old runtime.Object
+			if tc.old != nil {
+				op, old = admissionv1.Update, tc.old
+			}
+			resp := h.Admit(context.Background(), "TerraformCluster", request(op, "system:serviceaccount:capi-system:capi-manager", tc.obj, old))
+			if resp.Allowed != (tc.want == "") {
+				t.Fatalf("allowed = %v (%v), want refusal %q", resp.Allowed, resp.Result, tc.want)
+			}
+			if tc.want != "" && !strings.Contains(resp.Result.Message, tc.want) {
+				t.Errorf("message %q lacks %q", resp.Result.Message, tc.want)
+			}
+		})
 	}
 }

@@ -2,15 +2,21 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 )
 
 // Authorizer says whether user may do what attrs describe; why explains a
@@ -28,11 +34,18 @@ type reference struct {
 }
 
 // checkReferences refuses a create or update that adds a reference to a
-// Secret or ConfigMap the requesting user may not read: CAPTF would read it
-// on their behalf. A reference is a key of the object (or every key): one
-// the object already had is not checked again, so others (Cluster API's
-// controllers, the manager) can keep writing it, but another key of the
-// same Secret is a new reference.
+// Secret or ConfigMap that no person who may read it allowed: CAPTF would
+// read it on their behalf. A reference is a key of the object (or every
+// key): one the object already had is not checked again, so others
+// (Cluster API's controllers, the manager) can keep writing it, but another
+// key of the same Secret is a new reference.
+//
+// Who allowed a new reference depends on where the object came from. One
+// cloned from a template (Cluster API's MachineSet, KubeadmControlPlane and
+// topology controllers write those, with their own identity, which may
+// read every Secret) gets only references its template holds: the
+// template's author was checked when writing it, and a ClusterClass patch
+// cannot add one. Any other object's writer must be able to read it.
 func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.AdmissionRequest, specs []objectSpec) (field.ErrorList, error) {
 	if h.Authorize == nil {
 		return nil, nil
@@ -44,15 +57,26 @@ func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.Admissio
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range references(oldSpecs) {
-			had[[3]string{r.resource, r.name, r.key}] = true
-		}
+		had = referenceSet(references(oldSpecs))
 	}
 	var errs field.ErrorList
+	var template *clonedFrom
 	checked := map[[2]string]string{} // "" allowed, else why not
 	for _, r := range refs {
-		if had[[3]string{r.resource, r.name, r.key}] || had[[3]string{r.resource, r.name, ""}] {
+		if holds(had, r) {
 			continue // that key, or every key, was there
+		}
+		if template == nil {
+			var err error
+			if template, err = h.clonedFrom(ctx, req); err != nil {
+				return nil, err
+			}
+		}
+		if template.kind != "" {
+			if why := template.refuses(r); why != "" {
+				errs = append(errs, field.Forbidden(r.path, why))
+			}
+			continue
 		}
 		key := [2]string{r.resource, r.name}
 		why, done := checked[key]
@@ -75,6 +99,95 @@ func (h *Handler) checkReferences(ctx context.Context, req *admissionv1.Admissio
 		}
 	}
 	return errs, nil
+}
+
+// referenceSet is refs by (resource, name, key).
+func referenceSet(refs []reference) map[[3]string]bool {
+	set := map[[3]string]bool{}
+	for _, r := range refs {
+		set[[3]string{r.resource, r.name, r.key}] = true
+	}
+	return set
+}
+
+// holds tells whether set has r: its key, or every key of its Secret.
+func holds(set map[[3]string]bool, r reference) bool {
+	return set[[3]string{r.resource, r.name, r.key}] || set[[3]string{r.resource, r.name, ""}]
+}
+
+// clonedFrom is the template an object says it was cloned from; kind is
+// "" for an object that says none.
+type clonedFrom struct {
+	kind, name, namespace string
+	refs                  map[[3]string]bool // the template's; nil when it is not a CAPTF template of the namespace
+	missing               string             // why refs is nil
+}
+
+// templateResources are the kinds an object may be cloned from, and their
+// resources.
+var templateResources = map[string]string{
+	"TerraformClusterTemplate":     "terraformclustertemplates",
+	"TerraformMachineTemplate":     "terraformmachinetemplates",
+	"TerraformMachinePoolTemplate": "terraformmachinepooltemplates",
+}
+
+// clonedFrom reads the template the request's object was cloned from.
+func (h *Handler) clonedFrom(ctx context.Context, req *admissionv1.AdmissionRequest) (*clonedFrom, error) {
+	var obj metav1.PartialObjectMetadata
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	name, named := obj.Annotations[capi.ClonedFromNameAnnotation]
+	groupKind, kinded := obj.Annotations[capi.ClonedFromGroupKindAnnotation]
+	if !named && !kinded {
+		return &clonedFrom{}, nil
+	}
+	c := &clonedFrom{kind: groupKind, name: name, namespace: req.Namespace}
+	kind, group, _ := strings.Cut(groupKind, ".")
+	resource, ours := templateResources[kind]
+	switch {
+	case !named || !kinded:
+		c.kind, c.missing = "a template", "of which the annotations name only half"
+		return c, nil
+	case group != infrav1.GroupName || !ours:
+		c.missing = "which is not a CAPTF template"
+		return c, nil
+	case h.ReadTemplate == nil:
+		c.missing = "which the webhook cannot read"
+		return c, nil
+	}
+	c.kind = kind
+	raw, err := h.ReadTemplate(ctx, req.Namespace, resource, name)
+	if apierrors.IsNotFound(err) {
+		c.missing = "which is not in namespace " + req.Namespace
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s, which the object was cloned from: %w", kind, name, err)
+	}
+	specs, err := specsOf(raw)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s, which the object was cloned from: %w", kind, name, err)
+	}
+	c.refs = referenceSet(references(specs))
+	return c, nil
+}
+
+// refuses says why r may not be added to an object cloned from c, or "".
+func (c *clonedFrom) refuses(r reference) string {
+	if c.refs != nil && holds(c.refs, r) {
+		return ""
+	}
+	what := fmt.Sprintf("%s %q", singular(r.resource), r.name)
+	if r.key != "" {
+		what += " key " + strconv.Quote(r.key)
+	}
+	where := fmt.Sprintf("%s %s (%s), which the object was cloned from", c.kind, c.name, capi.ClonedFromNameAnnotation)
+	if c.refs == nil {
+		return fmt.Sprintf("%s is not read for an object cloned from %s, %s", what, where, c.missing)
+	}
+	return fmt.Sprintf("%s is not in %s: an object cloned from a template reads only what the template names (its author was checked), "+
+		"so a ClusterClass patch or a controller cannot add a reference; add it to the template", what, where)
 }
 
 func singular(resource string) string {
