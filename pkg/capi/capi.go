@@ -17,8 +17,10 @@ import (
 
 // Cluster API's names.
 const (
-	Group               = "cluster.x-k8s.io"
-	Version             = "v1beta2"
+	Group   = "cluster.x-k8s.io"
+	Version = "v1beta2"
+	// BootstrapGroup is the API group of Cluster API's bootstrap configs.
+	BootstrapGroup      = "bootstrap.cluster.x-k8s.io"
 	ClusterNameLabel    = "cluster.x-k8s.io/cluster-name"
 	ControlPlaneLabel   = "cluster.x-k8s.io/control-plane"
 	ManagedByAnnotation = "cluster.x-k8s.io/managed-by"

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -434,7 +436,8 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 		}
 	}
 	config := engine.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
-		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &engine.Collector{MaxStateBytes: o.MaxStateBytes}}
+		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &engine.Collector{MaxStateBytes: o.MaxStateBytes},
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta)}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())
@@ -617,5 +620,22 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 			}
 		}
 		return obj, nil
+	}
+}
+
+// bootstrapConfigs reads the metadata of bootstrap configs (kinds of
+// Cluster API's bootstrap group, whichever provider serves them), their
+// resources found through discovery.
+func bootstrapConfigs(kube kubernetes.Interface, meta metadata.Interface) engine.BootstrapConfigReader {
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	return func(ctx context.Context, namespace, group, kind, name string) (metav1.Object, error) {
+		if group != capi.BootstrapGroup {
+			return nil, apierrors.NewNotFound(schema.GroupResource{Group: group, Resource: kind}, name)
+		}
+		mapping, err := mapper.RESTMapping(schema.GroupKind{Group: group, Kind: kind})
+		if err != nil {
+			return nil, fmt.Errorf("finding the resource of %s.%s: %w", kind, group, err)
+		}
+		return meta.Resource(mapping.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 }

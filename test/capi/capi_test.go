@@ -59,7 +59,9 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 	}
 	setupOnce.Do(func() {
 		ctx := context.Background()
-		if capiMgr, setupErr = plane.StartCAPI(ctx, "MachinePool=true"); setupErr != nil {
+		// ClusterTopology: the topology controller writes objects from
+		// ClusterClass templates (TestTopologyPatchCannotAddReferences).
+		if capiMgr, setupErr = plane.StartCAPI(ctx, "MachinePool=true,ClusterTopology=true"); setupErr != nil {
 			return
 		}
 		if setupErr = plane.InstallRBAC(ctx, "captf-system"); setupErr != nil {
@@ -78,7 +80,7 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 		}
 		// The webhook guards every write, CAPI's and the manager's own
 		// provider ID writes included.
-		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload")
+		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology")
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)

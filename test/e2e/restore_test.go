@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runner"
 )
 
 // TestRestoreState: captf.io/restore-state makes a backup the current state
@@ -125,5 +129,109 @@ func TestDefaultBackupsKept(t *testing.T) {
 	slices.Reverse(made)
 	if want := made[:5]; !slices.Equal(kept, want) {
 		t.Errorf("backups kept %v, want the newest 5 %v", kept, want)
+	}
+}
+
+// TestForgedBackupCannotExhaustTheManager (issue 30, item 3): module code
+// may write Secrets of its own object's state family through the runner
+// API, a backup among them, as large as --max-state-bytes allows; a tenant
+// then asks the manager to restore it. The manager streams the restore a
+// chunk at a time: its peak memory does not grow with the backup, it is
+// never killed, and the restore is carried out.
+func TestForgedBackupCannotExhaustTheManager(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManagerWithWebhook()
+	tn := e.newTenant()
+	e.create(e.localCloud("forged", e.newCluster("forged", false), map[string]any{"instances": 0}))
+	e.waitFor("forged", 2*time.Minute, "Ready", isReady)
+
+	// 96 MiB that do not compress, gzip-compressed into 128 chunks of 768
+	// KiB: what the runner API lets a run write (chunks in order, under
+	// the size limit), as a rescued state the webhook lets the tenant name.
+	big := make([]byte, 96<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	obj := names.Object{Kind: "tfc", Name: "forged"}
+	module := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj,
+		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
+	backup, err := module.SaveRescue(ctx, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big = nil
+	t.Cleanup(func() { deleteStateFamily(t, e.ns, obj) }) // 200 MiB in etcd: not for the tests after this one
+
+	before := procStatus(t, m.Pid())
+	tc := e.get("forged")
+	tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: backup}
+	if _, err := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("forged", 5*time.Minute, "restored", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionStateRestored)
+		return c != nil && (c.Reason == engine.ReasonRestored || c.Reason == engine.ReasonRestoreFailed)
+	})
+	if c := condition(e.get("forged"), infrav1.ConditionStateRestored); c.Reason != engine.ReasonRestored {
+		t.Errorf("StateRestored %s: %s", c.Reason, c.Message)
+	}
+	after := procStatus(t, m.Pid())
+	// The bound is the point of the test, not a speed target: a manager
+	// that held the backup whole would have grown by at least its 96 MiB.
+	growth := after["VmHWM"] - before["VmRSS"]
+	t.Logf("manager RSS before the restore %d MiB, peak after %d MiB (+%d MiB) for a %d MiB backup",
+		before["VmRSS"]>>10, after["VmHWM"]>>10, growth>>10, 96)
+	if growth > 48<<10 {
+		t.Errorf("the manager's peak RSS grew by %d MiB restoring a 96 MiB backup: it holds more than a chunk at a time", growth>>10)
+	}
+	if m.Exited() {
+		t.Errorf("the manager exited (code %d)", m.ExitCode())
+	}
+	head, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, obj.State(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size, _ := runner.StateSize(head); size != 96<<20 {
+		t.Errorf("the restored state is %d bytes, want the backup's %d", size, 96<<20)
+	}
+}
+
+// procStatus reads the sizes (in KiB) of /proc/<pid>/status.
+func procStatus(t *testing.T, pid int) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if f := strings.Fields(v); ok && len(f) == 2 && f[1] == "kB" {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// deleteStateFamily deletes an object's state Secrets, chunks and backups.
+func deleteStateFamily(t *testing.T, ns string, obj names.Object) {
+	ctx := context.Background()
+	opts := metav1.ListOptions{LabelSelector: names.LabelKind + "=" + obj.Kind + "," + names.LabelObjectName + "=" + obj.Name, Limit: 16}
+	for {
+		list, err := plane.Kube.CoreV1().Secrets(ns).List(ctx, opts)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, s := range list.Items {
+			if err := runner.DeleteStateSecret(ctx, plane.Kube.CoreV1().Secrets(ns), s.Name); err != nil {
+				t.Error(err)
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return
+		}
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -72,13 +74,17 @@ const (
 // MachinePool of kind; keys value and format, as Cluster API's bootstrap
 // providers write it) into captf_bootstrap_data and captf_bootstrap_format,
 // when the Secret was made for owner (madeFor).
-func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, kind capi.Kind, owner *unstructured.Unstructured, inputs map[string]any) error {
+func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, configs BootstrapConfigReader, kind capi.Kind, owner *unstructured.Unstructured, inputs map[string]any) error {
 	name := kind.BootstrapData(owner)
 	sec, err := kube.CoreV1().Secrets(owner.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return &InputError{Reason: ReasonBootstrapDataUnavailable, Message: fmt.Sprintf("reading bootstrap data Secret %s: %v", name, err)}
 	}
-	if !madeFor(sec, kind, owner) {
+	ok, err := madeFor(ctx, configs, sec, kind, owner)
+	if err != nil {
+		return &InputError{Reason: ReasonBootstrapDataUnavailable, Message: fmt.Sprintf("reading the bootstrap config of %s %s: %v", kind.Kind, owner.GetName(), err)}
+	}
+	if !ok {
 		return &InputError{Reason: ReasonBootstrapDataNotAllowed, Message: fmt.Sprintf(
 			"%s %s names bootstrap data Secret %s (%s), which was not made for it: CAPTF reads bootstrap data only from a Secret controlled by the %s or by its bootstrap config (%s), "+
 				"or one labelled %s=true by someone who may write Secrets. Point %s at the Secret its bootstrap provider wrote, or label the Secret if it is meant as bootstrap data.",
@@ -94,34 +100,59 @@ func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, kind capi.K
 	return nil
 }
 
+// BootstrapConfigReader reads the metadata of a bootstrap config (group,
+// kind and name as a configRef gives them) in namespace.
+type BootstrapConfigReader func(ctx context.Context, namespace, group, kind, name string) (metav1.Object, error)
+
 // madeFor tells whether sec is bootstrap data made for owner: whoever may
 // create Machines must not make CAPTF read any Secret of the namespace (the
 // cluster's kubeconfig, another cluster's bootstrap data with its CA keys).
 // A Secret is made for owner when its controller is owner itself, or the
-// bootstrap config owner names (as kubeadm's provider writes it) and it
-// belongs to owner's Cluster; or when someone who may write Secrets
-// labelled it as bootstrap data.
-func madeFor(sec *corev1.Secret, kind capi.Kind, owner *unstructured.Unstructured) bool {
+// bootstrap config owner names (as kubeadm's provider writes it) when that
+// config is controlled by owner (Cluster API's Machine and MachinePool
+// controllers take control of the configs they use: another Machine's
+// config stays its own) and the Secret belongs to owner's Cluster; or when
+// someone who may write Secrets labelled it as bootstrap data.
+func madeFor(ctx context.Context, configs BootstrapConfigReader, sec *corev1.Secret, kind capi.Kind, owner *unstructured.Unstructured) (bool, error) {
 	if sec.Labels[infrav1.LabelBootstrapData] == "true" {
-		return true
+		return true, nil
 	}
 	ref := metav1.GetControllerOfNoCopy(sec)
 	if ref == nil {
-		return false
+		return false, nil
 	}
-	group := ref.APIVersion
-	if i := strings.Index(group, "/"); i >= 0 {
-		group = group[:i]
-	} else {
-		group = "" // the core group
-	}
-	if ref.Kind == kind.Kind && group == capi.Group && ref.Name == owner.GetName() && ref.UID == owner.GetUID() {
-		return true
+	if controls(ref, capi.Group, kind.Kind, owner.GetName(), owner.GetUID()) {
+		return true, nil
 	}
 	cfgGroup, cfgKind, cfgName, ok := kind.BootstrapConfig(owner)
-	if !ok || ref.Kind != cfgKind || ref.Name != cfgName || group != cfgGroup {
-		return false
+	if !ok || !controls(ref, cfgGroup, cfgKind, cfgName, ref.UID) {
+		return false, nil
 	}
-	cluster, labelled := sec.Labels[capi.ClusterNameLabel]
-	return !labelled || cluster == kind.ClusterName(owner)
+	if cluster, labelled := sec.Labels[capi.ClusterNameLabel]; labelled && cluster != kind.ClusterName(owner) {
+		return false, nil
+	}
+	if configs == nil {
+		return false, nil
+	}
+	cfg, err := configs(ctx, owner.GetNamespace(), cfgGroup, cfgKind, cfgName)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	cfgRef := metav1.GetControllerOfNoCopy(cfg)
+	return cfg.GetUID() == ref.UID && cfgRef != nil && controls(cfgRef, capi.Group, kind.Kind, owner.GetName(), owner.GetUID()), nil
+}
+
+// controls tells whether the controller reference ref names the object
+// group/kind name with uid.
+func controls(ref *metav1.OwnerReference, group, kind, name string, uid types.UID) bool {
+	refGroup := ref.APIVersion
+	if i := strings.Index(refGroup, "/"); i >= 0 {
+		refGroup = refGroup[:i]
+	} else {
+		refGroup = "" // the core group
+	}
+	return refGroup == group && ref.Kind == kind && ref.Name == name && ref.UID == uid
 }

@@ -127,7 +127,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	c.engine = &Engine{Kube: cc.Kube, Jobs: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now,
-		Slots: config.Slots}
+		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs}
 	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
 		return nil, err
 	}
@@ -329,7 +329,7 @@ func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
 	if s.Owner != nil && c.kind.Inputs != nil {
 		c.kind.Inputs(s.Owner, inputs)
 		if c.kind.Owner.BootstrapData(s.Owner) != "" {
-			if err := bootstrapInputs(ctx, c.engine.Kube, c.kind.Owner, s.Owner, inputs); err != nil {
+			if err := bootstrapInputs(ctx, c.engine.Kube, c.engine.BootstrapConfigs, c.kind.Owner, s.Owner, inputs); err != nil {
 				return nil, err
 			}
 		}

@@ -85,6 +85,10 @@ type Config struct {
 	Metrics *Collector
 	// Slots, if set, caps the Jobs that run at once.
 	Slots *JobSlots
+	// BootstrapConfigs reads the bootstrap configs Machines name; nil:
+	// bootstrap data is read only from Secrets its Machine controls or
+	// that are labelled as bootstrap data.
+	BootstrapConfigs BootstrapConfigReader
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -110,6 +114,8 @@ type Engine struct {
 	Now                  func() time.Time
 	// Slots caps the Jobs that run at once; nil: no cap.
 	Slots *JobSlots
+	// BootstrapConfigs reads bootstrap configs (Config.BootstrapConfigs).
+	BootstrapConfigs BootstrapConfigReader
 }
 
 // Sync is what one sync of one object knows and decides.
