@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -95,6 +96,58 @@ func TestBootstrapSecretMustBeMadeForTheMachine(t *testing.T) {
 	if got := string(tm.Status.Outputs["loot"].Raw); got != `"I2Nsb3VkLWNvbmZpZwo="` {
 		t.Errorf("the module's view of its own bootstrap data: %s", got)
 	}
+
+	// A Secret controlled by a KubeadmConfig, as kubeadm's provider writes
+	// it, is read for the Machine that controls the config (Cluster API's
+	// Machine controller takes control of the config its Machine names);
+	// a tenant's Machine that names another Machine's config and Secret
+	// reads nothing.
+	installKubeadmCRDs(t)
+	config := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+		"metadata": map[string]any{"name": "configured", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
+		"spec":     map[string]any{"format": "cloud-config"}}}
+	config, err = plane.Dynamic.Resource(kubeadmConfigsGVR).Namespace(ns).Create(ctx, config, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "configured-bootstrap",
+		Labels:          map[string]string{"cluster.x-k8s.io/cluster-name": "work"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "bootstrap.cluster.x-k8s.io/v1beta2", Kind: "KubeadmConfig", Name: "configured", UID: config.GetUID(), Controller: &yes}}},
+		Data: map[string][]byte{"value": []byte("#cloud-config\n")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	configuredMachine(t, ns, "configured", "configured", "configured-bootstrap")
+	waitMachine("configured", "provisioned", func(tm *infrav1.TerraformMachine) bool { return tm.Spec.ProviderID != "" })
+	configuredMachine(t, ns, "config-thief", "configured", "configured-bootstrap")
+	tm = waitMachine("config-thief", "refused", func(tm *infrav1.TerraformMachine) bool {
+		return readyReason(tm) == "BootstrapDataNotAllowed" || tm.Spec.ProviderID != ""
+	})
+	if got := readyReason(tm); got != "BootstrapDataNotAllowed" {
+		t.Errorf("a Machine naming another Machine's KubeadmConfig and its Secret: Ready %s, provider ID %q; want BootstrapDataNotAllowed", got, tm.Spec.ProviderID)
+	}
+	jobs, err = plane.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=config-thief"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) > 0 {
+		t.Errorf("Jobs made for the config thief: %d", len(jobs.Items))
+	}
+}
+
+var kubeadmConfigsGVR = schema.GroupVersionResource{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Resource: "kubeadmconfigs"}
+
+// configuredMachine is controlPlaneMachine with a bootstrap configRef to
+// KubeadmConfig config and its data Secret secret.
+func configuredMachine(t *testing.T, ns, name, config, secret string) {
+	t.Helper()
+	m := controlPlaneMachineObject(t, ns, name, secret, stealModule)
+	if err := unstructured.SetNestedStringMap(m.Object, map[string]string{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": config},
+		"spec", "bootstrap", "configRef"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // workCluster makes namespace ns with a Cluster "work" whose TerraformCluster
@@ -128,6 +181,17 @@ func workCluster(t *testing.T, root, ns string) {
 // TerraformMachine running module.
 func controlPlaneMachine(t *testing.T, ns, name, secret, module string) *unstructured.Unstructured {
 	t.Helper()
+	created, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(context.Background(), controlPlaneMachineObject(t, ns, name, secret, module), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// controlPlaneMachineObject creates the TerraformMachine of
+// controlPlaneMachine and returns its Machine, not yet created.
+func controlPlaneMachineObject(t *testing.T, ns, name, secret, module string) *unstructured.Unstructured {
+	t.Helper()
 	ctx := context.Background()
 	tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
 		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: module}}}}
@@ -138,11 +202,7 @@ func controlPlaneMachine(t *testing.T, ns, name, secret, module string) *unstruc
 		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work", "cluster.x-k8s.io/control-plane": ""}},
 		"spec": map[string]any{"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": secret},
 			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": name}}}}
-	created, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(ctx, m, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return created
+	return m
 }
 
 // waitTerraformMachine waits up to 3 minutes for ok.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,14 @@ spec:
     spec:
       kubeadmConfigSpec: {format: cloud-config}
 ---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: TerraformMachineTemplate
+metadata: {name: cp-machines, namespace: %[1]s}
+spec:
+  template:
+    spec:
+      module: {source: %[2]s}
+---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: ClusterClass
 metadata: {name: honest, namespace: %[1]s}
@@ -50,6 +59,8 @@ spec:
     templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: TerraformClusterTemplate, name: plain}
   controlPlane:
     templateRef: {apiVersion: controlplane.cluster.x-k8s.io/v1beta2, kind: KubeadmControlPlaneTemplate, name: cp}
+    machineInfrastructure:
+      templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: TerraformMachineTemplate, name: cp-machines}
 ---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: ClusterClass
@@ -59,6 +70,8 @@ spec:
     templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: TerraformClusterTemplate, name: plain}
   controlPlane:
     templateRef: {apiVersion: controlplane.cluster.x-k8s.io/v1beta2, kind: KubeadmControlPlaneTemplate, name: cp}
+    machineInfrastructure:
+      templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: TerraformMachineTemplate, name: cp-machines}
   patches:
   - name: steal
     definitions:
@@ -108,7 +121,7 @@ func TestTopologyPatchCannotAddReferences(t *testing.T) {
 		Data: map[string][]byte{"value": []byte("admin kubeconfig")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	installKubeadmControlPlaneCRDs(t)
+	installKubeadmCRDs(t)
 	manifest := filepath.Join(t.TempDir(), "classes.yaml")
 	if err := os.WriteFile(manifest, fmt.Appendf(nil, topologyClasses, ns, filepath.Join(root, "examples", "local-cloud"), t.TempDir()), 0o600); err != nil {
 		t.Fatal(err)
@@ -180,45 +193,56 @@ func TestTopologyPatchCannotAddReferences(t *testing.T) {
 	}
 }
 
-// installKubeadmControlPlaneCRDs installs the CRDs of kubeadm's control
-// plane (a ClusterClass needs a control-plane kind; nothing here runs
-// kubeadm's controllers), labelled with their contract as kubeadm's release
-// labels them.
-func installKubeadmControlPlaneCRDs(t *testing.T) {
+// installKubeadmCRDs installs, once, the CRDs of kubeadm's bootstrap and
+// control-plane providers (a ClusterClass needs a control-plane kind, a
+// Machine may name a bootstrap config; nothing here runs kubeadm's
+// controllers), labelled with their contract as kubeadm's release labels
+// them.
+func installKubeadmCRDs(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
+	kubeadmCRDsOnce.Do(func() { kubeadmCRDsErr = doInstallKubeadmCRDs(t.TempDir()) })
+	if kubeadmCRDsErr != nil {
+		t.Fatal(kubeadmCRDsErr)
+	}
+}
+
+var (
+	kubeadmCRDsOnce sync.Once
+	kubeadmCRDsErr  error
+)
+
+func doInstallKubeadmCRDs(labelled string) error {
 	dir, err := framework.CAPICRDDir()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	kubeadm := filepath.Join(dir, "..", "..", "..", "..", "controlplane", "kubeadm", "config", "crd", "bases")
-	files, err := filepath.Glob(filepath.Join(kubeadm, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("kubeadm's control-plane CRDs in %s: %v", kubeadm, err)
-	}
-	labelled := t.TempDir()
-	for _, f := range files {
-		crds, err := framework.ReadObjects(f)
-		if err != nil {
-			t.Fatal(err)
+	module := filepath.Join(dir, "..", "..", "..", "..")
+	for _, provider := range []string{filepath.Join("controlplane", "kubeadm"), filepath.Join("bootstrap", "kubeadm")} {
+		files, err := filepath.Glob(filepath.Join(module, provider, "config", "crd", "bases", "*.yaml"))
+		if err != nil || len(files) == 0 {
+			return fmt.Errorf("kubeadm's CRDs in %s: %v", provider, err)
 		}
-		for i, crd := range crds {
-			labels := crd.GetLabels()
-			if labels == nil {
-				labels = map[string]string{}
-			}
-			labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
-			crd.SetLabels(labels)
-			b, err := crd.MarshalJSON()
+		for _, f := range files {
+			crds, err := framework.ReadObjects(f)
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
-			if err := os.WriteFile(filepath.Join(labelled, fmt.Sprintf("%s-%d.yaml", filepath.Base(f), i)), b, 0o600); err != nil {
-				t.Fatal(err)
+			for i, crd := range crds {
+				labels := crd.GetLabels()
+				if labels == nil {
+					labels = map[string]string{}
+				}
+				labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
+				crd.SetLabels(labels)
+				b, err := crd.MarshalJSON()
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(labelled, fmt.Sprintf("%s-%d.yaml", filepath.Base(f), i)), b, 0o600); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if err := plane.InstallCRDs(ctx, labelled); err != nil {
-		t.Fatal(err)
-	}
+	return plane.InstallCRDs(context.Background(), labelled)
 }
