@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -626,16 +628,54 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 // bootstrapConfigs reads the metadata of bootstrap configs (kinds of
 // Cluster API's bootstrap group, whichever provider serves them), their
 // resources found through discovery.
+//
+// Discovery is cached; a kind it does not know (a bootstrap provider
+// installed since) or a resource gone (a version no longer served) reads
+// it again, at most once a minute: a tenant's Machine naming kinds that do
+// not exist must not cost the API server a discovery each sync.
 func bootstrapConfigs(kube kubernetes.Interface, meta metadata.Interface) engine.BootstrapConfigReader {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
-	return func(ctx context.Context, namespace, group, kind, name string) (metav1.Object, error) {
-		if group != capi.BootstrapGroup {
-			return nil, apierrors.NewNotFound(schema.GroupResource{Group: group, Resource: kind}, name)
+	var mu sync.Mutex
+	var lastReset time.Time
+	stale := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(lastReset) < time.Minute {
+			return false
 		}
+		lastReset = time.Now()
+		mapper.Reset()
+		return true
+	}
+	get := func(ctx context.Context, namespace, group, kind, name string) (metav1.Object, error) {
 		mapping, err := mapper.RESTMapping(schema.GroupKind{Group: group, Kind: kind})
 		if err != nil {
 			return nil, fmt.Errorf("finding the resource of %s.%s: %w", kind, group, err)
 		}
-		return meta.Resource(mapping.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		obj, err := meta.Resource(mapping.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && !servesObjects(err, mapping.Resource.Resource) {
+			return nil, &apimeta.NoResourceMatchError{PartialResource: mapping.Resource}
+		}
+		return obj, err
 	}
+	return func(ctx context.Context, namespace, group, kind, name string) (metav1.Object, error) {
+		if group != capi.BootstrapGroup {
+			return nil, apierrors.NewNotFound(schema.GroupResource{Group: group, Resource: kind}, name)
+		}
+		obj, err := get(ctx, namespace, group, kind, name)
+		if apimeta.IsNoMatchError(err) && stale() {
+			obj, err = get(ctx, namespace, group, kind, name)
+		}
+		return obj, err
+	}
+}
+
+// servesObjects tells a 404 for a missing object (its details name the
+// resource) from one for a resource the server no longer serves.
+func servesObjects(err error, resource string) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	return status.Status().Details.Kind == resource || strings.HasPrefix(status.Status().Details.Kind, resource)
 }

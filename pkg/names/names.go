@@ -192,6 +192,39 @@ func (o Object) HoldsState(name string) bool {
 	return ok && stateFamily.MatchString(rest)
 }
 
+// FamilyTypes are the values of LabelSecretType a Secret of the object's
+// state family may carry under name (a backup named apart from another of
+// the same second, "<backup>-1", reads like chunk 1 of "<backup>"); nil
+// when name is not of the family.
+func (o Object) FamilyTypes(name string) []string {
+	rest, ok := strings.CutPrefix(name, o.base())
+	if !ok || !stateFamily.MatchString(rest) {
+		return nil
+	}
+	switch {
+	case rest == "-state":
+		return []string{SecretTypeState}
+	case rest == "-inputs":
+		return []string{SecretTypeDurableInput}
+	case strings.HasPrefix(rest, "-state-"):
+		return []string{SecretTypeStateChunk}
+	}
+	switch strings.Count(rest, "-") { // -backup-<date>-<time>[-n][-i]
+	case 3:
+		return []string{SecretTypeBackup}
+	case 4:
+		return []string{SecretTypeBackup, SecretTypeBackupChunk}
+	default:
+		return []string{SecretTypeBackupChunk}
+	}
+}
+
+// IsRescue tells whether name is, in the object's family, a rescued state
+// (Rescue) or one of its chunks.
+func (o Object) IsRescue(name string) bool {
+	return strings.HasPrefix(name, o.base()+"-errored-") && o.HoldsState(name)
+}
+
 // LabelValue fits a value into a label: in full when shorter than 63
 // characters, else cut and ending in a 64-bit hash (exactly 63 characters).
 func LabelValue(v string) string {

@@ -2,6 +2,7 @@ package names
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +100,27 @@ func TestLeaderLease(t *testing.T) {
 			t.Errorf("filters %q and %q share the Lease %q", other, tc.filter, got)
 		}
 		seen[got] = tc.filter
+	}
+}
+
+// TestFamilyTypes: what each name of a state family may be; the runner API
+// refuses a Secret whose type label says otherwise.
+func TestFamilyTypes(t *testing.T) {
+	o := Object{Kind: "tfc", Name: "prod"}
+	tests := map[string][]string{
+		o.State():                                          {SecretTypeState},
+		o.DurableInputs():                                  {SecretTypeDurableInput},
+		o.StateChunk(1764540000000000000, 3):               {SecretTypeStateChunk},
+		o.Backup("20261130-174914"):                        {SecretTypeBackup},
+		o.Rescue("20261130-174914"):                        {SecretTypeBackup},
+		o.Backup("20261130-174914") + "-1":                 {SecretTypeBackup, SecretTypeBackupChunk},
+		o.BackupChunk(o.Backup("20261130-174914")+"-1", 0): {SecretTypeBackupChunk},
+		"tfc-prod-x-state":                                 nil,
+		Object{Kind: "tfc", Name: "prod-state"}.State():    nil,
+	}
+	for name, want := range tests {
+		if got := o.FamilyTypes(name); !slices.Equal(got, want) {
+			t.Errorf("FamilyTypes(%s) = %v, want %v", name, got, want)
+		}
 	}
 }

@@ -59,6 +59,8 @@ var (
 	ErrNotABackup = errors.New("not a state backup")
 	// ErrStateTooLarge: a state or backup is over the read limit.
 	ErrStateTooLarge = errors.New("state is over the size limit")
+	// ErrStateCorrupt: a state or backup fails its sum, or is not gzip.
+	ErrStateCorrupt = errors.New("state is corrupt")
 	// ErrStateMissing: the object was applied but its state Secret is gone.
 	ErrStateMissing = errors.New("state secret is missing")
 	// ErrOtherOwner: the state Secret belongs to another object.
@@ -276,11 +278,30 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 	if err != nil {
 		return err
 	}
-	var dropped []string
+	// The new state goes into chunks of a new generation first (a restore
+	// whose backup fails a check then leaves nothing, not even a backup);
+	// the current state, which current still heads, is backed up after.
+	current := s.head
+	oldGen, oldChunks := chunkInfo(current)
+	gen := time.Now().UnixNano()
+	size, sum, err := state.fill(head, func(i int) string { return s.Object.StateChunk(gen, i) })
+	if err != nil {
+		return err
+	}
 	logger := klog.FromContext(ctx)
-	if HasState(head) && !s.backedUp && (s.Backups > 0 || replacing) {
-		name, err := s.backup(ctx, head)
+	dropNew := func() {
+		_, chunks := chunkInfo(head)
+		for i := range chunks { // nothing points at them
+			if derr := s.deleteSecret(context.WithoutCancel(ctx), s.Object.StateChunk(gen, i)); derr != nil {
+				logger.Error(derr, "Deleting an unused state chunk")
+			}
+		}
+	}
+	var dropped []string
+	if HasState(current) && !s.backedUp && (s.Backups > 0 || replacing) {
+		name, err := s.backup(ctx, current)
 		if err != nil && replacing {
+			dropNew()
 			return fmt.Errorf("backing up the current state before replacing it: %w", err)
 		}
 		if err != nil {
@@ -311,12 +332,6 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 		}
 	}
 	delete(head.Annotations, annotationApplied) // not known good until its run ends well
-	oldGen, oldChunks := chunkInfo(head)
-	gen := time.Now().UnixNano()
-	size, sum, err := state.fill(head, func(i int) string { return s.Object.StateChunk(gen, i) })
-	if err != nil {
-		return err
-	}
 	head.Annotations[annotationGeneration] = strconv.FormatInt(gen, 10)
 	head.Annotations[annotationSize] = strconv.FormatInt(size, 10)
 	head.Annotations[annotationStateSum] = sum
@@ -333,12 +348,7 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 			// state now, and deleting them would lose it.
 			return fmt.Errorf("writing state secret (not known whether it was written): %w", err)
 		}
-		_, chunks := chunkInfo(head)
-		for i := range chunks { // nothing points at them
-			if derr := s.deleteSecret(ctx, s.Object.StateChunk(gen, i)); derr != nil {
-				logger.Error(derr, "Deleting an unused state chunk")
-			}
-		}
+		dropNew()
 		if errors.Is(err, ErrFenced) {
 			return err
 		}
@@ -428,7 +438,7 @@ func (s *StateStore) Restore(ctx context.Context, backup string) error {
 			return head.Annotations[annotationSHA256] != "" && head.Annotations[annotationSHA256] == sec.Annotations[annotationSHA256]
 		},
 		fill: func(head *corev1.Secret, chunkName func(int) string) (int64, string, error) {
-			return s.copyBlob(ctx, sec, head, chunkName, names.SecretTypeStateChunk)
+			return s.copyBlob(ctx, sec, head, chunkName, names.SecretTypeStateChunk, true)
 		},
 	}, true)
 }
@@ -449,7 +459,9 @@ func (s *StateStore) SaveRescue(ctx context.Context, state []byte) (string, erro
 // at a time.
 func (s *StateStore) backup(ctx context.Context, head *corev1.Secret) (string, error) {
 	name, err := s.saveBackup(ctx, s.Object.Backup, head.Annotations[annotationSize], func(sec *corev1.Secret, chunkName func(int) string) error {
-		_, _, err := s.copyBlob(ctx, head, sec, chunkName, names.SecretTypeBackupChunk)
+		// Not decompressed: a state that is no longer valid gzip, or over
+		// a lowered size limit, is still kept before it is replaced.
+		_, _, err := s.copyBlob(ctx, head, sec, chunkName, names.SecretTypeBackupChunk, false)
 		return err
 	})
 	if err == nil {
@@ -645,7 +657,7 @@ type blobReader struct {
 }
 
 func (b *blobReader) Read(p []byte) (int, error) {
-	for len(b.piece) == 0 {
+	for len(b.piece) == 0 { // an empty inline state reads as nothing, then EOF
 		if b.err != nil {
 			return 0, b.err
 		}
@@ -659,7 +671,7 @@ func (b *blobReader) Read(p []byte) (int, error) {
 // advance reads the next piece, or ends with io.EOF once the sum is right.
 func (b *blobReader) advance() error {
 	s, sec := b.store, b.sec
-	if int64(b.chunks)*int64(s.chunkSize()) > s.maxBytes()+int64(s.chunkSize()) {
+	if int64(b.chunks) > s.maxBytes()/int64(s.chunkSize())+1 {
 		return fmt.Errorf("%w: %s has %d chunks (limit %d bytes)", ErrStateTooLarge, sec.Name, b.chunks, s.maxBytes())
 	}
 	var piece []byte
@@ -667,7 +679,7 @@ func (b *blobReader) advance() error {
 	case b.next == max(b.chunks, 1):
 		got := hex.EncodeToString(b.sum.Sum(nil))
 		if want := sec.Annotations[annotationSHA256]; want != "" && want != got {
-			return fmt.Errorf("state in %s is corrupt: sha256 %s, want %s", sec.Name, got, want)
+			return fmt.Errorf("%w: %s: sha256 %s, want %s", ErrStateCorrupt, sec.Name, got, want)
 		}
 		return io.EOF
 	case b.chunks == 0:
@@ -681,7 +693,9 @@ func (b *blobReader) advance() error {
 		if err != nil {
 			return fmt.Errorf("reading chunk %s of %s: %w", name, sec.Name, err)
 		}
-		piece = c.Data[dataKey]
+		if piece = c.Data[dataKey]; len(piece) == 0 {
+			return fmt.Errorf("%w: chunk %s of %s is empty", ErrStateCorrupt, name, sec.Name)
+		}
 	}
 	if b.read += int64(len(piece)); b.read > s.maxBytes() {
 		return fmt.Errorf("%w: %s is over %d bytes compressed", ErrStateTooLarge, sec.Name, s.maxBytes())
@@ -694,18 +708,15 @@ func (b *blobReader) advance() error {
 	}
 	b.next++
 	b.piece = piece
-	if len(piece) == 0 {
-		return b.advance()
-	}
 	return nil
 }
 
 // copyBlob copies the blob src holds or points at into dst: inline, or as
 // chunks (named by chunkName) of the same sizes, each written before the
-// next is read. It checks the copy as it goes (sha256, gzip, the size
-// limit) and tells the uncompressed size and sha256; a copy that fails
-// leaves no chunk behind.
-func (s *StateStore) copyBlob(ctx context.Context, src, dst *corev1.Secret, chunkName func(int) string, chunkType string) (int64, string, error) {
+// next is read. It checks the copy as it goes (sha256, the size limit and,
+// when decompress is set, gzip: then it tells the uncompressed size and
+// sha256); a copy that fails leaves no chunk behind.
+func (s *StateStore) copyBlob(ctx context.Context, src, dst *corev1.Secret, chunkName func(int) string, chunkType string, decompress bool) (int64, string, error) {
 	_, chunks := chunkInfo(src)
 	r := s.blobReader(ctx, src)
 	var written []string
@@ -723,13 +734,17 @@ func (s *StateStore) copyBlob(ctx context.Context, src, dst *corev1.Secret, chun
 		return nil
 	}
 	h := sha256.New()
-	size, err := s.inflate(r, h)
+	var size int64
+	var err error
+	if decompress {
+		size, err = s.inflate(r, h)
+	}
 	if err == nil {
 		_, err = io.Copy(io.Discard, r) // what follows the gzip stream is copied and summed too
 	}
 	if err != nil {
 		for _, name := range written {
-			if derr := s.deleteSecret(ctx, name); derr != nil {
+			if derr := s.deleteSecret(context.WithoutCancel(ctx), name); derr != nil {
 				klog.FromContext(ctx).Error(derr, "Deleting a chunk of a copy that failed", "chunk", name)
 			}
 		}
@@ -855,12 +870,18 @@ func (s *StateStore) inflate(gz io.Reader, w io.Writer) (int64, error) {
 	if errors.Is(err, io.EOF) {
 		return 0, errors.New("state secret holds no data")
 	}
+	if errors.Is(err, ErrStateTooLarge) || errors.Is(err, ErrStateCorrupt) {
+		return 0, err
+	}
 	if err != nil {
-		return 0, fmt.Errorf("state is not gzip: %w", err)
+		return 0, fmt.Errorf("%w: not gzip: %w", ErrStateCorrupt, err)
 	}
 	n, err := io.Copy(w, io.LimitReader(r, s.maxBytes()+1))
+	if errors.Is(err, ErrStateTooLarge) || errors.Is(err, ErrStateCorrupt) {
+		return n, err
+	}
 	if err != nil {
-		return n, fmt.Errorf("state is not valid gzip: %w", err)
+		return n, fmt.Errorf("%w: not valid gzip: %w", ErrStateCorrupt, err)
 	}
 	if n > s.maxBytes() {
 		return n, fmt.Errorf("%w: over %d bytes uncompressed", ErrStateTooLarge, s.maxBytes())

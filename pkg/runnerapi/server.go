@@ -388,6 +388,12 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 		if why := id.checkMetadata(&sec); why != "" {
 			return nil, forbid(why)
 		}
+		// What the manager makes of a Secret of the family goes by its
+		// name: its type label must say the same (checkFamilySize counts
+		// by it).
+		if types := id.Object.FamilyTypes(sec.Name); types != nil && !slices.Contains(types, sec.Labels[names.LabelSecretType]) {
+			return nil, forbid(fmt.Sprintf("label %s=%q: a Secret named %s is a %s", names.LabelSecretType, sec.Labels[names.LabelSecretType], sec.Name, strings.Join(types, " or ")))
+		}
 		// A result belongs to the object (and goes with it); nothing
 		// else may be named an owner.
 		for _, ref := range sec.OwnerReferences {
@@ -430,17 +436,19 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 // two more (the one restored, the last good one). Module code that creates
 // Secrets of its own state family through this API gets no more than
 // that: every chunk below the size limit's count, written in order, and a
-// bounded number of backups and chunked states at once.
+// bounded number of backups, rescued states and chunked states at once.
+// (A pod's few requests at once may each pass before the others land.)
 func (s *Server) checkFamilySize(ctx context.Context, id *Identity, sec *corev1.Secret) error {
 	forbid := func(why string) error {
 		return apierrors.NewForbidden(corev1.Resource("secrets"), sec.Name, fmt.Errorf("a runner of %s %s may not create it: %s", id.Object.Kind, id.Object.Name, why))
 	}
-	typ := sec.Labels[names.LabelSecretType]
+	secrets := s.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(id.Namespace)
+	typ := sec.Labels[names.LabelSecretType] // checked against the name by authorize
 	switch typ {
 	case names.SecretTypeStateChunk, names.SecretTypeBackupChunk:
 		cut := strings.LastIndexByte(sec.Name, '-')
 		i, err := strconv.Atoi(sec.Name[cut+1:])
-		if cut < 0 || err != nil {
+		if err != nil || strconv.Itoa(i) != sec.Name[cut+1:] {
 			return forbid("a chunk's name ends in its index")
 		}
 		if maxChunks := s.maxStateBytes()/runner.DefaultChunkSize + 1; int64(i) >= maxChunks {
@@ -448,7 +456,7 @@ func (s *Server) checkFamilySize(ctx context.Context, id *Identity, sec *corev1.
 		}
 		if i > 0 {
 			prev := fmt.Sprintf("%s-%d", sec.Name[:cut], i-1)
-			if _, err := s.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(id.Namespace).Get(ctx, prev, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if _, err := secrets.Get(ctx, prev, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 				return forbid("chunks are written in order, and " + prev + " does not exist")
 			} else if err != nil {
 				return err
@@ -459,31 +467,50 @@ func (s *Server) checkFamilySize(ctx context.Context, id *Identity, sec *corev1.
 	default:
 		return nil // the state and the durable inputs: one each
 	}
-	// A new backup, or chunk 0 of a new chunked state or backup.
-	list, err := s.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(id.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: id.Object.Kind,
-			names.LabelObjectName: names.LabelValue(id.Object.Name)}.String()})
-	if err != nil {
-		return err
-	}
+	// A new backup or rescued state, or chunk 0 of a new chunked state or
+	// backup: how many of its kind are there?
+	kind := familyKind(id.Object, sec.Name, typ)
 	n := 0
-	for _, o := range list.Items {
-		t := o.Labels[names.LabelSecretType]
-		if !id.Object.HoldsState(o.Name) || t != typ {
-			continue
+	opts := metav1.ListOptions{Limit: 100, LabelSelector: labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: id.Object.Kind,
+		names.LabelObjectName: names.LabelValue(id.Object.Name), names.LabelSecretType: typ}.String()}
+	for {
+		list, err := secrets.List(ctx, opts)
+		if err != nil {
+			return err
 		}
-		if t == names.SecretTypeBackup || strings.HasSuffix(o.Name, "-0") {
-			n++
+		for _, o := range list.Items {
+			if id.Object.HoldsState(o.Name) && (typ == names.SecretTypeBackup || strings.HasSuffix(o.Name, "-0")) && familyKind(id.Object, o.Name, typ) == kind {
+				n++
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			break
 		}
 	}
-	// The kept backups, the one being made and a rescued state (or, of
-	// chunked states, the current one and the one being written), and as
-	// many again for what runs killed mid-write left.
+	// The kept backups, the one being made (or, of chunked states, the
+	// current one and the one being written), and as many again for what
+	// runs killed mid-write left; rescued states apart, as many.
 	if limit := 2 * (s.StateBackups + 4); n >= limit {
-		what := map[string]string{names.SecretTypeBackup: "backups", names.SecretTypeStateChunk: "chunked states", names.SecretTypeBackupChunk: "chunked backups"}[typ]
-		return forbid(fmt.Sprintf("the object has %d %s already, the most a run leaves is %d", n, what, limit))
+		return forbid(fmt.Sprintf("the object has %d %s already, the most runs leave is %d; restore or delete the ones not needed", n, kind, limit))
 	}
 	return nil
+}
+
+// familyKind is what checkFamilySize counts a Secret of the family as.
+func familyKind(obj names.Object, name, typ string) string {
+	rescue := obj.IsRescue(name)
+	switch {
+	case typ == names.SecretTypeStateChunk:
+		return "chunked states"
+	case typ == names.SecretTypeBackup && rescue:
+		return "rescued states"
+	case typ == names.SecretTypeBackup:
+		return "backups"
+	case rescue:
+		return "chunked rescued states"
+	default:
+		return "chunked backups"
+	}
 }
 
 func (s *Server) maxStateBytes() int64 {
@@ -540,8 +567,22 @@ func (id *Identity) checkMetadata(sec *corev1.Secret) string {
 	if sec.Immutable != nil && *sec.Immutable {
 		return "immutable: the manager must be able to rewrite the object's Secrets"
 	}
+	size := 0
+	for _, m := range []map[string]string{sec.Labels, sec.Annotations} {
+		for k, v := range m {
+			size += len(k) + len(v)
+		}
+	}
+	if size > maxMetadata {
+		return fmt.Sprintf("labels and annotations of %d bytes: a runner writes at most %d", size, maxMetadata)
+	}
 	return ""
 }
+
+// maxMetadata bounds the labels and annotations of a runner's Secret: what
+// CAPTF writes there (sums, sizes, the list of backups) is far less, and
+// the manager lists the metadata of an object's family.
+const maxMetadata = 32 << 10
 
 // reserved tells a label key of a domain that CAPTF or Cluster API gives
 // meaning to.

@@ -32,6 +32,9 @@ var me = &Identity{Namespace: "ns", Pod: "p", Job: "tfc-prod-apply-0123456789abc
 func secretBody(t *testing.T, name string, mutate ...func(*corev1.Secret)) []byte {
 	t.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}, Type: corev1.SecretTypeOpaque}
+	if types := me.Object.FamilyTypes(name); types != nil {
+		s.Labels[names.LabelSecretType] = types[0]
+	}
 	for _, m := range mutate {
 		m(s)
 	}
@@ -58,7 +61,17 @@ func TestAuthorize(t *testing.T) {
 		"read its durable inputs": {method: "GET", path: secrets + "/tfc-prod-inputs", allowed: true},
 		"write its state":         {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state"), allowed: true},
 		"create a backup":         {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914"), allowed: true},
-		"create its result":       {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result", func(s *corev1.Secret) { s.OwnerReferences = []metav1.OwnerReference{me.ObjectRef} }), allowed: true},
+		"a chunk's name, labelled the state": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-state-1764540000000000000-7", func(s *corev1.Secret) {
+			s.Labels[names.LabelSecretType] = names.SecretTypeState
+		})},
+		"a backup's name, unlabelled": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) {
+			delete(s.Labels, names.LabelSecretType)
+		})},
+		"a backup with 40 KiB of annotations": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) {
+			s.Annotations = map[string]string{"example.com/padding": strings.Repeat("x", 40<<10)}
+		})},
+		"a chunk of a backup": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914-1-0"), allowed: true},
+		"create its result":   {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result", func(s *corev1.Secret) { s.OwnerReferences = []metav1.OwnerReference{me.ObjectRef} }), allowed: true},
 		"an owner of someone else's": {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result", func(s *corev1.Secret) {
 			s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "x", UID: "uid-x", BlockOwnerDeletion: ptrTo(true)}}
 		})},
@@ -348,9 +361,11 @@ func TestFamilySize(t *testing.T) {
 		typ      string
 		wantErr  string // "" allowed
 	}{
-		"the state":                         {existing: states(40), name: "tfc-prod-state", typ: names.SecretTypeState},
-		"a backup":                          {existing: backups(5), name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup},
-		"a backup past the most a run left": {existing: backups(18), name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup, wantErr: "has 18 backups already, the most a run leaves is 18"},
+		"the state":                             {existing: states(40), name: "tfc-prod-state", typ: names.SecretTypeState},
+		"a backup":                              {existing: backups(5), name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup},
+		"a backup past the most a run left":     {existing: backups(18), name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup, wantErr: "has 18 backups already, the most runs leave is 18"},
+		"a rescued state when backups are full": {existing: backups(18), name: "tfc-prod-errored-20261201-000000", typ: names.SecretTypeBackup},
+		"a chunk index written two ways":        {existing: states(1), name: "tfc-prod-state-1764540000000000000-00", typ: names.SecretTypeStateChunk, wantErr: "ends in its index"},
 		"another object's backups count not": {existing: append(backups(0), meta("tfc-other-backup-20261130-174900", names.SecretTypeBackup)),
 			name: "tfc-prod-backup-20261201-000000", typ: names.SecretTypeBackup},
 		"chunk 0 of a new state":           {existing: states(2), name: "tfc-prod-state-1764540000000000099-0", typ: names.SecretTypeStateChunk},

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -22,6 +23,7 @@ const (
 	ReasonRestoreWaiting = "WaitingForJob"
 	ReasonRestoreFailed  = "RestoreFailed"
 	ReasonBackupTooLarge = "BackupTooLarge"
+	ReasonBackupCorrupt  = "BackupCorrupt"
 )
 
 // restoreLockHolder holds the state Lease while the manager restores.
@@ -43,6 +45,10 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 			fmt.Sprintf("Restoring %s once Job %s finishes", backup, active.Name))
 		return false, nil
 	}
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateRestored); c != nil && c.Status == metav1.ConditionFalse &&
+		(c.Reason == ReasonBackupCorrupt || c.Reason == ReasonBackupTooLarge) && strings.Contains(c.Message, " names "+backup+", ") {
+		return true, nil // read through once already: a backup does not change
+	}
 	n := e.Names(obj)
 	store := e.stateStore(obj)
 	if err := store.CheckBackup(ctx, backup); apierrors.IsNotFound(err) || errors.Is(err, runner.ErrNotABackup) {
@@ -61,6 +67,10 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	} else if errors.Is(err, runner.ErrStateTooLarge) {
 		msg := fmt.Sprintf("%s names %s, which CAPTF will not read: %v (--max-state-bytes); nothing was changed", infrav1.AnnotationRestoreState, backup, err)
 		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupTooLarge, ReasonBackupTooLarge, msg)
+		return true, nil
+	} else if errors.Is(err, runner.ErrStateCorrupt) {
+		msg := fmt.Sprintf("%s names %s, which is damaged: %v; nothing was changed. Name another backup", infrav1.AnnotationRestoreState, backup, err)
+		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupCorrupt, ReasonBackupCorrupt, msg)
 		return true, nil
 	} else if err != nil {
 		return false, fmt.Errorf("reading state backup %s: %w", backup, err)

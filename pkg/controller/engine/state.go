@@ -65,7 +65,7 @@ func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInput
 			return nil, nil, err
 		}
 		for _, s := range list.Items {
-			s := corev1.Secret{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta} // no data: see updateSecrets
+			s := familyMetadata(&s)
 			switch s.Labels[names.LabelSecretType] {
 			case names.SecretTypeRunInputs:
 				if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
@@ -289,9 +289,29 @@ func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func
 	return e.updateSecrets(ctx, secrets, change)
 }
 
+// familyMetadata is what objectSecrets keeps of a Secret of an object's
+// family: no data, and of its labels and annotations (which module code
+// may fill up to the API server's limit) only CAPTF's.
+func familyMetadata(s *corev1.Secret) corev1.Secret {
+	m := s.ObjectMeta
+	kept := corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers,
+		Labels: map[string]string{}, Annotations: map[string]string{}}}
+	for k, v := range m.Labels {
+		if strings.HasPrefix(k, "captf.io/") || k == names.LabelManagedBy {
+			kept.Labels[k] = v
+		}
+	}
+	if v, ok := m.Annotations[names.AnnotationObjectName]; ok {
+		kept.Annotations[names.AnnotationObjectName] = v
+	}
+	return kept
+}
+
 // updateSecrets applies change to the metadata of each of secrets (listed
-// without their data) and writes the owner references, finalizers, labels
-// and annotations of those it changed, as they were read or not at all.
+// by objectSecrets) and writes the owner references and finalizers of those
+// it changed, and adds their labels and annotations (a merge patch removes
+// none), to the version that was read or not at all.
 func (e *Engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, change func(*corev1.Secret) bool) error {
 	for i := range secrets {
 		s := &secrets[i]
