@@ -80,7 +80,7 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 		}
 		// The webhook guards every write, CAPI's and the manager's own
 		// provider ID writes included.
-		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology")
+		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology", "defaults")
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)

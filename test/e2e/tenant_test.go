@@ -29,8 +29,9 @@ import (
 )
 
 // tenant is a user with what a team gets in a shared management cluster:
-// every verb on Cluster API and CAPTF objects of its namespace, nothing on
-// Secrets, pods or Jobs.
+// the captf-writer Role docs/security.md shows (Cluster API and CAPTF
+// objects of its namespace, ClusterClasses included), nothing on Secrets,
+// pods or Jobs.
 type tenant struct {
 	kube  kubernetes.Interface
 	captf versioned.Interface
@@ -43,12 +44,11 @@ func (e *env) newTenant() *tenant {
 	if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, Rules: []rbacv1.PolicyRule{
-		// Every ordinary verb ("*" would include the move verb too).
-		{APIGroups: []string{"cluster.x-k8s.io", infrav1.SchemeGroupVersion.Group}, Resources: []string{"*"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps", "events"}, Verbs: []string{"get", "list", "watch"}},
-	}}
+	role, err := framework.DocsRole("captf-writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Name, role.Namespace = "tenant", ""
 	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
