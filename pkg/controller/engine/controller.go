@@ -128,6 +128,9 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now,
 		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs}
+	if config.Slots != nil {
+		config.Slots.OnFree(kind.GVK.Kind, func(o cache.ObjectName) { loop.Queue.Add(o) })
+	}
 	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
 		return nil, err
 	}

@@ -52,14 +52,34 @@ type JobSlots struct {
 	waiting     map[cache.ObjectName]waiter // objects refused a slot
 	urgent      int                         // the applies and destroys among them
 	pruned      time.Time
+	// wake, by kind, syncs a waiting object at once when a slot frees.
+	wake map[string]func(cache.ObjectName)
+	// now is the clock of Job events (take is given the engine's).
+	now func() time.Time
 }
 
 type waiter struct {
 	kind   string
 	op     infrav1.Operation
 	urgent bool // an apply or destroy
+	// global: refused for the global cap (or to let applies go first),
+	// not its namespace's: a slot that frees is held for it.
+	global bool
 	since  time.Time
 	last   time.Time
+}
+
+// OnFree has wake sync the waiting objects of kind when a slot frees:
+// objects that wait poll only every slotRetry, and those whose own events
+// come when a Job ends (the one that ended, a drift check falling due)
+// would take every slot first.
+func (s *JobSlots) OnFree(kind string, wake func(cache.ObjectName)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wake == nil {
+		s.wake = map[string]func(cache.ObjectName){}
+	}
+	s.wake[kind] = wake
 }
 
 // NewJobSlots makes the caps; nil when there are none.
@@ -68,7 +88,7 @@ func NewJobSlots(max, maxPerNamespace int) *JobSlots {
 		return nil
 	}
 	return &JobSlots{Max: max, MaxPerNamespace: maxPerNamespace, active: map[cache.ObjectName]bool{},
-		inNamespace: map[string]int{}, waiting: map[cache.ObjectName]waiter{}}
+		inNamespace: map[string]int{}, waiting: map[cache.ObjectName]waiter{}, now: time.Now}
 }
 
 // Watch keeps the count of unfinished Jobs from the Job informer.
@@ -114,11 +134,24 @@ func (s *JobSlots) add(key cache.ObjectName) {
 	}
 }
 
-// release frees the slot of a Job that finished, went, or was never made.
+// release frees the slot of a Job that finished, went, or was never made,
+// and wakes the object it goes to.
 func (s *JobSlots) release(key cache.ObjectName) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var wake func()
+	defer func() {
+		s.mu.Unlock()
+		if wake != nil {
+			wake()
+		}
+	}()
 	if s.active[key] {
+		defer func() {
+			next, ok := s.next(s.now())
+			if f := s.wake[s.waiting[next].kind]; ok && f != nil && s.counted < s.Max {
+				wake = func() { f(next) }
+			}
+		}()
 		delete(s.active, key)
 		if s.MaxPerNamespace <= 0 || s.inNamespace[key.Namespace] <= s.MaxPerNamespace {
 			s.counted--
@@ -139,14 +172,26 @@ func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Op
 		return true, ""
 	}
 	urgent := op == infrav1.OperationApply || op == infrav1.OperationDestroy
-	why := ""
+	why, global := "", true
 	switch {
 	case s.Max > 0 && s.counted >= s.Max:
 		why = fmt.Sprintf("%d runner Jobs run, the cap of --max-concurrent-jobs", s.counted)
 	case s.MaxPerNamespace > 0 && s.inNamespace[job.Namespace] >= s.MaxPerNamespace:
-		why = fmt.Sprintf("%d runner Jobs run in namespace %s, the cap of --max-concurrent-jobs-per-namespace", s.inNamespace[job.Namespace], job.Namespace)
+		why, global = fmt.Sprintf("%d runner Jobs run in namespace %s, the cap of --max-concurrent-jobs-per-namespace", s.inNamespace[job.Namespace], job.Namespace), false
 	case !urgent && s.urgent > 0:
 		why = "applies and destroys wait for a slot, and go first"
+	}
+	if why == "" && s.Max > 0 {
+		// First come, first served: the slot is held for an object that
+		// has waited longer, unless this one goes before it (an apply
+		// before a drift check).
+		since := now
+		if w, ok := s.waiting[object]; ok && w.op == op {
+			since = w.since
+		}
+		if next, ok := s.next(now); ok && next != object && (s.waiting[next].urgent || !urgent) && s.waiting[next].since.Before(since) {
+			why = fmt.Sprintf("the slot that freed is %s's, which has waited since %s", next.Name, s.waiting[next].since.Format(time.TimeOnly))
+		}
 	}
 	if why != "" {
 		w, ok := s.waiting[object]
@@ -157,13 +202,30 @@ func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Op
 				s.urgent++
 			}
 		}
-		w.last = now
+		w.last, w.global = now, global
 		s.waiting[object] = w
 		return false, why
 	}
 	s.unwait(object)
 	s.add(job)
 	return true, ""
+}
+
+// next is the waiter a slot that frees goes to: an apply or destroy
+// before a drift check or refresh, then the one waiting longest; among
+// those refused for the global cap that still ask.
+func (s *JobSlots) next(now time.Time) (cache.ObjectName, bool) {
+	var best cache.ObjectName
+	found := false
+	for key, w := range s.waiting {
+		if !w.global || now.Sub(w.last) > slotRetry+time.Second {
+			continue
+		}
+		if b := s.waiting[best]; !found || w.urgent && !b.urgent || w.urgent == b.urgent && w.since.Before(b.since) {
+			best, found = key, true
+		}
+	}
+	return best, found
 }
 
 func (s *JobSlots) unwait(object cache.ObjectName) {

@@ -135,3 +135,57 @@ func TestJobSlots(t *testing.T) {
 		t.Error("no caps should mean no JobSlots")
 	}
 }
+
+// TestFreedSlotGoesToTheLongestWaiter: with one slot, drift checks whose
+// own events come when a Job ends do not take the slot from an object
+// that has waited longer (it only polls): the slot is held for it, it is
+// woken at once, and an apply still goes before a drift check.
+func TestFreedSlotGoesToTheLongestWaiter(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	obj := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name} }
+	job := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name + "-job"} }
+	drift := infrav1.OperationDrift
+	s := NewJobSlots(1, 0)
+	now := t0
+	s.now = func() time.Time { return now }
+	var woken []string
+	s.OnFree("TerraformCluster", func(o cache.ObjectName) { woken = append(woken, o.Name) })
+	take := func(name string, op infrav1.Operation) bool {
+		ok, _ := s.take(obj(name), job(name), "TerraformCluster", op, now)
+		return ok
+	}
+	if !take("b", drift) {
+		t.Fatal("the first drift check got no slot")
+	}
+	now = now.Add(time.Second)
+	if take("a", drift) {
+		t.Fatal("a second Job got the one slot")
+	}
+	now = now.Add(time.Second)
+	s.release(job("b"))
+	if len(woken) != 1 || woken[0] != "a" {
+		t.Fatalf("woken %v when the slot freed, want a", woken)
+	}
+	// c's drift check falls due at that moment: the slot is a's.
+	if take("c", drift) {
+		t.Error("a newcomer took the slot a waited for")
+	}
+	if !take("a", drift) {
+		t.Error("the longest waiter got no slot")
+	}
+	// An apply that comes while drift checks wait goes first.
+	now = now.Add(time.Second)
+	if take("d", infrav1.OperationApply) {
+		t.Fatal("an apply got a slot that is taken")
+	}
+	s.release(job("a"))
+	if !take("d", infrav1.OperationApply) {
+		t.Error("the waiting apply did not go before the older drift check")
+	}
+	// A waiter that stopped asking holds nothing.
+	s.release(job("d"))
+	now = now.Add(2 * slotRetry)
+	if !take("e", drift) {
+		t.Error("a slot stayed held for waiters that stopped asking")
+	}
+}
