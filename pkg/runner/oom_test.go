@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -52,5 +54,24 @@ func TestOutOfMemory(t *testing.T) {
 				t.Error("an out-of-memory error without an OOM kill")
 			}
 		})
+	}
+}
+
+// TestTerraformHasItsOwnProcessGroup: a SIGTERM to the runner's process
+// group (an init that signals groups) does not reach terraform, which gets
+// only the runner's forwarded interrupt.
+func TestTerraformHasItsOwnProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "terraform")
+	// Prints its process group: the fifth field of /proc/self/stat.
+	if err := os.WriteFile(tf, []byte("#!/bin/sh\nread -r stat < /proc/$$/stat\nset -- ${stat##*) }\necho \"$3\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := (&Runner{}).exec(context.Background(), tf, dir, nil, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ours := strings.TrimSpace(string(out)), strconv.Itoa(syscall.Getpgrp()); got == ours || got == "" {
+		t.Errorf("terraform runs in process group %q, the runner's is %s: a group-wide SIGTERM would interrupt it twice", got, ours)
 	}
 }

@@ -424,6 +424,11 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(tf, args...)
 	cmd.Dir, cmd.Env = dir, env
+	// A process group of its own: where SIGTERM reaches the pod's whole
+	// group (an init that signals groups), terraform must not get it as
+	// well as the runner's forwarded one. Two interrupts make it exit at
+	// once and lose what the apply made.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var logOut io.Writer = io.Discard
 	if r.Log != nil {
 		lw := r.redact.Writer(r.Log)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -255,4 +256,55 @@ func failedAt(j batchv1.Job) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// TestTerraformGetsOneInterrupt (issue 31, item 5): where SIGTERM reaches
+// the pod's whole process group (an init that signals groups, tini -g),
+// terraform used to get it twice, from the group and from the runner,
+// printed "Two interrupts received. Exiting immediately." and lost what
+// the apply had made. In a process group of its own it gets the runner's
+// one interrupt, stops gracefully, and the state keeps every instance
+// that exists.
+func TestTerraformGetsOneInterrupt(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	tc := e.localCloud("group", e.newCluster("group", false), map[string]any{"sleep_seconds": 3, "instances": 3})
+	tc.Spec.Jobs.Env = []corev1.EnvVar{{Name: "TF_CLI_ARGS_apply", Value: "-parallelism=1"}}
+	e.create(tc)
+	job, pod := e.runningPod("apply", time.Minute)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(e.instanceFiles()) >= 1, nil
+	})
+	if err != nil {
+		t.Fatal("no instance was created")
+	}
+	if err := executor.SignalGroup(e.ns, pod, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		j, err := plane.Kube.BatchV1().Jobs(e.ns).Get(ctx, job, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return j.Status.Failed > 0 || j.Status.Succeeded > 0, nil
+	})
+	if err != nil {
+		t.Fatal("the Job never ended")
+	}
+	if logs, err := executor.Logs(e.ns, pod); err != nil {
+		t.Error(err)
+	} else if strings.Contains(logs, "Two interrupts received") {
+		t.Errorf("terraform was interrupted twice:\n%s", tail(logs, 15))
+	}
+	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "group"}}
+	state, err := store.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := e.instanceFiles()
+	for _, f := range files {
+		if !strings.Contains(string(state), filepath.Join(e.instances, f)+`"`) {
+			t.Errorf("instance %s exists, and the state does not hold it (%d instance files, state of %d bytes)", f, len(files), len(state))
+		}
+	}
 }

@@ -803,7 +803,7 @@ func TestFencedRunner(t *testing.T) {
 	job, pod := e.runningPod("apply", time.Minute)
 	// Stalled mid-apply: its plan is made, the instance is being created.
 	e.waitCreating(pod)
-	if err := executor.SignalGroup(e.ns, pod, syscall.SIGSTOP); err != nil {
+	if err := executor.SignalPod(e.ns, pod, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	// The next attempt: a runner of the same object, inputs and Job.
@@ -819,7 +819,7 @@ func TestFencedRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := executor.SignalGroup(e.ns, pod, syscall.SIGCONT); err != nil {
+	if err := executor.SignalPod(e.ns, pod, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {

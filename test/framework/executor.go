@@ -158,7 +158,7 @@ func (e *Executor) Stop() {
 	for _, p := range procs {
 		e.mu.Lock()
 		if p.cmd != nil {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			signalPod(p.cmd.Process.Pid, syscall.SIGKILL)
 		}
 		e.mu.Unlock()
 		<-p.done
@@ -223,7 +223,7 @@ func (e *Executor) sync(ctx context.Context, key cache.ObjectName) error {
 		for _, p := range e.running {
 			if p.key == key && p.cmd != nil {
 				p.terminating = true
-				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+				signalPod(p.cmd.Process.Pid, syscall.SIGKILL)
 			}
 		}
 		return nil
@@ -439,14 +439,29 @@ func (e *Executor) Signal(namespace, name string, sig syscall.Signal) error {
 	return fmt.Errorf("pod %s/%s is not running here", namespace, name)
 }
 
-// SignalGroup sends sig to a running pod's whole process group: the runner
-// and the terraform it runs, as a stalled node or a frozen cgroup would.
+// SignalGroup sends sig to the process group of a running pod's main
+// process, as an init that signals groups (tini -g) does: not to a
+// process that made a group of its own.
 func (e *Executor) SignalGroup(namespace, name string, sig syscall.Signal) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range e.running {
 		if p.key.Namespace == namespace && p.key.Name == name && p.cmd != nil {
 			return syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
+	return fmt.Errorf("pod %s/%s is not running here", namespace, name)
+}
+
+// SignalPod sends sig to every process of a running pod: the runner and
+// the terraform it runs, as a stalled node or a frozen cgroup would.
+func (e *Executor) SignalPod(namespace, name string, sig syscall.Signal) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.running {
+		if p.key.Namespace == namespace && p.key.Name == name && p.cmd != nil {
+			signalPod(p.cmd.Process.Pid, sig)
+			return nil
 		}
 	}
 	return fmt.Errorf("pod %s/%s is not running here", namespace, name)

@@ -340,7 +340,7 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 	cmd := exec.Command("/bin/sh", append([]string{"-c", c.script, "sh"}, c.argv...)...)
 	cmd.Env = c.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		e.release(c.created)
@@ -364,7 +364,7 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 		close(exited)
 		logFile.Close()
 		// The container is gone: so is every process it left behind.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		signalPod(cmd.Process.Pid, syscall.SIGKILL)
 		e.release(c.created)
 		oomKilled := e.cgroups.oomKilled(c.cgroup)
 		go e.cgroups.remove(c.cgroup)
@@ -540,7 +540,7 @@ func stopProcess(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
 		select {
 		case <-exited:
 		case <-time.After(grace):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			signalPod(cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}()
 }
