@@ -260,11 +260,13 @@ func failedAt(j batchv1.Job) time.Time {
 
 // TestTerraformGetsOneInterrupt (issue 31, item 5): where SIGTERM reaches
 // the pod's whole process group (an init that signals groups, tini -g),
-// terraform used to get it twice, from the group and from the runner,
-// printed "Two interrupts received. Exiting immediately." and lost what
-// the apply had made. In a process group of its own it gets the runner's
-// one interrupt, stops gracefully, and the state keeps every instance
-// that exists.
+// terraform and the commands it runs got it too: terraform, twice (from
+// the group and from the runner), printed "Two interrupts received.
+// Exiting immediately." and lost what the apply had made, when the second
+// came apart from the first; the provisioner's command was killed, its
+// instance left tainted. In a process group of its own terraform gets the
+// runner's one interrupt, lets what it is doing finish, and the state
+// keeps every instance that exists.
 func TestTerraformGetsOneInterrupt(t *testing.T) {
 	e := newEnv(t)
 	e.startManager()
@@ -295,6 +297,10 @@ func TestTerraformGetsOneInterrupt(t *testing.T) {
 		t.Error(err)
 	} else if strings.Contains(logs, "Two interrupts received") {
 		t.Errorf("terraform was interrupted twice:\n%s", tail(logs, 15))
+	} else if strings.Contains(logs, "signal: terminated") {
+		// The group's signal reached the provisioner's command too: the
+		// instance it was making is left tainted, to be replaced.
+		t.Errorf("the SIGTERM to the runner's group killed a command terraform runs:\n%s", tail(logs, 15))
 	}
 	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "group"}}
 	state, err := store.Read(context.Background())
