@@ -70,7 +70,6 @@ type Executor struct {
 	running  map[types.UID]*podProcess
 	finished map[types.UID]bool // never run or rewrite these again, whatever a stale cache says
 	runs     []PodRun
-	mounts   map[string]int // host paths the executor created, by users
 	images   map[string]*unpackedImage
 	// sandboxes are the pods' network namespaces, by pod.
 	sandboxes map[types.UID]*podSandbox
@@ -108,7 +107,6 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]()),
 		running:  map[types.UID]*podProcess{},
 		finished: map[types.UID]bool{},
-		mounts:   map[string]int{},
 		images:   map[string]*unpackedImage{},
 
 		sandboxes: map[types.UID]*podSandbox{},

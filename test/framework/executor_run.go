@@ -46,7 +46,6 @@ type container struct {
 	script   string
 	argv     []string
 	env      []string
-	created  []string // mount targets the executor made on the host
 	termFile string
 	cgroup   string // its memory cgroup, if it has a memory limit
 }
@@ -122,7 +121,7 @@ func (e *Executor) start(ctx context.Context, proc *podProcess) error {
 // processContainer runs the container's command as a local process: the
 // command mapped by ExecutorOptions.Commands, with the pod's volumes bound
 // at their mount paths.
-func (e *Executor) processContainer(ctx context.Context, proc *podProcess) (_ *container, rErr error) {
+func (e *Executor) processContainer(ctx context.Context, proc *podProcess) (*container, error) {
 	pod, c := proc.pod, proc.pod.Spec.Containers[0]
 	env, err := e.containerEnv(ctx, pod, c, proc, nil)
 	if err != nil {
@@ -140,27 +139,12 @@ func (e *Executor) processContainer(ctx context.Context, proc *podProcess) (_ *c
 	// binds each volume at its mountPath, then execs the command.
 	var script strings.Builder
 	script.WriteString(scriptStart(pod))
-	// created are the mount targets this pod uses that the executor made
-	// (for it or for another pod still running): a target goes when its last
-	// user finishes, never under a running pod.
-	var created []string
-	defer func() {
-		if rErr != nil {
-			e.release(created)
-		}
-	}()
+	// A mount target the executor makes on the host (/workspace, the
+	// token's directory) stays: another test package's executor may have a
+	// pod running on it, and removing a directory another mount namespace
+	// has a mount on detaches that mount ("getwd: no such file or
+	// directory" in the middle of a run).
 	target := func(path string, file bool) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		for p := path; p != "/"; p = filepath.Dir(p) {
-			if e.mounts[p] == 0 {
-				if _, err := os.Lstat(p); err == nil {
-					break // not the executor's
-				}
-			}
-			e.mounts[p]++
-			created = append(created, p)
-		}
 		if file {
 			fmt.Fprintf(&script, "mkdir -p %s; [ -e %s ] || : > %s\n", shellQuote(filepath.Dir(path)), shellQuote(path), shellQuote(path))
 		} else {
@@ -190,7 +174,7 @@ func (e *Executor) processContainer(ctx context.Context, proc *podProcess) (_ *c
 		fmt.Fprintf(&script, "mkdir -p %s; cd %s\n", shellQuote(workDir), shellQuote(workDir))
 	}
 	script.WriteString("exec \"$@\"\n")
-	return &container{script: script.String(), argv: argv, env: append(env, e.opts.Env...), created: created, termFile: termFile}, nil
+	return &container{script: script.String(), argv: argv, env: append(env, e.opts.Env...), termFile: termFile}, nil
 }
 
 // imageContainer runs the container from its image, as a kubelet would:
@@ -333,7 +317,6 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 	pod, spec := proc.pod, proc.pod.Spec.Containers[0]
 	logFile, err := os.OpenFile(filepath.Join(proc.dir, "container.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		e.release(c.created)
 		e.cgroups.remove(c.cgroup)
 		return err
 	}
@@ -343,7 +326,6 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		e.release(c.created)
 		e.cgroups.remove(c.cgroup)
 		e.finishPod(ctx, proc, nil, 128, "StartError", err.Error())
 		return nil
@@ -365,7 +347,6 @@ func (e *Executor) launch(ctx context.Context, proc *podProcess, c *container) e
 		logFile.Close()
 		// The container is gone: so is every process it left behind.
 		signalPod(cmd.Process.Pid, syscall.SIGKILL)
-		e.release(c.created)
 		oomKilled := e.cgroups.oomKilled(c.cgroup)
 		go e.cgroups.remove(c.cgroup)
 		code := exitCode(cmd, waitErr)
@@ -630,16 +611,4 @@ func podSC(pod *corev1.Pod) *corev1.PodSecurityContext {
 		return &corev1.PodSecurityContext{}
 	}
 	return pod.Spec.SecurityContext
-}
-
-func (e *Executor) release(created []string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, p := range created {
-		e.mounts[p]--
-		if e.mounts[p] == 0 {
-			delete(e.mounts, p)
-			_ = os.Remove(p)
-		}
-	}
 }
