@@ -151,8 +151,8 @@ func configuredMachine(t *testing.T, ns, name, config, secret string) {
 }
 
 // workCluster makes namespace ns with a Cluster "work" whose TerraformCluster
-// runs the local-cloud example.
-func workCluster(t *testing.T, root, ns string) {
+// runs the local-cloud example, changed by change.
+func workCluster(t *testing.T, root, ns string, change ...func(*infrav1.TerraformCluster)) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -165,6 +165,9 @@ func workCluster(t *testing.T, root, ns string) {
 	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: ns},
 		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: string(module)},
 			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", t.TempDir())}}}}}}
+	for _, c := range change {
+		c(tc)
+	}
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,28 +2,18 @@ package capi
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/test/framework"
 )
 
 // TestClusterDefaultsAreTheClusterAuthorsGrant (issue 30, item 5, as
@@ -37,33 +27,16 @@ func TestClusterDefaultsAreTheClusterAuthorsGrant(t *testing.T) {
 	ctx := context.Background()
 	root, capiMgr := setup(t)
 	const ns = "defaults"
-	if _, err := plane.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The cluster's author (the admin here) grants the credentials.
+	creds := []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud-creds"}}}}
+	workCluster(t, root, ns, func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{EnvFrom: creds}}
+	})
 	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-creds"},
 		Data: map[string][]byte{"TOKEN": []byte("cloud token")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bootstrapSecret(t, ns, "boot")
-	// The cluster's author (the admin here) grants the credentials.
-	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds := []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud-creds"}}}}
-	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: ns},
-		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: string(module)},
-			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", t.TempDir())}}}},
-			Defaults: &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{EnvFrom: creds}}}}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-		"metadata": map[string]any{"name": "work", "namespace": ns},
-		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "work"}}}}
-	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 
 	captf, dyn := tenantClients(t, ns)
 	tm := func(name string, jobs *infrav1.JobPolicy) *infrav1.TerraformMachine {
@@ -71,7 +44,7 @@ func TestClusterDefaultsAreTheClusterAuthorsGrant(t *testing.T) {
 			Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: claimModule}, Jobs: jobs}}}
 	}
 	// Its own reference to the credentials: refused.
-	_, err = captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm("own-ref", &infrav1.JobPolicy{EnvFrom: creds}), metav1.CreateOptions{})
+	_, err := captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, tm("own-ref", &infrav1.JobPolicy{EnvFrom: creds}), metav1.CreateOptions{})
 	if want := `may not get Secret "cloud-creds"`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("the tenant's TerraformMachine naming the credentials: %v, want refused with %q", err, want)
 	}
@@ -98,42 +71,12 @@ func TestClusterDefaultsAreTheClusterAuthorsGrant(t *testing.T) {
 	}
 }
 
-// tenantClients are clients of a ServiceAccount "tenant" of ns with
-// docs/security.md's captf-writer Role, which has nothing on Secrets.
+// tenantClients are the clients of framework.Tenant's tenant of ns.
 func tenantClients(t *testing.T, ns string) (versioned.Interface, dynamic.Interface) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := plane.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	role, err := framework.DocsRole("captf-writer")
+	cfg, err := plane.Tenant(context.Background(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	role.Name, role.Namespace = "tenant", ""
-	if _, err := plane.Kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: ns}}}
-	if _, err := plane.Kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := plane.ServiceAccountConfig(ctx, ns, "tenant")
-	if err != nil {
-		t.Fatal(err)
-	}
-	captf := versioned.NewForConfigOrDie(cfg)
-	// The authorizer sees a new RoleBinding a moment after it is made.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Fatalf("the tenant lists Secrets: %v", err)
-	}
-	return captf, dynamic.NewForConfigOrDie(cfg)
+	return versioned.NewForConfigOrDie(cfg), dynamic.NewForConfigOrDie(cfg)
 }

@@ -38,43 +38,12 @@ type tenant struct {
 }
 
 func (e *env) newTenant() *tenant {
-	t := e.t
-	t.Helper()
-	ctx := context.Background()
-	if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	role, err := framework.DocsRole("captf-writer")
+	e.t.Helper()
+	cfg, err := plane.Tenant(context.Background(), e.ns)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	role.Name, role.Namespace = "tenant", ""
-	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: e.ns}}}
-	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := plane.ServiceAccountConfig(ctx, e.ns, "tenant")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn := &tenant{kube: kubernetes.NewForConfigOrDie(cfg), captf: versioned.NewForConfigOrDie(cfg)}
-	// A real tenant: its own rights do not reach Secrets.
-	err = waitAPI(func() error {
-		_, err := tn.kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{})
-		if !apierrors.IsForbidden(err) {
-			return fmt.Errorf("tenant lists Secrets: %v", err)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tn
+	return &tenant{kube: kubernetes.NewForConfigOrDie(cfg), captf: versioned.NewForConfigOrDie(cfg)}
 }
 
 // waitAPI retries check for a few seconds: the API server's authorizer
