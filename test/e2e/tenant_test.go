@@ -599,8 +599,12 @@ func TestApprovalPolicyGuardsThePolicy(t *testing.T) {
 	if err := plane.Kube.RbacV1().RoleBindings(e.ns).Delete(ctx, "approver", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	value := "false"
 	err = waitAPI(func() error {
-		if err := patch("machine", "worker", annotate(infrav1.AnnotationAbandonInfrastructure, "false")); err == nil {
+		// Each try a change: setting the value it already has needs no
+		// approver, and a try before the right went lands.
+		if err := patch("machine", "worker", annotate(infrav1.AnnotationAbandonInfrastructure, value)); err == nil {
+			value = map[string]string{"false": "true", "true": "false"}[value]
 			return errors.New("the approver's right has not gone yet")
 		}
 		return nil
