@@ -23,8 +23,12 @@ const (
 )
 
 // Lock is the state lock of one object: a Lease whose holder is the runner's
-// pod, renewed while the run lasts. A holder whose pod is gone, or that
-// stopped renewing, is stale and loses the lock.
+// pod, renewed while the run lasts. Only the end of the holder's pod frees
+// it: a pod gone, finished, or replaced by another of its name. A holder
+// that stopped renewing may only be cut off from the runner API (the
+// manager restarting, its node partitioned) while its terraform still
+// runs, so its lock is not taken from it. See docs/architecture.md, "The
+// state lock".
 type Lock struct {
 	Client    kubernetes.Interface
 	Namespace string
@@ -33,7 +37,9 @@ type Lock struct {
 	Holder    string
 	HolderUID types.UID
 	Labels    map[string]string
-	// Duration is how long a holder that stopped renewing keeps the lock.
+	// Duration is the Lease's duration, renewed every third of it: what
+	// readers of the Lease see of the holder's health. No one takes the
+	// lock when it passes.
 	Duration time.Duration
 	// Poll is the wait between attempts while another run holds the lock.
 	Poll time.Duration
@@ -119,14 +125,10 @@ func (l *Lock) try(ctx context.Context) (string, error) {
 	return "", err
 }
 
-// stale tells whether the holder of lease is gone.
+// stale tells whether the holder of lease is gone: its pod no longer exists
+// or has finished. Renewals are not asked: a pod that exists may still run
+// terraform, however long it has not renewed.
 func (l *Lock) stale(ctx context.Context, lease *coordinationv1.Lease) (bool, string, error) {
-	if lease.Spec.RenewTime != nil && lease.Spec.LeaseDurationSeconds != nil {
-		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-		if time.Now().After(expiry) {
-			return true, "renewals stopped at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339), nil
-		}
-	}
 	pod, err := l.Client.CoreV1().Pods(l.Namespace).Get(ctx, ptrValue(lease.Spec.HolderIdentity), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -154,13 +156,14 @@ func (l *Lock) take(lease *coordinationv1.Lease) {
 	lease.Annotations[annotationHolderUID] = string(l.HolderUID)
 }
 
-// KeepRenewed renews the lock until ctx ends. When the lock is lost (taken
-// by another run, or not renewable for its duration, after which another
-// run may take it) it calls lost once and stops: the run must stop too.
+// KeepRenewed renews the lock until ctx ends. When an answer says the lock
+// is no longer this run's (another holder has it, the Lease is gone, or
+// the runner API no longer knows this run's pod) it calls lost once and
+// stops: the run must stop too. A renewal that gets no answer is not a
+// lost lock: the run goes on, and renews once the API answers again.
 func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
 	ticker := time.NewTicker(l.duration() / 3)
 	defer ticker.Stop()
-	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -168,28 +171,31 @@ func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
 		case <-ticker.C:
 		}
 		err := l.renew(ctx)
-		if ctx.Err() != nil {
-			return
-		}
 		switch {
-		case errors.Is(err, errLockLost):
+		case ctx.Err() != nil:
+			return
 		case err == nil:
-			// Still ours after a gap too: a run that took it over would
-			// hold it, or have released it.
-			renewed = time.Now()
 			continue
-		case time.Since(renewed) <= l.duration():
-			klog.FromContext(ctx).Error(err, "Renewing the state lock", "lease", klog.KRef(l.Namespace, l.Name))
+		case !lockTaken(err):
+			klog.FromContext(ctx).Error(err, "Renewing the state lock; the run goes on", "lease", klog.KRef(l.Namespace, l.Name))
 			continue
-		default:
-			err = fmt.Errorf("%w: not renewed for %s: %v", errLockLost, time.Since(renewed).Round(time.Second), err)
 		}
 		l.mu.Lock()
 		l.held = false
 		l.mu.Unlock()
+		if !errors.Is(err, errLockLost) {
+			err = fmt.Errorf("%w: %w", errLockLost, err)
+		}
 		lost(err)
 		return
 	}
+}
+
+// lockTaken tells a renewal's answer that the lock is no longer this run's
+// from one that did not come (the runner API down, a connection cut) or
+// says to try again.
+func lockTaken(err error) bool {
+	return errors.Is(err, errLockLost) || apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
 }
 
 var errLockLost = errors.New("lost the state lock")

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -41,9 +45,16 @@ func TestLockAcquire(t *testing.T) {
 		wantWaits       bool
 		wantForceUnlock bool
 	}{
-		"free":                                {},
-		"held by a live run: gives up":        {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodRunning)}, wantErr: "is held by other: gave up after", wantWaits: true},
-		"held by a run that stopped renewing": {objects: []runtime.Object{heldLease(now.Add(-time.Minute)), holderPod("other-uid", corev1.PodRunning)}, wantForceUnlock: true},
+		"free":                         {},
+		"held by a live run: gives up": {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodRunning)}, wantErr: "is held by other: gave up after", wantWaits: true},
+		// Its pod runs: it may only be cut off from the runner API while its
+		// terraform goes on.
+		"held by a live run that stopped renewing": {objects: []runtime.Object{heldLease(now.Add(-time.Hour)), holderPod("other-uid", corev1.PodRunning)}, wantErr: "is held by other: gave up after", wantWaits: true},
+		"held by a deleted pod still terminating": {objects: []runtime.Object{heldLease(now.Add(-time.Hour)), func() *corev1.Pod {
+			p := holderPod("other-uid", corev1.PodRunning)
+			p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Hour)}
+			return p
+		}()}, wantErr: "is held by other: gave up after", wantWaits: true},
 		"held by a pod that is gone":          {objects: []runtime.Object{heldLease(now)}, wantForceUnlock: true},
 		"held by a pod that finished":         {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodFailed)}, wantForceUnlock: true},
 		"held by a pod whose name was reused": {objects: []runtime.Object{heldLease(now), func() *corev1.Pod { p := holderPod("", corev1.PodRunning); p.UID = "new-uid"; return p }()}, wantForceUnlock: true},
@@ -164,6 +175,80 @@ func TestLockAnswerLost(t *testing.T) {
 			lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
 			if ptrValue(lease.Spec.HolderIdentity) != "me" {
 				t.Errorf("holder %q, want me", ptrValue(lease.Spec.HolderIdentity))
+			}
+		})
+	}
+}
+
+// TestLockOutlivesAnUnreachableAPI: renewals that get no answer (the manager
+// down, a connection cut) for many times the Lease's duration do not lose
+// the lock: the run goes on and renews once the API answers again. An
+// answer that the lock is no longer the run's loses it at once.
+func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
+	unreachable := &url.Error{Op: "Get", URL: "https://runner-api", Err: errors.New("connect: connection refused")}
+	tests := map[string]struct {
+		failure  error
+		wantLost string
+	}{
+		"no answer":                {failure: unreachable},
+		"service unavailable":      {failure: apierrors.NewServiceUnavailable("no endpoints")},
+		"too many requests":        {failure: apierrors.NewTooManyRequests("slow down", 1)},
+		"the Lease deleted":        {failure: apierrors.NewNotFound(coordinationv1.Resource("leases"), "tfc-a-lock"), wantLost: "not found"},
+		"the run's pod is gone":    {failure: apierrors.NewUnauthorized("the token's pod is gone"), wantLost: "pod is gone"},
+		"the run's Job is refused": {failure: apierrors.NewForbidden(corev1.Resource("pods"), "me", errors.New("the pod's Job is gone")), wantLost: "Job is gone"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Duration: 60 * time.Millisecond}
+			if err := l.Acquire(context.Background(), time.Second); err != nil {
+				t.Fatal(err)
+			}
+			var failing atomic.Bool
+			failing.Store(true)
+			failed := atomic.Int32{}
+			client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if failing.Load() {
+					failed.Add(1)
+					return true, nil, tc.failure
+				}
+				return false, nil, nil
+			})
+			lost := make(chan error, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go l.KeepRenewed(ctx, func(err error) { lost <- err })
+			// Ten Lease durations without an answer.
+			select {
+			case err := <-lost:
+				if tc.wantLost == "" {
+					t.Fatalf("lost the lock to an API that did not answer: %v", err)
+				}
+				if !errors.Is(err, errLockLost) || !strings.Contains(err.Error(), tc.wantLost) {
+					t.Errorf("lost with %v, want errLockLost and %q", err, tc.wantLost)
+				}
+				return
+			case <-time.After(600 * time.Millisecond):
+			}
+			if tc.wantLost != "" {
+				t.Fatalf("never told the lock was lost (%s)", tc.failure)
+			}
+			if failed.Load() < 5 {
+				t.Fatalf("%d renewals tried during the outage, want several", failed.Load())
+			}
+			before := time.Now()
+			failing.Store(false)
+			err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+				lease, err := client.CoordinationV1().Leases("ns").Get(ctx, "tfc-a-lock", metav1.GetOptions{})
+				return err == nil && lease.Spec.RenewTime.After(before), nil
+			})
+			if err != nil {
+				t.Error("not renewed once the API answered again")
+			}
+			select {
+			case err := <-lost:
+				t.Errorf("lost the lock: %v", err)
+			default:
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -43,7 +44,6 @@ func Main(args []string) error {
 	fs.BoolVar(&c.UseDurableInputs, "durable-inputs", false, "use the inputs of the last successful apply")
 	fs.BoolVar(&c.ExpectState, "expect-state", false, "the object was applied: refuse to run when its state is missing")
 	fs.Int64Var(&c.MaxStateBytes, "max-state-bytes", DefaultMaxStateBytes, "largest state (and backup) read, uncompressed and compressed")
-	fs.DurationVar(&c.LockDuration, "lock-duration", 30*time.Second, "how long the state lock holds without renewal")
 	var gate string
 	fs.StringVar(&gate, "gate", "", "approval policy of an apply: Destructive or Manual (default: apply every plan)")
 	fs.StringVar(&c.ApprovedPlan, "approved-plan", "", "plan hash captf.io/approve-plan names")
@@ -122,7 +122,7 @@ func clientConfig() (*rest.Config, error) {
 		// JSON: the runner API reads the bodies it forwards.
 		cfg := &rest.Config{Host: host, BearerTokenFile: TokenFile, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 		cfg.CAData = []byte(os.Getenv(EnvRunnerAPICA))
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &redial{next: rt, wait: redialWait} }
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &redial{next: rt} }
 		return cfg, nil
 	}
 	cfg, err := rest.InClusterConfig()
@@ -139,33 +139,27 @@ func connectionCut(err error) bool {
 	return errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err)
 }
 
-// redialWait is how long a request waits for the runner API to come back:
-// a manager restarting, or the only replica rolling over.
-var redialWait = 2 * time.Minute
-
-// backoff waits between retries: from 250 ms, doubling up to 5 s, until a
-// deadline.
+// backoff waits between retries: from 250 ms, doubling up to 5 s. Retries
+// have no deadline of their own: a runner waits for the runner API as long
+// as its pod lives (the Job's deadline), for a run that stopped because the
+// manager was away would leave half an apply behind.
 type backoff struct {
-	deadline time.Time
-	delay    time.Duration
+	delay time.Duration
 }
 
-func newBackoff(wait time.Duration) *backoff {
-	return &backoff{deadline: time.Now().Add(wait), delay: 250 * time.Millisecond}
+// next is the delay sleep waits next.
+func (b *backoff) next() time.Duration {
+	return cmp.Or(b.delay, 250*time.Millisecond)
 }
 
-// sleep waits the next delay; false when the deadline has passed or ctx
-// ends first.
+// sleep waits the next delay; false when ctx ends first.
 func (b *backoff) sleep(ctx context.Context) bool {
-	if time.Now().After(b.deadline) || ctx.Err() != nil {
-		return false
-	}
 	select {
-	case <-time.After(b.delay):
+	case <-time.After(b.next()):
 	case <-ctx.Done():
 		return false
 	}
-	b.delay = min(2*b.delay, 5*time.Second)
+	b.delay = min(2*b.next(), 5*time.Second)
 	return true
 }
 
@@ -175,11 +169,10 @@ func (b *backoff) sleep(ctx context.Context) bool {
 // connection was lost before its answer.
 type redial struct {
 	next http.RoundTripper
-	wait time.Duration
 }
 
 func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
-	wait := newBackoff(r.wait)
+	var wait backoff
 	for {
 		resp, err := r.next.RoundTrip(req)
 		var op *net.OpError
@@ -187,12 +180,9 @@ func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil || !(dial || req.Method == http.MethodGet && connectionCut(err)) {
 			return resp, err
 		}
-		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.delay)
+		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.next())
 		if !wait.sleep(req.Context()) {
-			if ctxErr := req.Context().Err(); ctxErr != nil {
-				return nil, ctxErr
-			}
-			return resp, err
+			return nil, req.Context().Err()
 		}
 		if req.GetBody != nil {
 			body, berr := req.GetBody()

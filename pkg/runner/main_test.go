@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -28,7 +29,8 @@ func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TestRedial: a request that could not connect (the manager restarting) is
 // sent again, whole; a write that reached the manager is never repeated, a
-// read whose answer was lost is.
+// read whose answer was lost is. Retries end only with the request's
+// context: a runner waits for the manager as long as its pod lives.
 func TestRedial(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
@@ -36,15 +38,15 @@ func TestRedial(t *testing.T) {
 	tests := map[string]struct {
 		method   string
 		failures []error
-		wait     time.Duration
+		timeout  time.Duration
 		wantErr  error
 		sends    int
 	}{
-		"refused twice, then up":        {failures: []error{refused, refused}, wait: time.Minute, sends: 3},
-		"reset after sending: no retry": {failures: []error{reset}, wait: time.Minute, wantErr: reset, sends: 1},
-		"refused past the wait":         {failures: []error{refused, refused}, wait: 0, wantErr: refused, sends: 1},
-		"read reset: sent again":        {method: http.MethodGet, failures: []error{reset, io.ErrUnexpectedEOF}, wait: time.Minute, sends: 3},
-		"read refused by TLS: no retry": {method: http.MethodGet, failures: []error{badCert}, wait: time.Minute, wantErr: badCert, sends: 1},
+		"refused twice, then up":        {failures: []error{refused, refused}, sends: 3},
+		"reset after sending: no retry": {failures: []error{reset}, wantErr: reset, sends: 1},
+		"refused until the run ends":    {failures: []error{refused, refused, refused, refused}, timeout: 300 * time.Millisecond, wantErr: context.DeadlineExceeded, sends: 2},
+		"read reset: sent again":        {method: http.MethodGet, failures: []error{reset, io.ErrUnexpectedEOF}, sends: 3},
+		"read refused by TLS: no retry": {method: http.MethodGet, failures: []error{badCert}, wantErr: badCert, sends: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -53,8 +55,14 @@ func TestRedial(t *testing.T) {
 			if tc.method != "" {
 				method = tc.method
 			}
-			req, _ := http.NewRequest(method, "https://runner-api.test/x", strings.NewReader("state"))
-			_, err := (&redial{next: ft, wait: tc.wait}).RoundTrip(req)
+			ctx := context.Background()
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, method, "https://runner-api.test/x", strings.NewReader("state"))
+			_, err := (&redial{next: ft}).RoundTrip(req)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
 			}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,12 +67,9 @@ func TestWriteResultRetries(t *testing.T) {
 }
 
 // TestRescueRetries: the state terraform could not save is saved once the
-// runner API answers again, past the other requests' redialWait (it is the
-// only record of what the run made), not lost at the first failed create;
-// a refusal is final.
+// runner API answers again (it is the only record of what the run made),
+// not lost at the first failed create; a refusal is final.
 func TestRescueRetries(t *testing.T) {
-	defer func(w time.Duration) { redialWait = w }(redialWait)
-	redialWait = time.Second // the outage below lasts about 4 s
 	unavailable := apierrors.NewServiceUnavailable("no endpoints")
 	for _, tc := range []struct {
 		name      string

@@ -67,8 +67,6 @@ type Config struct {
 	ExpectState bool
 	// MaxStateBytes bounds state reads (DefaultMaxStateBytes).
 	MaxStateBytes int64
-	// LockDuration is how long the lock holds without renewal.
-	LockDuration time.Duration
 }
 
 // Runner runs one operation.
@@ -274,7 +272,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 func (r *Runner) lock(ctx context.Context, labels map[string]string, res *Result) (func(), error) {
 	logger := klog.FromContext(ctx)
 	lock := &Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
-		Labels: labels, Duration: r.Config.LockDuration}
+		Labels: labels}
 	err := lock.Acquire(ctx, r.Config.LockTimeout)
 	res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
 	if err != nil {
@@ -485,14 +483,6 @@ func (r *Runner) terraform() (string, error) {
 	return "", errors.New("neither terraform nor tofu is on PATH")
 }
 
-// rescueWait is how long the rescue of a state terraform could not save
-// retries while the runner API does not answer (a manager down longer than
-// redialWait: a slow upgrade, a lost node). That state is the only record
-// of what the run made, and saving it harms no other run (it is a backup
-// of its own), so it waits until the Job's deadline or the pod's kill ends
-// it, or this long.
-const rescueWait = time.Hour
-
 // rescue keeps the state terraform could not save (errored.tfstate): a
 // backup of its own, named in the result, restorable like any backup.
 func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res *Result) error {
@@ -506,7 +496,7 @@ func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res 
 	// Not cancelled by the SIGTERM that stopped terraform.
 	ctx = context.WithoutCancel(ctx)
 	var name string
-	err = retryTransientFor(ctx, rescueWait, func() (err error) {
+	err = retryTransient(ctx, func() (err error) {
 		name, err = store.SaveRescue(ctx, state)
 		return err
 	})
@@ -558,23 +548,19 @@ func (r *Runner) writeResult(ctx context.Context, res *Result) error {
 
 // retryTransient runs call, a request that may run twice (a create-or-update,
 // or a read-then-write that finds its own earlier write), again while its
-// connection to the runner API fails (the manager's pod replaced, a
+// connection to the runner API fails (the manager down or replaced, a
 // connection lost mid-request) or the API answers 5xx or 429. A run that
 // failed on such an error would be run again by a new Job: for an apply whose
-// report was lost, a second apply.
+// report was lost, a second apply. It waits as long as the run may last: the
+// Job's deadline ends the pod, or ctx ends.
 func retryTransient(ctx context.Context, call func() error) error {
-	return retryTransientFor(ctx, redialWait, call)
-}
-
-// retryTransientFor is retryTransient for up to d.
-func retryTransientFor(ctx context.Context, d time.Duration, call func() error) error {
-	wait := newBackoff(d)
+	var wait backoff
 	for {
 		err := call()
 		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
-		klog.FromContext(ctx).Info("A request to the runner API failed; retrying", "err", err, "in", wait.delay)
+		klog.FromContext(ctx).Info("A request to the runner API failed; retrying", "err", err, "in", wait.next())
 		if !wait.sleep(ctx) {
 			return err
 		}
