@@ -2,12 +2,14 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,8 +79,15 @@ func (cp *ControlPlane) InstallRBAC(ctx context.Context, namespace string) error
 // Manager is a `captf manager` process running as the captf-manager
 // ServiceAccount of its namespace, so its RBAC is the shipped one.
 type Manager struct {
-	cmd       *exec.Cmd
-	done      chan struct{}
+	binary string
+	args   []string
+	env    []string
+	front  *Front
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd // the current process
+	done chan struct{}
+
 	LogFile   string
 	ProbeAddr string
 	// MetricsAddr serves /metrics.
@@ -118,7 +127,7 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{done: make(chan struct{}), LogFile: filepath.Join(o.Dir, "manager.log"),
+	m := &Manager{LogFile: filepath.Join(o.Dir, "manager.log"),
 		ProbeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		WebhookAddr: fmt.Sprintf("127.0.0.1:%d", ports[2]), RunnerAPIAddr: fmt.Sprintf("127.0.0.1:%d", ports[3])}
 	m.WebhookCert = o.Cert
@@ -130,40 +139,73 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 	runnerAPI := m.RunnerAPIAddr
 	if o.Front != nil {
 		runnerAPI = o.Front.Addr
-		o.Front.Add(m.RunnerAPIAddr)
 	}
 	args := append([]string{"manager", "--kubeconfig=" + kubeconfig, "--runner-image=captf:local",
 		"--health-probe-bind-address=" + m.ProbeAddr, "--metrics-bind-address=" + m.MetricsAddr,
 		fmt.Sprintf("--webhook-port=%d", ports[2]), "--webhook-cert-dir=" + m.WebhookCert.Dir,
 		fmt.Sprintf("--runner-api-port=%d", ports[3]), "--runner-api-url=https://" + runnerAPI, "-v=2"}, o.Args...)
-	out, err := os.Create(m.LogFile)
-	if err != nil {
+	m.binary, m.args, m.front = o.Binary, args, o.Front
+	m.env = append(cleanEnv(), "POD_NAMESPACE="+o.Namespace, "SERVICE_ACCOUNT_NAME=captf-manager")
+	if err := m.start(os.O_TRUNC); err != nil {
 		return nil, err
 	}
-	m.cmd = exec.Command(o.Binary, args...)
-	m.cmd.Stdout, m.cmd.Stderr = out, out
-	m.cmd.Env = append(cleanEnv(), "POD_NAMESPACE="+o.Namespace, "SERVICE_ACCOUNT_NAME=captf-manager")
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		out.Close()
-		return nil, err
-	}
-	go func() {
-		_ = m.cmd.Wait()
-		if o.Front != nil {
-			o.Front.Remove(m.RunnerAPIAddr)
-		}
-		out.Close()
-		close(m.done)
-	}()
 	cp.onStop(m.Stop)
 	return m, nil
 }
 
+// Restart starts the manager again, on the same ports and with the same
+// certificate and arguments, once it has exited (Kill or Stop): a pod of
+// the Deployment restarted. Its log goes on in LogFile.
+func (m *Manager) Restart() error {
+	if !m.Exited() {
+		return errors.New("the manager still runs")
+	}
+	return m.start(os.O_APPEND)
+}
+
+func (m *Manager) start(mode int) error {
+	out, err := os.OpenFile(m.LogFile, os.O_CREATE|os.O_WRONLY|mode, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.binary, m.args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = m.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return err
+	}
+	if m.front != nil {
+		m.front.Add(m.RunnerAPIAddr)
+	}
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.cmd, m.done = cmd, done
+	m.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		if m.front != nil {
+			m.front.Remove(m.RunnerAPIAddr)
+		}
+		out.Close()
+		close(done)
+	}()
+	return nil
+}
+
+// process is the current process and the channel closed when it exits.
+func (m *Manager) process() (*exec.Cmd, chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cmd, m.done
+}
+
 // Kill sends SIGKILL and waits for the exit.
 func (m *Manager) Kill() {
-	_ = m.cmd.Process.Signal(syscall.SIGKILL)
-	<-m.done
+	cmd, done := m.process()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
 }
 
 // Stop sends SIGTERM, then SIGKILL after 15s.
@@ -171,9 +213,10 @@ func (m *Manager) Stop() {
 	if m.Exited() {
 		return
 	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	cmd, done := m.process()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-m.done:
+	case <-done:
 	case <-time.After(15 * time.Second):
 		m.Kill()
 	}
@@ -181,8 +224,9 @@ func (m *Manager) Stop() {
 
 // Exited reports whether the process has ended.
 func (m *Manager) Exited() bool {
+	_, done := m.process()
 	select {
-	case <-m.done:
+	case <-done:
 		return true
 	default:
 		return false
@@ -230,12 +274,16 @@ func (m *Manager) LogContains(s string) bool {
 }
 
 // Pid is the manager's process ID.
-func (m *Manager) Pid() int { return m.cmd.Process.Pid }
+func (m *Manager) Pid() int {
+	cmd, _ := m.process()
+	return cmd.Process.Pid
+}
 
 // ExitCode is the exit status once the process has ended.
 func (m *Manager) ExitCode() int {
-	<-m.done
-	return m.cmd.ProcessState.ExitCode()
+	cmd, done := m.process()
+	<-done
+	return cmd.ProcessState.ExitCode()
 }
 
 func httpOK(ctx context.Context, url string) bool {

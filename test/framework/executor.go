@@ -73,6 +73,9 @@ type Executor struct {
 	images   map[string]*unpackedImage
 	// sandboxes are the pods' network namespaces, by pod.
 	sandboxes map[types.UID]*podSandbox
+	// cutOff are pods whose node is cut off from the API server: closed
+	// when it is back.
+	cutOff map[cache.ObjectName]chan struct{}
 	cgroups   memoryCgroups
 }
 
@@ -107,6 +110,7 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]()),
 		running:  map[types.UID]*podProcess{},
 		finished: map[types.UID]bool{},
+		cutOff:   map[cache.ObjectName]chan struct{}{},
 		images:   map[string]*unpackedImage{},
 
 		sandboxes: map[types.UID]*podSandbox{},
@@ -213,6 +217,9 @@ func (e *Executor) processNext(ctx context.Context) bool {
 }
 
 func (e *Executor) sync(ctx context.Context, key cache.ObjectName) error {
+	if e.isCutOff(key) {
+		return nil // Heal syncs it again
+	}
 	pod, err := e.lister.Pods(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		// Force-deleted: nothing waits for the process, kill it at once.
@@ -463,4 +470,67 @@ func (e *Executor) SignalPod(namespace, name string, sig syscall.Signal) error {
 		}
 	}
 	return fmt.Errorf("pod %s/%s is not running here", namespace, name)
+}
+
+// CutOff plays a network partition between the pod's node and the API
+// server: its processes run on, but the executor neither sees the pod
+// deleted nor reports its status (an exit included) until Heal.
+func (e *Executor) CutOff(namespace, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := cache.ObjectName{Namespace: namespace, Name: name}
+	if e.cutOff[key] == nil {
+		e.cutOff[key] = make(chan struct{})
+	}
+}
+
+// Heal ends CutOff: the executor reports what happened meanwhile and acts
+// on the pod as it now is (a deletion stops it).
+func (e *Executor) Heal(namespace, name string) {
+	key := cache.ObjectName{Namespace: namespace, Name: name}
+	e.mu.Lock()
+	if healed := e.cutOff[key]; healed != nil {
+		close(healed)
+		delete(e.cutOff, key)
+	}
+	e.mu.Unlock()
+	e.queue.Add(key)
+}
+
+func (e *Executor) isCutOff(key cache.ObjectName) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cutOff[key] != nil
+}
+
+// waitHealed waits while the pod's node is cut off.
+func (e *Executor) waitHealed(key cache.ObjectName) {
+	e.mu.Lock()
+	healed := e.cutOff[key]
+	e.mu.Unlock()
+	if healed != nil {
+		<-healed
+	}
+}
+
+// WaitExited waits until the container of a running pod has exited (its
+// status may not be reported yet: see CutOff).
+func (e *Executor) WaitExited(ctx context.Context, namespace, name string) error {
+	var exited <-chan struct{}
+	e.mu.Lock()
+	for _, p := range e.running {
+		if p.key.Namespace == namespace && p.key.Name == name {
+			exited = p.exited
+		}
+	}
+	e.mu.Unlock()
+	if exited == nil {
+		return fmt.Errorf("pod %s/%s is not running here", namespace, name)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -435,6 +435,7 @@ func (e *Executor) waiting(ctx context.Context, pod *corev1.Pod, proc *podProces
 // finishes a deletion that waited for the container.
 func (e *Executor) finishPod(ctx context.Context, proc *podProcess, started *metav1.Time, code int32, reason, message string) {
 	pod, ended := proc.pod, time.Now()
+	e.waitHealed(proc.key)
 	if err := e.finish(ctx, pod, started, code, reason, message); err != nil {
 		klog.FromContext(ctx).Error(err, "Setting pod finished", "pod", klog.KObj(pod))
 	}

@@ -20,6 +20,10 @@ type Front struct {
 	mu       sync.Mutex
 	backends []string
 	next     int
+	// cut: every connection is dropped, as from a node cut off from the
+	// Service; conns are the live ones.
+	cut   bool
+	conns map[net.Conn]bool
 }
 
 const frontWait = 30 * time.Second
@@ -30,7 +34,7 @@ func NewFront() (*Front, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{Addr: ln.Addr().String(), ln: ln}
+	f := &Front{Addr: ln.Addr().String(), ln: ln, conns: map[net.Conn]bool{}}
 	go f.serve()
 	return f, nil
 }
@@ -63,6 +67,10 @@ func (f *Front) serve() {
 
 func (f *Front) forward(conn net.Conn) {
 	defer conn.Close()
+	if !f.track(conn) {
+		return
+	}
+	defer f.untrack(conn)
 	deadline := time.Now().Add(frontWait)
 	var backend net.Conn
 	for backend == nil {
@@ -91,4 +99,39 @@ func (f *Front) pick() string {
 	}
 	f.next++
 	return f.backends[f.next%len(f.backends)]
+}
+
+// Cut drops every connection, now and until Heal: the network between the
+// runner pods and the Service is cut. Unlike no manager being up, a client
+// gets no refusal: its connections are reset.
+func (f *Front) Cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = true
+	for c := range f.conns {
+		c.Close()
+	}
+}
+
+// Heal ends Cut.
+func (f *Front) Heal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = false
+}
+
+func (f *Front) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut {
+		return false
+	}
+	f.conns[c] = true
+	return true
+}
+
+func (f *Front) untrack(c net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.conns, c)
 }
