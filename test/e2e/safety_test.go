@@ -852,7 +852,7 @@ func (e *env) waitCreating(pod string) {
 func TestFencedRunner(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	m := e.startManager()
+	e.startManager()
 	tc := e.create(e.localCloud("stall", e.newCluster("stall", false), map[string]any{"sleep_seconds": 10}))
 	job, pod := e.runningPod("apply", time.Minute)
 	// Stalled mid-apply: its plan is made, the instance is being created.
@@ -863,8 +863,8 @@ func TestFencedRunner(t *testing.T) {
 	executor.CutOff(e.ns, pod)
 	defer executor.Heal(e.ns, pod)
 	// No retry of the failed Job may run beside the takeover below, which
-	// is no pod: the manager is away meanwhile.
-	m.Stop()
+	// is no pod: the Cluster is paused meanwhile.
+	e.setPaused("stall", true)
 	if err := plane.Kube.CoreV1().Pods(e.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
@@ -882,9 +882,6 @@ func TestFencedRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := executor.SignalPod(e.ns, pod, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -1029,9 +1026,11 @@ func (e *env) wipe() {
 	}
 }
 
-func (e *env) unpause(cluster string) {
+func (e *env) unpause(cluster string) { e.setPaused(cluster, false) }
+
+func (e *env) setPaused(cluster string, paused bool) {
 	e.t.Helper()
-	patch := []byte(`{"spec":{"paused":false}}`)
+	patch := fmt.Appendf(nil, `{"spec":{"paused":%t}}`, paused)
 	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Patch(context.Background(), cluster, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
