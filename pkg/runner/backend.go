@@ -121,8 +121,10 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 			b.WriteErrors++
 			logger.Error(err, "Writing state")
 			status := http.StatusInternalServerError // terraform retries
-			if errors.Is(err, ErrFenced) {
-				status = http.StatusConflict // final: no retry can succeed
+			if errors.Is(err, ErrFenced) || lockTaken(err) {
+				// Final: another run has the lock, or the runner API no
+				// longer knows this run's pod; no retry can succeed.
+				status = http.StatusConflict
 			}
 			http.Error(w, fmt.Sprintf("writing state: %v", err), status)
 			return
