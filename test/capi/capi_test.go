@@ -46,7 +46,10 @@ var clustersGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version
 var (
 	setupOnce sync.Once
 	capiMgr   *framework.CAPIManager
-	setupErr  error
+	// captfMgr is the CAPTF manager every test shares; a test that stops
+	// it restarts it (Restart keeps its ports and certificate).
+	captfMgr *framework.Manager
+	setupErr error
 )
 
 // setup starts, once per package, CAPI's core manager, the executor and a
@@ -78,9 +81,10 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 		if setupErr = mgr.WaitReady(ctx); setupErr != nil {
 			return
 		}
+		captfMgr = mgr
 		// The webhook guards every write, CAPI's and the manager's own
 		// provider ID writes included.
-		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology", "defaults")
+		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology", "defaults", "outage", "chaos")
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)

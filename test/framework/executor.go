@@ -75,8 +75,8 @@ type Executor struct {
 	sandboxes map[types.UID]*podSandbox
 	// cutOff are pods whose node is cut off from the API server: closed
 	// when it is back.
-	cutOff map[cache.ObjectName]chan struct{}
-	cgroups   memoryCgroups
+	cutOff  map[cache.ObjectName]chan struct{}
+	cgroups memoryCgroups
 }
 
 // unpackedImage is an image's root filesystem, unpacked once and shared
