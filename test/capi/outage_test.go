@@ -276,11 +276,15 @@ func objectsOf(t *testing.T, ns string) map[string]string {
 // the outage.
 //
 // It takes about five minutes: the outage is what the issue asks for, and
-// the modules outlast it.
+// the modules outlast it. CAPTF_OUTAGE sets a longer one (5m for the figure
+// the docs quote).
 func TestManagerOutageDuringApply(t *testing.T) {
 	ctx := context.Background()
 	root, _ := setup(t)
-	ns, machines := "outage", 20
+	ns, machines, outageFor := "outage", 20, 2*time.Minute
+	if d, err := time.ParseDuration(os.Getenv("CAPTF_OUTAGE")); err == nil && d > outageFor {
+		outageFor = d
+	}
 	instances := t.TempDir()
 	scale := fleet(t, root, ns, instances, 100, 90)
 	slow := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "slow-cluster", Namespace: ns},
@@ -307,10 +311,9 @@ func TestManagerOutageDuringApply(t *testing.T) {
 	}
 	captfMgr.Stop()
 	outage := time.Now()
-	time.Sleep(2 * time.Minute)
-	if _, made := applyLogs(t, instances); len(made) == 0 || len(made) > machines {
-		t.Logf("%d of %d instances were made during the outage: want some, not all", len(made), machines+1)
-	}
+	time.Sleep(outageFor)
+	_, made := applyLogs(t, instances)
+	t.Logf("%d of %d instances were made during the outage, their state writes waiting", len(made), machines+1)
 	if err := captfMgr.Restart(); err != nil {
 		t.Fatal(err)
 	}

@@ -720,7 +720,9 @@ func TestRescuedState(t *testing.T) {
 // runner cannot renew its lock, and that is not losing it: terraform goes
 // on, its state write waits for the API, and the run ends well once the
 // manager is back. One Job, no rescue, the instance in the state once.
+// It waits out its minute beside the other parallel tests.
 func TestRunnerAPIOutage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.startManager()
 	e.create(e.localCloud("outage", e.newCluster("outage", false), map[string]any{"sleep_seconds": 20}))
@@ -762,19 +764,23 @@ func TestRunnerAPIOutage(t *testing.T) {
 // without renewal), no second Job or runner starts while the pod exists,
 // and once the node is back the instance is in the state, made once.
 //
-// It takes about two minutes: the lock's duration (30 s) must pass with the
-// runner cut off, and the module's sleep outlasts it.
+// It takes over three minutes, mostly waiting (so it runs beside the other
+// parallel tests): the cut must outlast both the lock's duration (30 s) and
+// the two minutes the old runner retried a request, and the module's sleep
+// outlasts the cut.
 func TestRunnerCutOffPastItsDeadline(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	e.startManager()
-	tc := e.localCloud("cutoff", e.newCluster("cutoff", false), map[string]any{"sleep_seconds": 60})
+	tc := e.localCloud("cutoff", e.newCluster("cutoff", false), map[string]any{"sleep_seconds": 180})
 	tc.Spec.Jobs = &infrav1.JobPolicy{ActiveDeadlineSeconds: ptrTo(int64(25)), LockTimeout: &metav1.Duration{Duration: 10 * time.Second}}
 	e.create(tc)
 	job, pod := e.runningPod("apply", time.Minute)
 	e.waitCreating(pod)
 	e.front.Cut()
 	executor.CutOff(e.ns, pod)
+	cut := time.Now()
 	healed := false
 	heal := func() {
 		if !healed {
@@ -793,21 +799,20 @@ func TestRunnerCutOffPastItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Job's deadline did not delete its pod: %v", err)
 	}
-	// Past the lock's duration with no renewal, the object's runs are
-	// watched: no second Job, the lock still the first pod's.
-	deadline := time.Now().Add(35 * time.Second)
-	for time.Now().Before(deadline) {
+	// For 150 s without renewal, the object's runs are watched: no second
+	// Job, terraform goes on, the lock stays the first pod's.
+	for time.Since(cut) < 150*time.Second {
 		if jobs := e.jobs("apply"); len(jobs) != 1 {
 			t.Fatalf("%d apply Jobs while the first one's pod may still run terraform", len(jobs))
+		}
+		if logs, _ := executor.Logs(e.ns, pod); strings.Contains(logs, "lost the state lock") || strings.Contains(logs, "Interrupt received") {
+			t.Fatalf("the cut-off runner stopped terraform %s after the cut:\n%s", time.Since(cut).Round(time.Second), tail(logs, 20))
 		}
 		time.Sleep(time.Second)
 	}
 	lease, err := plane.Kube.CoordinationV1().Leases(e.ns).Get(ctx, tfcNames("cutoff").Lock(), metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != pod {
 		t.Fatalf("the lock's holder: %v %v, want the cut-off pod %s", err, lease.Spec.HolderIdentity, pod)
-	}
-	if logs, _ := executor.Logs(e.ns, pod); strings.Contains(logs, "lost the state lock") || strings.Contains(logs, "Interrupt received") {
-		t.Fatalf("the cut-off runner stopped terraform:\n%s", tail(logs, 20))
 	}
 
 	// The network comes back: terraform's state lands, the pod's end is
