@@ -337,7 +337,7 @@ func TestManagerOutageDuringApply(t *testing.T) {
 }
 
 // TestChaosDuringScaleUp (issue 31, item 1): the manager is SIGKILLed every
-// 3 to 8 seconds, and started again at once, through a MachineDeployment's
+// 2 to 5 seconds, and started again at once, through a MachineDeployment's
 // scale-up: no instance is made twice and no state is lost or rescued.
 // CAPTF_CHAOS_MACHINES sets the number of machines (30 here, 200 for the
 // figure the docs quote).
@@ -349,7 +349,7 @@ func TestChaosDuringScaleUp(t *testing.T) {
 		machines = n
 	}
 	instances := t.TempDir()
-	scale := fleet(t, root, ns, instances, 1, 4)
+	scale := fleet(t, root, ns, instances, 2, 8)
 	start := time.Now()
 	scale(machines)
 
@@ -362,7 +362,7 @@ func TestChaosDuringScaleUp(t *testing.T) {
 			select {
 			case <-done:
 				return
-			case <-time.After(time.Duration(3000+rand.IntN(5000)) * time.Millisecond):
+			case <-time.After(time.Duration(2000+rand.IntN(3000)) * time.Millisecond):
 			}
 			captfMgr.Kill()
 			kills++
