@@ -40,10 +40,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/fairshare"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
@@ -55,14 +55,21 @@ const (
 	// maxBody bounds a request body: one Secret (a state chunk is 768 KiB,
 	// base64 in JSON about 1 MiB).
 	maxBody = 2 << 20
-	// maxInFlight bounds the requests served at once, and so the memory
-	// their bodies take; maxPerPod keeps one pod (a hostile module holding
-	// connections open) from taking them all: a runner needs two or three.
+	// maxInFlight bounds the requests forwarded at once, shared fairly by
+	// namespace; a request takes its slot only once its body is read, so a
+	// client that sends slowly holds none. maxPerPod bounds one pod's
+	// requests, bodies being read included (a hostile module holding
+	// connections open): a runner needs two or three.
 	maxInFlight = 16
 	maxPerPod   = 4
-	// reviewQPS bounds the TokenReviews of tokens not seen before: junk
-	// tokens must not spend the manager's API budget.
-	reviewQPS, reviewBurst = 100, 200
+	// bodyTimeout bounds the reading of one request's body: a chunk is
+	// 1 MiB.
+	bodyTimeout = 10 * time.Second
+	// reviewQPS bounds the TokenReviews of tokens not seen before, per
+	// source address and for all: junk tokens must not spend the manager's
+	// API budget, and one source's junk not the others' share of it.
+	reviewQPS, reviewBurst             = 100, 200
+	sourceReviewQPS, sourceReviewBurst = 50, 100
 )
 
 // forwardedQuery are the query parameters a run uses; the rest (watch,
@@ -86,9 +93,9 @@ type Server struct {
 	client   *http.Client
 	host     string
 	initErr  error
-	inFlight chan struct{}
+	inFlight *fairshare.Slots
 
-	reviews flowcontrol.RateLimiter
+	reviews *fairshare.RateLimits
 
 	mu         sync.Mutex
 	identities map[[32]byte]cachedIdentity
@@ -113,10 +120,10 @@ type Identity struct {
 
 func (s *Server) init() error {
 	s.once.Do(func() {
-		s.inFlight = make(chan struct{}, maxInFlight)
+		s.inFlight = fairshare.NewSlots(maxInFlight, maxInFlight)
 		s.identities = map[[32]byte]cachedIdentity{}
 		s.perPod = map[types.UID]int{}
-		s.reviews = flowcontrol.NewTokenBucketRateLimiter(reviewQPS, reviewBurst)
+		s.reviews = fairshare.NewRateLimits(sourceReviewQPS, sourceReviewBurst, reviewQPS, reviewBurst)
 		cfg := rest.CopyConfig(s.Config)
 		if s.meta, s.initErr = metadata.NewForConfig(cfg); s.initErr != nil {
 			return
@@ -143,7 +150,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewUnauthorized("a runner token (audience "+names.RunnerTokenAudience+") is required"))
 		return
 	}
-	id, err := s.authenticate(ctx, token)
+	id, err := s.authenticate(ctx, token, fairshare.Source(r))
 	if err != nil {
 		var status apierrors.APIStatus
 		if !errors.As(err, &status) {
@@ -161,13 +168,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.give(id.PodUID)
-	select {
-	case s.inFlight <- struct{}{}:
-		defer func() { <-s.inFlight }()
-	case <-ctx.Done():
+	body, err := readBody(w, r)
+	if err != nil {
+		writeStatus(w, err)
 		return
 	}
-	req, err := id.authorize(r)
+	release, err := s.inFlight.Acquire(ctx, id.Namespace)
+	if err != nil {
+		return
+	}
+	defer release()
+	req, err := id.authorize(r, body)
 	if err != nil {
 		logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
 		writeStatus(w, err)
@@ -212,7 +223,7 @@ func (s *Server) give(pod types.UID) {
 }
 
 // authenticate turns a token into the identity of its pod.
-func (s *Server) authenticate(ctx context.Context, token string) (*Identity, error) {
+func (s *Server) authenticate(ctx context.Context, token, source string) (*Identity, error) {
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
 	s.mu.Lock()
@@ -222,7 +233,7 @@ func (s *Server) authenticate(ctx context.Context, token string) (*Identity, err
 	}
 	s.mu.Unlock()
 
-	if !s.reviews.TryAccept() {
+	if !s.reviews.TryAccept(source) {
 		return nil, apierrors.NewTooManyRequests("too many new tokens to check", 1)
 	}
 	review, err := s.Kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
@@ -313,9 +324,26 @@ type request struct {
 	created *corev1.Secret
 }
 
+// readBody reads the body of a write, at most maxBody bytes within
+// bodyTimeout.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+		return nil, nil
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if len(body) > maxBody {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a runner request carries at most %d bytes", maxBody))
+	}
+	return body, nil
+}
+
 // authorize allows what a run of the identity's object needs, and nothing
-// else.
-func (id *Identity) authorize(r *http.Request) (*request, error) {
+// else; body is the request's, read.
+func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	resource, name, err := id.parsePath(r.URL.Path)
 	if err != nil {
 		return nil, err
@@ -355,13 +383,6 @@ func (id *Identity) authorize(r *http.Request) (*request, error) {
 			return nil, forbid("lists and watches are not part of a run")
 		}
 		return &request{}, nil
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	if len(body) > maxBody {
-		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a runner request carries at most %d bytes", maxBody))
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -134,7 +135,7 @@ func TestAuthorize(t *testing.T) {
 			if tc.body != nil {
 				r.Header.Set("Content-Type", "application/json")
 			}
-			req, err := me.authorize(r)
+			req, err := me.authorize(r, tc.body)
 			if tc.allowed != (err == nil) {
 				t.Fatalf("authorize = %v, want allowed %v", err, tc.allowed)
 			}
@@ -202,7 +203,7 @@ func TestIdentify(t *testing.T) {
 			if err := s.init(); err != nil {
 				t.Fatal(err)
 			}
-			id, err := s.authenticate(t.Context(), "token")
+			id, err := s.authenticate(t.Context(), "token", "10.0.0.7")
 			code := http.StatusOK
 			if err != nil {
 				code = int(err.(apierrors.APIStatus).Status().Code)
@@ -325,8 +326,87 @@ func TestOnePodCannotTakeEverySlot(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("request %d of one pod: %s, want 429 with Retry-After", maxPerPod+1, resp.Status)
 	}
-	if len(s.inFlight) != maxPerPod {
-		t.Errorf("%d slots taken, want the pod's %d", len(s.inFlight), maxPerPod)
+	if n := s.inFlight.Held("ns"); n != maxPerPod {
+		t.Errorf("%d slots taken, want the pod's %d", n, maxPerPod)
+	}
+}
+
+// TestSlowBodyHoldsNoSlot: a pod that sends its bodies slowly (a hostile
+// module trickling bytes) holds its own share of requests, never a slot of
+// the ones that reach the API server.
+func TestSlowBodyHoldsNoSlot(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer api.Close()
+	s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}}
+	if err := s.init(); err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s)
+	defer front.Close()
+	var writers []*io.PipeWriter
+	defer func() {
+		for _, w := range writers {
+			w.Close()
+		}
+	}()
+	for range maxPerPod {
+		body, w := io.Pipe()
+		writers = append(writers, w)
+		req, _ := http.NewRequest(http.MethodPut, front.URL+"/api/v1/namespaces/ns/secrets/tfc-prod-state", body)
+		req.Header.Set("Authorization", "Bearer runner-token")
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		_, _ = w.Write([]byte(`{"metadata":`)) // and no more
+	}
+	for {
+		s.mu.Lock()
+		n := s.perPod["uid-pod"]
+		s.mu.Unlock()
+		if n == maxPerPod {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.inFlight.Held("ns"); n != 0 {
+		t.Errorf("bodies being read hold %d forwarding slots, want 0", n)
+	}
+}
+
+// TestJunkTokensSpendTheirSourcesBudget: a source that sends tokens the
+// API server refuses is told to slow down once over its own rate; another
+// source's new token is still checked.
+func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer api.Close()
+	kube := fakeRunnerPod()
+	s := &Server{Kube: kube, Config: &rest.Config{Host: api.URL}}
+	send := func(source, token string) int {
+		req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/tfc-prod-state", nil)
+		req.RemoteAddr = source + ":40000"
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	codes := map[int]int{}
+	for i := range 3 * sourceReviewBurst {
+		codes[send("10.0.0.66", fmt.Sprintf("junk-%d", i))]++
+	}
+	if codes[http.StatusTooManyRequests] == 0 || codes[http.StatusUnauthorized] > sourceReviewBurst+sourceReviewQPS {
+		t.Errorf("junk from one source: %v, want 401 up to its burst, then 429", codes)
+	}
+	if code := send("10.0.0.7", "runner-token"); code != http.StatusOK {
+		t.Errorf("a runner's new token from another source: %d, want 200", code)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -22,6 +23,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/fairshare"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/runnerpod"
 )
@@ -30,11 +32,20 @@ import (
 // version, each at most what etcd stores (1.5 MiB), with room to spare.
 const MaxRequestBytes = 7 << 20
 
-// MaxInFlight bounds the admission requests served at once: their bodies
-// (with the decoded objects, a few times MaxRequestBytes each) must fit the
-// manager's memory. The API server waits for a slot up to its webhook
-// timeout.
+// MaxInFlight bounds the admission requests decided at once, shared fairly
+// by source (the API server, or any pod that reaches port 9443): the
+// decoded objects take a few times their body's size. A request takes its
+// slot once its body is read, so a client that sends slowly holds none.
+// The API server waits for a slot up to its webhook timeout.
 const MaxInFlight = 8
+
+// MaxReading bounds the requests whose bodies are read or held at once,
+// and so their memory; one source reads at most half of them, so that
+// slow senders leave the API server its share.
+const MaxReading = 16
+
+// bodyTimeout bounds the reading of one request's body.
+const bodyTimeout = 10 * time.Second
 
 // Path is the webhook path of a kind.
 func Path(kind string) string {
@@ -67,45 +78,62 @@ type Handler struct {
 	// cloned object gets a new reference.
 	ReadTemplate func(ctx context.Context, namespace, resource, name string) ([]byte, error)
 
-	slots chan struct{} // requests being served
+	// reading and slots share requests by source: reading bounds the
+	// bodies being read or held, slots the requests being decided.
+	reading, slots *fairshare.Slots
 }
 
-// Mux serves every kind's path, MaxInFlight requests at a time.
+// Mux serves every kind's path: MaxReading requests read at a time,
+// MaxInFlight decided, shared by source.
 func (h *Handler) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
-	h.slots = make(chan struct{}, MaxInFlight)
-	slots := h.slots
+	h.reading = fairshare.NewSlots(MaxReading, MaxReading/2)
+	h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight)
 	for _, kind := range Kinds {
 		mux.HandleFunc("POST "+Path(kind), func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case slots <- struct{}{}:
-				defer func() { <-slots }()
-			case <-r.Context().Done():
-				http.Error(w, "too many admission requests at once", http.StatusServiceUnavailable)
+			source := fairshare.Source(r)
+			doneReading, err := h.reading.Acquire(r.Context(), source)
+			if err != nil {
+				return // the client is gone
+			}
+			defer doneReading()
+			body, ok := readReview(w, r)
+			if !ok {
 				return
 			}
-			h.serve(w, r, kind)
+			done, err := h.slots.Acquire(r.Context(), source)
+			if err != nil {
+				return
+			}
+			defer done()
+			h.serve(w, r, kind, body)
 		})
 	}
 	return mux
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, kind string) {
-	logger := klog.FromContext(r.Context()).WithName("webhook")
+// readReview reads an AdmissionReview's body, or answers why it cannot.
+func readReview(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
 		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
-		return
+		return nil, false
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			http.Error(w, fmt.Sprintf("request body larger than %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
-			return
+			return nil, false
 		}
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, false
 	}
+	return body, true
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, kind string, body []byte) {
+	logger := klog.FromContext(r.Context()).WithName("webhook")
 	review, err := DecodeReview(body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)

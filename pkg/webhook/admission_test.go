@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -201,49 +202,54 @@ func TestTemplateDryRunException(t *testing.T) {
 	}
 }
 
-// TestAdmissionRequestsBounded: past MaxInFlight requests at once (slow
-// senders of large bodies, say) the next waits and is not read.
+// TestAdmissionRequestsBounded: a source that sends many requests slowly
+// (half-sent bodies, as a pod on port 9443 may) holds no slot where
+// requests are decided, and reads at most half of the bodies read at once:
+// the API server's next request is read and answered meanwhile.
 func TestAdmissionRequestsBounded(t *testing.T) {
 	h := &Handler{}
 	srv := httptest.NewServer(h.Mux())
 	defer srv.Close()
 	url := srv.URL + Path("TerraformCluster")
+	// The attacker's requests come from another address than the API
+	// server's (all of 127.0.0.0/8 is this host).
+	attacker := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
 	var writers []*io.PipeWriter
-	for range MaxInFlight {
-		pr, pw := io.Pipe()
-		writers = append(writers, pw)
-		go func() {
-			if resp, err := http.Post(url, "application/json", pr); err == nil {
-				resp.Body.Close()
-			}
-		}()
-	}
 	defer func() { // before the server closes: it waits for them
 		for _, w := range writers {
 			w.Close()
 		}
 	}()
-	for len(h.slots) < MaxInFlight {
+	for range MaxReading {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		go func() {
+			if resp, err := attacker.Post(url, "application/json", pr); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		go func() { _, _ = pw.Write([]byte(`{"request":`)) }()
+	}
+	for h.reading.Held("127.0.0.2") < MaxReading/2 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
 	req.Header.Set("Content-Type", "application/json")
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
-		t.Fatalf("request %d was served (%s) while %d were", MaxInFlight+1, resp.Status, MaxInFlight)
-	}
-	for _, w := range writers {
-		w.Close()
-	}
-	resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the API server's request while another source sends slowly: %v", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("after the others finished: %s, want 400 for an empty review", resp.Status)
+		t.Errorf("the API server's request: %s, want it read and refused as no AdmissionReview", resp.Status)
+	}
+	if n := h.reading.Held("127.0.0.2"); n != MaxReading/2 {
+		t.Errorf("the slow source reads %d bodies at once, want its share %d", n, MaxReading/2)
+	}
+	if n := h.slots.Held("127.0.0.2"); n != 0 {
+		t.Errorf("the slow source holds %d slots of decided requests, want 0", n)
 	}
 }
 

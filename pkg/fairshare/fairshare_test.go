@@ -1,0 +1,104 @@
+package fairshare
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestSlotsShare: a key alone uses every slot; when it holds them all and
+// keeps asking, a freed slot goes to another key that waits, even one that
+// came last; a waiter whose context ends gives up its place.
+func TestSlotsShare(t *testing.T) {
+	s := NewSlots(4, 4)
+	var hostile []func()
+	for range 4 {
+		release, err := s.Acquire(context.Background(), "hostile")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostile = append(hostile, release)
+	}
+	granted := make(chan string, 8)
+	wait := func(key string) {
+		go func() {
+			release, err := s.Acquire(context.Background(), key)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			granted <- key
+			_ = release // held until the test ends
+		}()
+	}
+	for range 3 {
+		wait("hostile")
+	}
+	time.Sleep(10 * time.Millisecond) // the hostile waiters queue first
+	wait("victim")
+	gone, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(gone, "quitter")
+		cancelled <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	if err := <-cancelled; err == nil {
+		t.Fatal("a cancelled wait got a slot")
+	}
+
+	hostile[0]()
+	if got := <-granted; got != "victim" {
+		t.Fatalf("the freed slot went to %s, want the victim (holding none)", got)
+	}
+	hostile[1]()
+	if got := <-granted; got != "hostile" {
+		t.Fatalf("the next slot went to %s", got)
+	}
+	if s.Held("victim") != 1 || s.Held("hostile") != 3 || s.Held("quitter") != 0 {
+		t.Errorf("held: victim %d, hostile %d, quitter %d", s.Held("victim"), s.Held("hostile"), s.Held("quitter"))
+	}
+}
+
+// TestSlotsPerKey: a key never holds more than its share, even alone; the
+// rest waits for other keys.
+func TestSlotsPerKey(t *testing.T) {
+	s := NewSlots(4, 2)
+	for range 2 {
+		if _, err := s.Acquire(context.Background(), "attacker"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(ctx, "attacker"); err == nil {
+		t.Fatal("a key got a third of 4 slots, its share being 2")
+	}
+	release, err := s.Acquire(context.Background(), "apiserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if s.Held("attacker") != 2 || s.Held("apiserver") != 0 {
+		t.Errorf("held: attacker %d, apiserver %d", s.Held("attacker"), s.Held("apiserver"))
+	}
+}
+
+// TestRateLimitsBySource: a source over its rate is refused; another source
+// still has its own budget.
+func TestRateLimitsBySource(t *testing.T) {
+	r := NewRateLimits(1, 5, 100, 100)
+	accepted := 0
+	for range 50 {
+		if r.TryAccept("attacker") {
+			accepted++
+		}
+	}
+	if accepted != 5 {
+		t.Errorf("the attacker got %d of 50, want its burst of 5", accepted)
+	}
+	if !r.TryAccept("runner") {
+		t.Error("another source was refused")
+	}
+}
