@@ -39,6 +39,22 @@ func BuildCAPTF(name string) (string, error) {
 	return out, nil
 }
 
+// BuildCommand builds the command in <repo>/<pkg> (./test/cmd/attack, say)
+// into <repo>/bin/<name>.
+func BuildCommand(pkg, name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(root, "bin", name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
 // InstallRBAC creates CAPTF's ClusterRoles from manifests/rbac, and a
 // captf-manager ServiceAccount in namespace bound to the manager's role.
 func (cp *ControlPlane) InstallRBAC(ctx context.Context, namespace string) error {

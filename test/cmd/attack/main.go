@@ -1,0 +1,124 @@
+// Command attack is what a hostile pod does to the manager's ports, for
+// the fair-share tests: it floods the runner API with tokens nobody issued,
+// and holds connections open by sending request bodies a byte a second, to
+// the runner API (with a runner pod's valid token) or to the webhook (with
+// none). It runs until killed; -source binds its connections to another
+// address of this host, as a pod has its own.
+//
+//	attack -target 127.0.0.1:9445 -source 127.0.0.2 -junk-tokens 8
+//	attack -target 127.0.0.1:9445 -source 127.0.0.2 -trickle 4 -token-file t -path /api/v1/namespaces/ns/secrets/x
+//	attack -target 127.0.0.1:9443 -source 127.0.0.2 -trickle 64 -method POST -path /validate-...
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	target := flag.String("target", "", "host:port of the manager's port")
+	source := flag.String("source", "", "local address to send from")
+	junk := flag.Int("junk-tokens", 0, "goroutines sending requests with made-up tokens")
+	trickle := flag.Int("trickle", 0, "connections per token (or in all, without tokens) that send bodies a byte a second")
+	tokenFile := flag.String("token-file", "", "file of bearer tokens, one per line, for -trickle")
+	path := flag.String("path", "/api/v1/namespaces/default/secrets/x", "the path requests go to")
+	method := flag.String("method", http.MethodPut, "the method of -trickle's requests")
+	flag.Parse()
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	if *source != "" {
+		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(*source)}
+	}
+	tlsConfig := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // an attacker checks nothing
+	var sent, refused atomic.Int64
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, TLSClientConfig: tlsConfig,
+		MaxIdleConnsPerHost: 64}}
+	for range *junk {
+		go func() {
+			for {
+				req, _ := http.NewRequest(http.MethodGet, "https://"+*target+*path, nil)
+				req.Header.Set("Authorization", "Bearer "+randomToken())
+				resp, err := client.Do(req)
+				sent.Add(1)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusTooManyRequests {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+
+	tokens := []string{""}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		tokens = strings.Fields(string(b))
+	}
+	for _, token := range tokens {
+		for range *trickle {
+			go func() {
+				for {
+					slowRequest(dialer, tlsConfig, *method, *target, *path, token)
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+		}
+	}
+	for {
+		time.Sleep(5 * time.Second)
+		fmt.Printf("junk requests sent %d, refused with 429 %d\n", sent.Load(), refused.Load())
+	}
+}
+
+// slowRequest sends the headers of a write whose body is 1 MiB, then the
+// body a byte a second, until the server closes the connection.
+func slowRequest(dialer *net.Dialer, config *tls.Config, method, target, path, token string) {
+	raw, err := dialer.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	conn := tls.Client(raw, config.Clone())
+	defer conn.Close()
+	if err := conn.Handshake(); err != nil {
+		return
+	}
+	w := bufio.NewWriter(conn)
+	fmt.Fprintf(w, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, target, 1<<20)
+	if token != "" {
+		fmt.Fprintf(w, "Authorization: Bearer %s\r\n", token)
+	}
+	fmt.Fprint(w, "\r\n{")
+	if w.Flush() != nil {
+		return
+	}
+	for {
+		time.Sleep(time.Second)
+		if _, err := conn.Write([]byte(" ")); err != nil {
+			return
+		}
+	}
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "eyJ" + hex.EncodeToString(b)
+}
