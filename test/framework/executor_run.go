@@ -511,6 +511,21 @@ func (e *Executor) terminate(proc *podProcess, pod *corev1.Pod) {
 	if pod.DeletionGracePeriodSeconds != nil {
 		grace = *pod.DeletionGracePeriodSeconds
 	}
+	// A preStop sleep runs first, within the grace period, as a kubelet
+	// runs it: the pod serves on while it leaves its Services' endpoints.
+	c := pod.Spec.Containers[0]
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil && grace > 0 {
+		pause := min(c.Lifecycle.PreStop.Sleep.Seconds, grace)
+		go func() {
+			select {
+			case <-exited:
+				return
+			case <-time.After(time.Duration(pause) * time.Second):
+			}
+			stopProcess(cmd, exited, time.Duration(grace-pause)*time.Second)
+		}()
+		return
+	}
 	stopProcess(cmd, exited, time.Duration(grace)*time.Second)
 }
 

@@ -18,6 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -175,21 +178,19 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 		checkRunnerOutOfMemory(t, e.executor)
 	}
 	if replacePod {
-		// The pod goes; the Deployment makes another, which takes the lead.
-		if err := plane.Kube.CoreV1().Pods(namespace).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		second := e.waitManagerReady(t, namespace, first.Name)
-		waitLeader(t, namespace, second.Name)
-		t.Logf("replacement manager pod %s Ready and leading", second.Name)
-		// The new leader has synced: every object stays Ready, no Job starts.
+		t.Run("TestLeaderPodDeletedDuringApplies", func(t *testing.T) { e.leaderPodDeletedDuringApplies(t, namespace) })
+		// The new leader has synced: every object stays Ready, no Job of
+		// theirs starts.
 		time.Sleep(15 * time.Second)
 		for op, list := range jobsByOperation(t) {
+			list = slices.DeleteFunc(list, func(j string) bool { return strings.HasPrefix(j, "tfc-handover-") })
 			if !slices.Equal(list, jobs[op]) {
 				t.Errorf("%s Jobs after the manager pod's replacement: %v, before: %v", op, list, jobs[op])
 			}
 		}
-		if got := instanceFiles(t, e.instances); !maps.Equal(got, before) {
+		got := instanceFiles(t, e.instances)
+		delete(got, "handover")
+		if !maps.Equal(got, before) {
 			t.Errorf("instances changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
 		}
 		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
@@ -324,6 +325,163 @@ func checkSoftMemoryLimit(t *testing.T, executor *framework.Executor, pod *corev
 		}
 	}
 	t.Errorf("the manager's log does not say it set a soft memory limit:\n%s", podLog(executor, pod))
+}
+
+// handoverModule makes its instance 20 s into the apply, and counts how
+// many times it was made.
+const handoverModule = `
+variable "instance_dir" { type = string }
+resource "terraform_data" "instance" {
+  input = "${var.instance_dir}/handover"
+  provisioner "local-exec" {
+    command = "sleep 20 && echo made >> '${self.input}'"
+  }
+  provisioner "local-exec" {
+    when    = destroy
+    command = "rm -f '${self.input}'"
+  }
+}
+output "control_plane_endpoint" { value = { host = "handover.local.test", port = 6443 } }
+`
+
+// leaderPodDeletedDuringApplies (issue 31, item 2): with the shipped two
+// replicas, the leader's pod is deleted while an apply runs: writes to
+// Terraform* objects keep being admitted (the other replica serves the
+// webhook), the running apply keeps reaching its state and finishes once,
+// and the other replica takes the lead.
+func (e *env) leaderPodDeletedDuringApplies(t *testing.T, namespace string) {
+	ctx := context.Background()
+	pods := e.waitManagersReady(t, namespace, 2, "")
+	leader := e.leaderOf(t, namespace)
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "handover", Namespace: "demo"},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: handoverModule},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", e.instances)}}}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "handover", "namespace": "demo"},
+		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "handover"}}}}
+	if _, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := plane.Kube.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=handover," + names.LabelOperation + "=apply"})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		logs, _ := e.executor.Logs("demo", list.Items[0].Name)
+		return strings.Contains(logs, "Creating..."), nil
+	})
+	if err != nil {
+		t.Fatal("the handover apply never started creating")
+	}
+
+	// Writes through the webhook, every 250 ms, from before the deletion
+	// until the new leader has finished the apply.
+	stop := make(chan struct{})
+	var writes, refused []string
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test.captf.io/write":"%d"}}}`, i)
+			_, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Patch(ctx, "demo", types.MergePatchType, patch, metav1.PatchOptions{})
+			writes = append(writes, time.Now().Format(time.TimeOnly))
+			if err != nil {
+				refused = append(refused, fmt.Sprintf("%s: %v", time.Now().Format(time.TimeOnly), err))
+			}
+		}
+	}()
+	deleted := time.Now()
+	if err := plane.Kube.CoreV1().Pods(namespace).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var other string
+	for _, p := range pods {
+		if p.Name != leader {
+			other = p.Name
+		}
+	}
+	var newLeader string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		newLeader = e.leaderOf(t, namespace)
+		return newLeader != "" && newLeader != leader, nil
+	})
+	if err != nil {
+		t.Fatalf("no replica took the lead from %s", leader)
+	}
+	t.Logf("%s leads %s after %s was deleted (the other replica was %s)", newLeader, time.Since(deleted).Round(time.Second), leader, other)
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "handover", metav1.GetOptions{})
+		return err == nil && ready(got.Status.Conditions), nil
+	})
+	close(stop)
+	<-written
+	if err != nil {
+		t.Fatal("the handover apply never became Ready")
+	}
+	t.Logf("%d writes while the leader was replaced, %d refused", len(writes), len(refused))
+	if len(refused) > 0 {
+		t.Errorf("writes refused while a replica served: %v", refused)
+	}
+	var applies []string
+	for _, j := range jobsByOperation(t)["apply"] {
+		if strings.HasPrefix(j, "tfc-handover-") {
+			applies = append(applies, j)
+		}
+	}
+	if len(applies) != 1 {
+		t.Errorf("apply Jobs of the handover cluster: %v, want the one that ran through", applies)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.instances, "handover")); err != nil || string(b) != "made\n" {
+		t.Errorf("the instance was made %q (%v), want once", b, err)
+	}
+	// It goes with the quickstart's Cluster below.
+	if err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Delete(ctx, "handover", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leaderOf is the pod that holds the manager's leader Lease, or "".
+func (e *env) leaderOf(t *testing.T, namespace string) string {
+	t.Helper()
+	leases, err := plane.Kube.CoordinationV1().Leases(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, l := range leases.Items {
+		if l.Spec.HolderIdentity != nil && l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < 15*time.Second {
+			pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+			return pod
+		}
+	}
+	return ""
+}
+
+// waitManagersReady waits for n Ready manager pods, none named notName.
+func (e *env) waitManagersReady(t *testing.T, namespace string, n int, notName string) []corev1.Pod {
+	t.Helper()
+	var found []corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := plane.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: managerSelector})
+		if err != nil {
+			return false, nil
+		}
+		found = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+			return p.Name == notName || p.DeletionTimestamp != nil || !ready(podConditions(p))
+		})
+		return len(found) == n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d Ready manager pods, want %d", len(found), n)
+	}
+	return found
 }
 
 // waitManagerReady waits for a Ready manager pod other than notName.
