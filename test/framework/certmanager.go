@@ -96,16 +96,23 @@ func (cp *ControlPlane) issueCertificates(ctx context.Context) error {
 }
 
 // issue makes the Certificate's Secret unless it holds a certificate for
-// the Certificate's DNS names already.
+// the Certificate's DNS names already, issued by its Issuer as it is now,
+// and no renewal was asked for (the condition Issuing=True that `cmctl
+// renew` sets). A selfSigned Issuer signs a certificate with its own key
+// (a CA, with spec.isCA); a ca Issuer signs it with the CA in its Secret,
+// which is the issued Secret's ca.crt. Each issue makes a new key, as
+// rotationPolicy: Always does.
 func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructured) error {
 	ns := cert.GetNamespace()
 	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
 	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	isCA, _, _ := unstructured.NestedBool(cert.Object, "spec", "isCA")
+	commonName, _, _ := unstructured.NestedString(cert.Object, "spec", "commonName")
 	issuerKind, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "kind")
 	issuerName, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
 	issuer, err := cp.Dynamic.Resource(issuersGVR).Namespace(ns).Get(ctx, issuerName, metav1.GetOptions{})
 	if issuerKind != "" && issuerKind != "Issuer" {
-		return cp.setCertificateReady(ctx, cert, false, "UnsupportedIssuer", "the test stand-in for cert-manager issues from namespaced selfSigned Issuers only")
+		return cp.setCertificateReady(ctx, cert, false, "UnsupportedIssuer", "the test stand-in for cert-manager issues from namespaced Issuers only")
 	}
 	if apierrors.IsNotFound(err) {
 		return cp.setCertificateReady(ctx, cert, false, "IssuerNotFound", fmt.Sprintf("Issuer %q does not exist", issuerName))
@@ -113,20 +120,36 @@ func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructur
 	if err != nil {
 		return err
 	}
-	if _, ok, _ := unstructured.NestedMap(issuer.Object, "spec", "selfSigned"); !ok {
-		return cp.setCertificateReady(ctx, cert, false, "UnsupportedIssuer", "the test stand-in for cert-manager issues from selfSigned Issuers only")
+	var ca *keyPair // nil: self-signed
+	if caSecret, ok, _ := unstructured.NestedString(issuer.Object, "spec", "ca", "secretName"); ok {
+		s, err := cp.Kube.CoreV1().Secrets(ns).Get(ctx, caSecret, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return cp.setCertificateReady(ctx, cert, false, "IssuerNotReady", fmt.Sprintf("the CA Secret %q does not exist yet", caSecret))
+		}
+		if err != nil {
+			return err
+		}
+		if ca, err = parseKeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]); err != nil {
+			return cp.setCertificateReady(ctx, cert, false, "IssuerNotReady", fmt.Sprintf("the CA Secret %q: %v", caSecret, err))
+		}
+	} else if _, ok, _ := unstructured.NestedMap(issuer.Object, "spec", "selfSigned"); !ok {
+		return cp.setCertificateReady(ctx, cert, false, "UnsupportedIssuer", "the test stand-in for cert-manager issues from selfSigned and ca Issuers only")
 	}
 	secret, err := cp.Kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	exists := err == nil
-	if exists && certificateFor(secret.Data[corev1.TLSCertKey], dnsNames) {
+	if exists && !renewalAsked(cert) && issuedAs(secret.Data[corev1.TLSCertKey], dnsNames, isCA, ca) {
 		return cp.setCertificateReady(ctx, cert, true, "Ready", "Certificate is up to date and has not expired")
 	}
-	certPEM, keyPEM, err := selfSigned(dnsNames)
+	certPEM, keyPEM, err := sign(commonName, dnsNames, isCA, ca)
 	if err != nil {
 		return err
+	}
+	caPEM := certPEM
+	if ca != nil {
+		caPEM = ca.certPEM
 	}
 	want := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns, Annotations: map[string]string{
@@ -134,7 +157,7 @@ func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructur
 			"cert-manager.io/issuer-kind": "Issuer", "cert-manager.io/alt-names": strings.Join(dnsNames, ","),
 		}},
 		Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": certPEM},
+		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM},
 	}
 	if !exists {
 		_, err = cp.Kube.CoreV1().Secrets(ns).Create(ctx, want, metav1.CreateOptions{})
@@ -149,34 +172,99 @@ func (cp *ControlPlane) issue(ctx context.Context, cert *unstructured.Unstructur
 	return cp.setCertificateReady(ctx, cert, true, "Ready", "Certificate is up to date and has not expired")
 }
 
-// certificateFor says whether pemBytes is a certificate for exactly dnsNames.
-func certificateFor(pemBytes []byte, dnsNames []string) bool {
+// RenewCertificate asks for a Certificate's renewal as `cmctl renew` does:
+// the condition Issuing=True.
+func (cp *ControlPlane) RenewCertificate(ctx context.Context, namespace, name string) error {
+	cert, err := cp.Dynamic.Resource(certificatesGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
+	conds = append(conds, map[string]any{"type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+		"message": "Certificate re-issuance manually triggered", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)})
+	_ = unstructured.SetNestedSlice(cert.Object, conds, "status", "conditions")
+	_, err = cp.Dynamic.Resource(certificatesGVR).Namespace(namespace).UpdateStatus(ctx, cert, metav1.UpdateOptions{})
+	return err
+}
+
+func renewalAsked(cert *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Issuing" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// keyPair is a certificate and its key.
+type keyPair struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+}
+
+func parseKeyPair(certPEM, keyPEM []byte) (*keyPair, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, errors.New("no PEM certificate and key")
+	}
+	c, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	k, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{cert: c, key: k, certPEM: certPEM}, nil
+}
+
+// issuedAs says whether pemBytes is a certificate for exactly dnsNames, a CA
+// or not as isCA says, signed by ca (or by itself).
+func issuedAs(pemBytes []byte, dnsNames []string, isCA bool, ca *keyPair) bool {
 	block, _ := pem.Decode(pemBytes)
 	if block == nil {
 		return false
 	}
 	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
+	if err != nil || c.IsCA != isCA {
+		return false
+	}
+	parent := c
+	if ca != nil {
+		parent = ca.cert
+	}
+	if c.CheckSignatureFrom(parent) != nil && (ca != nil || c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) != nil) {
 		return false
 	}
 	return slices.Equal(slices.Sorted(slices.Values(c.DNSNames)), slices.Sorted(slices.Values(dnsNames)))
 }
 
-// selfSigned is what cert-manager's selfSigned issuer makes: a certificate
-// signed by its own key, which is also its ca.crt.
-func selfSigned(dnsNames []string) (certPEM, keyPEM []byte, err error) {
+// sign makes a certificate with a new key: a CA if isCA, signed by ca, or
+// by its own key when ca is nil (what a selfSigned Issuer makes).
+func sign(commonName string, dnsNames []string, isCA bool, ca *keyPair) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{}, DNSNames: dnsNames,
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: commonName}, DNSNames: dnsNames,
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(90 * 24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if isCA {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage, tmpl.ExtKeyUsage = x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature, nil
+	}
+	parent, signer := tmpl, key
+	if ca != nil {
+		parent, signer = ca.cert, ca.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -194,9 +282,9 @@ func (cp *ControlPlane) setCertificateReady(ctx context.Context, cert *unstructu
 		status = string(metav1.ConditionTrue)
 	}
 	conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == status && m["reason"] == reason {
-			return nil
+	if len(conds) == 1 {
+		if m, ok := conds[0].(map[string]any); ok && m["type"] == "Ready" && m["status"] == status && m["reason"] == reason {
+			return nil // and no Issuing to clear
 		}
 	}
 	cert = cert.DeepCopy()

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -107,11 +110,65 @@ func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath, mod
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, v, mode); err != nil {
+		if err := writeAtomically(p, v, mode); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeAtomically replaces path's content at once, as a kubelet swaps a
+// volume's files (a reader never sees a half-written one), owned as its
+// directory is (the container's user, once the pod runs).
+func writeAtomically(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".write-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Chmod(mode), f.Close()); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if st, err := os.Stat(dir); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			_ = os.Lchown(tmp, int(sys.Uid), int(sys.Gid))
+		}
+	}
+	return os.Rename(tmp, path)
+}
+
+// refreshSecrets writes the pod's Secret volumes again when their Secrets
+// change (a certificate cert-manager renewed), every 2 s until the pod has
+// finished, as a kubelet syncs them.
+func (e *Executor) refreshSecrets(ctx context.Context, proc *podProcess) {
+	if !slices.ContainsFunc(proc.pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil }) {
+		return
+	}
+	versions := map[string]string{}
+	for {
+		select {
+		case <-proc.done:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		for _, v := range proc.pod.Spec.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			s, err := e.cp.Kube.CoreV1().Secrets(proc.pod.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil || versions[v.Name] == s.ResourceVersion {
+				continue
+			}
+			if err := writeKeys(proc.volumes[v.Name], s.Data, v.Secret.Items, 0o600); err == nil {
+				versions[v.Name] = s.ResourceVersion
+			}
+		}
+	}
 }
 
 func writeDownwardAPI(pod *corev1.Pod, podIP, dir string, items []corev1.DownwardAPIVolumeFile) error {

@@ -85,6 +85,7 @@ func (e *Executor) run(ctx context.Context, pod *corev1.Pod) error {
 	e.mu.Lock()
 	e.running[pod.UID] = proc
 	e.mu.Unlock()
+	go e.refreshSecrets(ctx, proc)
 	return e.start(ctx, proc)
 }
 

@@ -5,9 +5,13 @@
 package install
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -179,17 +184,22 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	}
 	if replacePod {
 		t.Run("TestLeaderPodDeletedDuringApplies", func(t *testing.T) { e.leaderPodDeletedDuringApplies(t, namespace) })
+		t.Run("TestCertificateRotationDuringRuns", func(t *testing.T) { e.certificateRotationDuringRuns(t, namespace) })
 		// The new leader has synced: every object stays Ready, no Job of
 		// theirs starts.
 		time.Sleep(15 * time.Second)
 		for op, list := range jobsByOperation(t) {
-			list = slices.DeleteFunc(list, func(j string) bool { return strings.HasPrefix(j, "tfc-handover-") })
+			list = slices.DeleteFunc(list, func(j string) bool {
+				return strings.HasPrefix(j, "tfc-handover-") || strings.HasPrefix(j, "tfc-rotation-")
+			})
 			if !slices.Equal(list, jobs[op]) {
 				t.Errorf("%s Jobs after the manager pod's replacement: %v, before: %v", op, list, jobs[op])
 			}
 		}
 		got := instanceFiles(t, e.instances)
-		delete(got, "handover")
+		for _, name := range []string{"handover", "rotation-running", "rotation-queued"} {
+			delete(got, name)
+		}
 		if !maps.Equal(got, before) {
 			t.Errorf("instances changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
 		}
@@ -327,12 +337,13 @@ func checkSoftMemoryLimit(t *testing.T, executor *framework.Executor, pod *corev
 	t.Errorf("the manager's log does not say it set a soft memory limit:\n%s", podLog(executor, pod))
 }
 
-// handoverModule makes its instance 20 s into the apply, and counts how
+// slowModule makes instance <name> 20 s into the apply, and counts how
 // many times it was made.
-const handoverModule = `
+const slowModule = `
 variable "instance_dir" { type = string }
+variable "name" { type = string }
 resource "terraform_data" "instance" {
-  input = "${var.instance_dir}/handover"
+  input = "${var.instance_dir}/${var.name}"
   provisioner "local-exec" {
     command = "sleep 20 && echo made >> '${self.input}'"
   }
@@ -341,8 +352,76 @@ resource "terraform_data" "instance" {
     command = "rm -f '${self.input}'"
   }
 }
-output "control_plane_endpoint" { value = { host = "handover.local.test", port = 6443 } }
+output "control_plane_endpoint" { value = { host = "${var.name}.local.test", port = 6443 } }
 `
+
+// slowCluster makes a Cluster and its TerraformCluster running slowModule
+// in namespace demo.
+func (e *env) slowCluster(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	raw := func(s string) *runtime.RawExtension { return &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", s)} }
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo"},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: slowModule},
+			Variables: []infrav1.Variable{{Name: "instance_dir", Value: raw(e.instances)}, {Name: "name", Value: raw(name)}}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": name, "namespace": "demo"},
+		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": name}}}}
+	if _, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitCreating waits until the apply of slow cluster name is creating its
+// instance.
+func (e *env) waitCreating(t *testing.T, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := plane.Kube.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=" + name + "," + names.LabelOperation + "=apply"})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		logs, _ := e.executor.Logs("demo", list.Items[0].Name)
+		return strings.Contains(logs, "Creating..."), nil
+	})
+	if err != nil {
+		t.Fatalf("the apply of %s never started creating", name)
+	}
+}
+
+// checkMadeOnce checks slow cluster name is Ready within timeout, applied
+// by one Job, its instance made once; then deletes its Cluster (the
+// install's end waits for it to go).
+func (e *env) checkMadeOnce(t *testing.T, name string, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		got, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, name, metav1.GetOptions{})
+		return err == nil && ready(got.Status.Conditions), nil
+	})
+	if err != nil {
+		got, _ := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, name, metav1.GetOptions{})
+		t.Errorf("%s never became Ready: %+v", name, got.Status.Conditions)
+	}
+	var applies []string
+	for _, j := range jobsByOperation(t)["apply"] {
+		if strings.HasPrefix(j, "tfc-"+name+"-") {
+			applies = append(applies, j)
+		}
+	}
+	if len(applies) != 1 {
+		t.Errorf("apply Jobs of %s: %v, want the one that ran through", name, applies)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.instances, name)); err != nil || string(b) != "made\n" {
+		t.Errorf("instance %s was made %q (%v), want once", name, b, err)
+	}
+	if err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // leaderPodDeletedDuringApplies (issue 31, item 2): with the shipped two
 // replicas, the leader's pod is deleted while an apply runs: writes to
@@ -353,29 +432,8 @@ func (e *env) leaderPodDeletedDuringApplies(t *testing.T, namespace string) {
 	ctx := context.Background()
 	pods := e.waitManagersReady(t, namespace, 2, "")
 	leader := e.leaderOf(t, namespace)
-	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "handover", Namespace: "demo"},
-		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: handoverModule},
-			Variables: []infrav1.Variable{{Name: "instance_dir", Value: &runtime.RawExtension{Raw: fmt.Appendf(nil, "%q", e.instances)}}}}}}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Create(ctx, tc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-		"metadata": map[string]any{"name": "handover", "namespace": "demo"},
-		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "handover"}}}}
-	if _, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := plane.Kube.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=handover," + names.LabelOperation + "=apply"})
-		if err != nil || len(list.Items) == 0 {
-			return false, nil
-		}
-		logs, _ := e.executor.Logs("demo", list.Items[0].Name)
-		return strings.Contains(logs, "Creating..."), nil
-	})
-	if err != nil {
-		t.Fatal("the handover apply never started creating")
-	}
+	e.slowCluster(t, "handover")
+	e.waitCreating(t, "handover")
 
 	// Writes through the webhook, every 250 ms, from before the deletion
 	// until the new leader has finished the apply.
@@ -409,7 +467,7 @@ func (e *env) leaderPodDeletedDuringApplies(t *testing.T, namespace string) {
 		}
 	}
 	var newLeader string
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		newLeader = e.leaderOf(t, namespace)
 		return newLeader != "" && newLeader != leader, nil
 	})
@@ -417,35 +475,76 @@ func (e *env) leaderPodDeletedDuringApplies(t *testing.T, namespace string) {
 		t.Fatalf("no replica took the lead from %s", leader)
 	}
 	t.Logf("%s leads %s after %s was deleted (the other replica was %s)", newLeader, time.Since(deleted).Round(time.Second), leader, other)
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "handover", metav1.GetOptions{})
-		return err == nil && ready(got.Status.Conditions), nil
-	})
+	e.checkMadeOnce(t, "handover", 3*time.Minute)
 	close(stop)
 	<-written
-	if err != nil {
-		t.Fatal("the handover apply never became Ready")
-	}
 	t.Logf("%d writes while the leader was replaced, %d refused", len(writes), len(refused))
 	if len(refused) > 0 {
 		t.Errorf("writes refused while a replica served: %v", refused)
 	}
-	var applies []string
-	for _, j := range jobsByOperation(t)["apply"] {
-		if strings.HasPrefix(j, "tfc-handover-") {
-			applies = append(applies, j)
-		}
-	}
-	if len(applies) != 1 {
-		t.Errorf("apply Jobs of the handover cluster: %v, want the one that ran through", applies)
-	}
-	if b, err := os.ReadFile(filepath.Join(e.instances, "handover")); err != nil || string(b) != "made\n" {
-		t.Errorf("the instance was made %q (%v), want once", b, err)
-	}
-	// It goes with the quickstart's Cluster below.
-	if err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Delete(ctx, "handover", metav1.DeleteOptions{}); err != nil {
+}
+
+// certificateRotationDuringRuns (issue 31, item 3): cert-manager renews the
+// serving certificate (a new key, as rotationPolicy: Always makes) while an
+// apply runs and while another's Job waits for its pod (a ResourceQuota
+// holds it back): both runners got the CA bundle when their Job was made,
+// and both finish once. With the certificate its own CA (the old shipped
+// Issuer), a renewal was a new CA that neither runner trusted.
+func (e *env) certificateRotationDuringRuns(t *testing.T, namespace string) {
+	ctx := context.Background()
+	serving, err := plane.Kube.CoreV1().Secrets(namespace).Get(ctx, "captf-webhook-server-cert", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "one-pod", Namespace: "demo"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	if _, err := plane.Kube.CoreV1().ResourceQuotas("demo").Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = plane.Kube.CoreV1().ResourceQuotas("demo").Delete(ctx, "one-pod", metav1.DeleteOptions{}) }()
+	e.slowCluster(t, "rotation-running")
+	e.waitCreating(t, "rotation-running")
+	e.slowCluster(t, "rotation-queued")
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		jobs, err := plane.Kube.BatchV1().Jobs("demo").List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=rotation-queued"})
+		return err == nil && len(jobs.Items) == 1, nil
+	})
+	if err != nil {
+		t.Fatal("the queued cluster's Job was not made")
+	}
+
+	if err := plane.RenewCertificate(ctx, namespace, "captf-serving-cert"); err != nil {
+		t.Fatal(err)
+	}
+	var renewed *corev1.Secret
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		renewed, err = plane.Kube.CoreV1().Secrets(namespace).Get(ctx, "captf-webhook-server-cert", metav1.GetOptions{})
+		return err == nil && !bytes.Equal(renewed.Data[corev1.TLSPrivateKeyKey], serving.Data[corev1.TLSPrivateKeyKey]), nil
+	})
+	if err != nil {
+		t.Fatal("the serving certificate was not renewed")
+	}
+	t.Logf("serving certificate renewed with a new key; its CA %s", map[bool]string{true: "is the same", false: "changed"}[bytes.Equal(renewed.Data["ca.crt"], serving.Data["ca.crt"])])
+	// The runner API's Service serves the renewed certificate.
+	svc, err := plane.Kube.CoreV1().Services(namespace).Get(ctx, "captf-runner-api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		conn, err := tls.Dial("tcp", net.JoinHostPort(svc.Spec.ClusterIP, "9445"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only reads the certificate
+		if err != nil {
+			return false, nil
+		}
+		defer conn.Close()
+		served := conn.ConnectionState().PeerCertificates[0].Raw
+		block, _ := pem.Decode(renewed.Data[corev1.TLSCertKey])
+		return block != nil && bytes.Equal(served, block.Bytes), nil
+	})
+	if err != nil {
+		t.Fatal("the runner API never served the renewed certificate")
+	}
+	e.checkMadeOnce(t, "rotation-running", 3*time.Minute)
+	e.checkMadeOnce(t, "rotation-queued", 4*time.Minute)
 }
 
 // leaderOf is the pod that holds the manager's leader Lease, or "".
