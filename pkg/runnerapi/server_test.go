@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/rest"
@@ -309,15 +310,7 @@ func TestOnePodCannotTakeEverySlot(t *testing.T) {
 			}
 		}()
 	}
-	for {
-		s.mu.Lock()
-		n := s.perPod["uid-pod"]
-		s.mu.Unlock()
-		if n == maxPerPod {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitPodRequests(s, "uid-pod", maxPerPod)
 	resp, err := get()
 	if err != nil {
 		t.Fatal(err)
@@ -328,6 +321,19 @@ func TestOnePodCannotTakeEverySlot(t *testing.T) {
 	}
 	if n := s.inFlight.Held("ns"); n != maxPerPod {
 		t.Errorf("%d slots taken, want the pod's %d", n, maxPerPod)
+	}
+}
+
+// waitPodRequests waits until pod has n requests in the server.
+func waitPodRequests(s *Server, pod types.UID, n int) {
+	for {
+		s.mu.Lock()
+		held := s.perPod[pod]
+		s.mu.Unlock()
+		if held == n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -365,15 +371,7 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 		}()
 		_, _ = w.Write([]byte(`{"metadata":`)) // and no more
 	}
-	for {
-		s.mu.Lock()
-		n := s.perPod["uid-pod"]
-		s.mu.Unlock()
-		if n == maxPerPod {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitPodRequests(s, "uid-pod", maxPerPod)
 	if n := s.inFlight.Held("ns"); n != 0 {
 		t.Errorf("bodies being read hold %d forwarding slots, want 0", n)
 	}

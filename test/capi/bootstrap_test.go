@@ -168,13 +168,21 @@ func workCluster(t *testing.T, root, ns string, change ...func(*infrav1.Terrafor
 	for _, c := range change {
 		c(tc)
 	}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
+	createCluster(t, tc)
+}
+
+// createCluster creates tc and the Cluster API Cluster of its name whose
+// infrastructureRef names it.
+func createCluster(t *testing.T, tc *infrav1.TerraformCluster) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(tc.Namespace).Create(ctx, tc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-		"metadata": map[string]any{"name": "work", "namespace": ns},
-		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "work"}}}}
-	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
+		"metadata": map[string]any{"name": tc.Name, "namespace": tc.Namespace},
+		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": tc.Name}}}}
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(tc.Namespace).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

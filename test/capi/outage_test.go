@@ -288,17 +288,8 @@ func TestManagerOutageDuringApply(t *testing.T) {
 	}
 	instances := t.TempDir()
 	scale := fleet(t, root, ns, instances, 120, 90)
-	slow := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "slow-cluster", Namespace: ns},
-		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: slowWorkspace(instances, 120, 90)}}
-	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, slow, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-		"metadata": map[string]any{"name": "slow-cluster", "namespace": ns},
-		"spec":     map[string]any{"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "slow-cluster"}}}}
-	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, cluster, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createCluster(t, &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "slow-cluster", Namespace: ns},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: slowWorkspace(instances, 120, 90)}})
 	scale(machines)
 
 	// Every apply has begun: its first resource is made.
