@@ -815,8 +815,17 @@ func TestRunnerCutOffPastItsDeadline(t *testing.T) {
 		t.Fatalf("the lock's holder: %v %v, want the cut-off pod %s", err, lease.Spec.HolderIdentity, pod)
 	}
 
-	// The network comes back: terraform's state lands, the pod's end is
-	// reported, and the object converges without a second instance.
+	// The network comes back to the runner: its terraform finishes, its
+	// state lands and it exits. Then the kubelet's view: the pod's end is
+	// reported, and the object converges without a second instance. (Were
+	// both back at once, the kubelet would stop the deleted pod at once,
+	// and terraform, interrupted, would keep a tainted instance.)
+	e.front.Heal()
+	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := executor.WaitExited(waitCtx, e.ns, pod); err != nil {
+		t.Fatalf("the cut-off runner did not finish once the network was back: %v", err)
+	}
 	heal()
 	e.waitFor("cutoff", 3*time.Minute, "Ready", isReady)
 	if logs, _ := executor.Logs(e.ns, pod); !strings.Contains(logs, "Apply complete!") {

@@ -221,8 +221,8 @@ func TestPrometheusManifests(t *testing.T) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(base, "Service", "captf-metrics").Object, &service); err != nil {
 		t.Fatal(err)
 	}
-	dnsNames, _, _ := unstructured.NestedStringSlice(find(base, "Certificate", "").Object, "spec", "dnsNames")
-	certSecret, _, _ := unstructured.NestedString(find(base, "Certificate", "").Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(find(base, "Certificate", "captf-serving-cert").Object, "spec", "dnsNames")
+	certSecret, _, _ := unstructured.NestedString(find(base, "Certificate", "captf-serving-cert").Object, "spec", "secretName")
 
 	sm := find(objs, "ServiceMonitor", "")
 	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
@@ -441,7 +441,39 @@ func checkWiring(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 		return byKind[kind][0]
 	}
-	cert, issuer, vwc := one("Certificate"), one("Issuer"), one("ValidatingWebhookConfiguration")
+	vwc := one("ValidatingWebhookConfiguration")
+	// The serving Certificate, issued by CAPTF's CA: a ca Issuer whose
+	// Secret is the CA Certificate's, which a selfSigned Issuer issues.
+	named := func(kind, name string) *unstructured.Unstructured {
+		for _, o := range byKind[kind] {
+			if o.GetName() == name {
+				return o
+			}
+		}
+		t.Fatalf("no %s %s", kind, name)
+		return nil
+	}
+	var cert, ca *unstructured.Unstructured
+	for _, c := range byKind["Certificate"] {
+		if isCA, _, _ := unstructured.NestedBool(c.Object, "spec", "isCA"); isCA {
+			ca = c
+		} else {
+			cert = c
+		}
+	}
+	if cert == nil || ca == nil || len(byKind["Certificate"]) != 2 {
+		t.Fatalf("%d Certificates, want the serving one and the CA", len(byKind["Certificate"]))
+	}
+	issuerName, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+	issuer := named("Issuer", issuerName)
+	caSecret, _, _ := unstructured.NestedString(issuer.Object, "spec", "ca", "secretName")
+	if want, _, _ := unstructured.NestedString(ca.Object, "spec", "secretName"); caSecret == "" || caSecret != want {
+		t.Errorf("the serving Certificate's Issuer %s signs with Secret %q, the CA's Secret is %q", issuer.GetName(), caSecret, want)
+	}
+	caIssuerName, _, _ := unstructured.NestedString(ca.Object, "spec", "issuerRef", "name")
+	if _, ok, _ := unstructured.NestedMap(named("Issuer", caIssuerName).Object, "spec", "selfSigned"); !ok {
+		t.Errorf("the CA is issued by %s, not a selfSigned Issuer", caIssuerName)
+	}
 	var deployment appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(one("Deployment").Object, &deployment); err != nil {
 		t.Fatal(err)
