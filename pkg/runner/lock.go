@@ -125,22 +125,35 @@ func (l *Lock) try(ctx context.Context) (string, error) {
 	return "", err
 }
 
-// stale tells whether the holder of lease is gone: its pod no longer exists
-// or has finished. Renewals are not asked: a pod that exists may still run
-// terraform, however long it has not renewed.
+// stale tells whether the holder of lease is gone: its pod has finished,
+// or it no longer exists (or another pod has its name) and has not renewed
+// for the Lease's duration. A pod that exists may still run terraform,
+// however long it has not renewed. A pod just deleted by force may too, for
+// as long as the runner API still knows its token: so its lock waits out
+// the Lease's duration. A pod the runner API will not show is not known to
+// be gone.
 func (l *Lock) stale(ctx context.Context, lease *coordinationv1.Lease) (bool, string, error) {
 	pod, err := l.Client.CoreV1().Pods(l.Namespace).Get(ctx, ptrValue(lease.Spec.HolderIdentity), metav1.GetOptions{})
+	gone := ""
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, "its pod no longer exists", nil
+		gone = "its pod no longer exists"
+	case apierrors.IsForbidden(err):
+		return false, "", nil
 	case err != nil:
 		return false, "", err
 	case string(pod.UID) != lease.Annotations[annotationHolderUID]:
-		return true, "its pod no longer exists (a new pod has its name)", nil
+		gone = "its pod no longer exists (a new pod has its name)"
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return true, "its pod has finished", nil
+	default:
+		return false, "", nil
 	}
-	return false, "", nil
+	if renewed := lease.Spec.RenewTime; renewed != nil && lease.Spec.LeaseDurationSeconds != nil &&
+		time.Since(renewed.Time) < time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second {
+		return false, "", nil
+	}
+	return true, gone, nil
 }
 
 func (l *Lock) take(lease *coordinationv1.Lease) {

@@ -55,13 +55,22 @@ func TestLockAcquire(t *testing.T) {
 			p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Hour)}
 			return p
 		}()}, wantErr: "is held by other: gave up after", wantWaits: true},
-		"held by a pod that is gone":          {objects: []runtime.Object{heldLease(now)}, wantForceUnlock: true},
-		"held by a pod that finished":         {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodFailed)}, wantForceUnlock: true},
-		"held by a pod whose name was reused": {objects: []runtime.Object{heldLease(now), func() *corev1.Pod { p := holderPod("", corev1.PodRunning); p.UID = "new-uid"; return p }()}, wantForceUnlock: true},
+		"held by a pod that is gone": {objects: []runtime.Object{heldLease(now.Add(-time.Minute))}, wantForceUnlock: true},
+		// Its label removed: not known to be gone.
+		"held by a pod the runner API will not show": {objects: []runtime.Object{heldLease(now.Add(-time.Hour))}, wantErr: "is held by other: gave up after", wantWaits: true},
+		// Force-deleted a moment ago: its runner may still be running.
+		"held by a pod just gone, renewed since": {objects: []runtime.Object{heldLease(now)}, wantErr: "is held by other: gave up after", wantWaits: true},
+		"held by a pod that finished":            {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodFailed)}, wantForceUnlock: true},
+		"held by a pod whose name was reused":    {objects: []runtime.Object{heldLease(now.Add(-time.Minute)), func() *corev1.Pod { p := holderPod("", corev1.PodRunning); p.UID = "new-uid"; return p }()}, wantForceUnlock: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			client := fake.NewClientset(tc.objects...)
+			if name == "held by a pod the runner API will not show" {
+				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "other", errors.New("not a pod of CAPTF's"))
+				})
+			}
 			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
 			err := l.Acquire(context.Background(), 50*time.Millisecond)
 			if tc.wantErr != "" {

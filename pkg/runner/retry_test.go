@@ -2,7 +2,10 @@ package runner
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -113,5 +116,24 @@ func TestRescueRetries(t *testing.T) {
 				t.Errorf("rescued state %q (%v), want %q", got, err, state)
 			}
 		})
+	}
+}
+
+// TestTransient: no answer, 5xx and 429 are tried again; a refusal, or a
+// certificate this run does not trust, is not (it would not change while
+// the run waits).
+func TestTransient(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"connection refused":  {err: &url.Error{Op: "Get", URL: "https://api", Err: errors.New("connect: connection refused")}, want: true},
+		"service unavailable": {err: apierrors.NewServiceUnavailable("no endpoints"), want: true},
+		"forbidden":           {err: apierrors.NewForbidden(corev1.Resource("secrets"), "x", errors.New("no"))},
+		"unknown authority":   {err: &url.Error{Op: "Get", URL: "https://api", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("%s: transient = %v, want %v", name, got, tc.want)
+		}
 	}
 }

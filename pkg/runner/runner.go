@@ -6,6 +6,8 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -577,6 +579,15 @@ func transient(err error) bool {
 			apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	// A certificate this run does not trust does not change while it
+	// waits: fail, and the next attempt gets the CA of its time.
+	var unknownCA x509.UnknownAuthorityError
+	var badName x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &unknownCA) || errors.As(err, &badName) || errors.As(err, &invalid) || errors.As(err, &verify) {
 		return false
 	}
 	var uerr *url.Error

@@ -69,7 +69,14 @@ const (
 	// source address and for all: junk tokens must not spend the manager's
 	// API budget, and one source's junk not the others' share of it.
 	reviewQPS, reviewBurst             = 100, 200
-	sourceReviewQPS, sourceReviewBurst = 50, 100
+	sourceReviewQPS, sourceReviewBurst = 20, 40
+	// knownTokenTTL is how long a token stays known as valid after its
+	// identity expires: it is checked again without the budget of new ones
+	// (runner tokens live 10 minutes).
+	knownTokenTTL = 15 * time.Minute
+	// maxReading bounds the bodies read or held at once (2 MiB each at
+	// most), and so their memory; one namespace holds at most half.
+	maxReading = 32
 )
 
 // forwardedQuery are the query parameters a run uses; the rest (watch,
@@ -89,11 +96,11 @@ type Server struct {
 
 	meta metadata.Interface
 
-	once     sync.Once
-	client   *http.Client
-	host     string
-	initErr  error
-	inFlight *fairshare.Slots
+	once              sync.Once
+	client            *http.Client
+	host              string
+	initErr           error
+	inFlight, reading *fairshare.Slots
 
 	reviews *fairshare.RateLimits
 
@@ -120,7 +127,8 @@ type Identity struct {
 
 func (s *Server) init() error {
 	s.once.Do(func() {
-		s.inFlight = fairshare.NewSlots(maxInFlight, maxInFlight)
+		s.inFlight = fairshare.NewSlots(maxInFlight, maxInFlight/2)
+		s.reading = fairshare.NewSlots(maxReading, maxReading/2)
 		s.identities = map[[32]byte]cachedIdentity{}
 		s.perPod = map[types.UID]int{}
 		s.reviews = fairshare.NewRateLimits(sourceReviewQPS, sourceReviewBurst, reviewQPS, reviewBurst)
@@ -168,6 +176,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.give(id.PodUID)
+	if r.Method == http.MethodPost || r.Method == http.MethodPut {
+		doneReading, err := s.reading.Acquire(ctx, id.Namespace)
+		if err != nil {
+			return
+		}
+		defer doneReading() // the body is held until the request is done
+	}
 	body, err := readBody(w, r)
 	if err != nil {
 		writeStatus(w, err)
@@ -227,20 +242,21 @@ func (s *Server) authenticate(ctx context.Context, token, source string) (*Ident
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
 	s.mu.Lock()
-	if c, ok := s.identities[key]; ok && now.Before(c.expires) {
-		s.mu.Unlock()
+	c, known := s.identities[key]
+	s.mu.Unlock()
+	if known && now.Before(c.expires) {
 		return c.id, nil
 	}
-	s.mu.Unlock()
-
-	if !s.reviews.TryAccept(source) {
+	// A token that was valid is checked again without a budget: junk
+	// tokens, which spend it, must not delay a running apply's.
+	if !known && !s.reviews.TryAccept(source) {
 		return nil, apierrors.NewTooManyRequests("too many new tokens to check", 1)
 	}
 	review, err := s.Kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{names.RunnerTokenAudience}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	st := review.Status
 	if !st.Authenticated || !slices.Contains(st.Audiences, names.RunnerTokenAudience) {
@@ -257,7 +273,7 @@ func (s *Server) authenticate(ctx context.Context, token, source string) (*Ident
 	}
 	s.mu.Lock()
 	for k, c := range s.identities {
-		if now.After(c.expires) {
+		if now.After(c.expires.Add(knownTokenTTL)) {
 			delete(s.identities, k)
 		}
 	}
@@ -277,7 +293,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		return nil, apierrors.NewUnauthorized("the token's pod is gone")
 	}
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	if pod.UID != podUID {
 		return nil, apierrors.NewUnauthorized("the token's pod is gone")
@@ -291,7 +307,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		return nil, refuse("the pod's Job is gone")
 	}
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	if job.UID != ref.UID || job.Labels[names.LabelManagedBy] != names.ManagedByValue {
 		return nil, refuse("the pod's Job is not CAPTF's")
@@ -304,6 +320,14 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name,
 		Object:    names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name},
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
+}
+
+// unavailable is an error of the manager's own request, told to a runner
+// as 503: the manager's own 401 or 403 (its RBAC) says nothing of the run,
+// and a runner reads those as its lock being lost.
+func unavailable(err error) error {
+	klog.Background().WithName("runner-api").Error(err, "Checking a runner's identity")
+	return apierrors.NewServiceUnavailable("the manager could not check the runner's identity: " + err.Error())
 }
 
 func isKind(kind string) bool {
@@ -651,7 +675,9 @@ func (id *Identity) parsePath(path string) (resource, name string, err error) {
 func (s *Server) servePod(ctx context.Context, w http.ResponseWriter, id *Identity, name string) {
 	pod, err := s.Kube.CoreV1().Pods(id.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err == nil && pod.Labels[names.LabelManagedBy] != names.ManagedByValue {
-		err = apierrors.NewNotFound(corev1.Resource("pods"), name)
+		// Not "not found": a holder whose label someone removed still
+		// runs, and a runner reads "not found" as a lock free to take.
+		err = apierrors.NewForbidden(corev1.Resource("pods"), name, errors.New("not a pod of CAPTF's"))
 	}
 	if err != nil {
 		writeStatus(w, err)

@@ -406,6 +406,36 @@ func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
 	if code := send("10.0.0.7", "runner-token"); code != http.StatusOK {
 		t.Errorf("a runner's new token from another source: %d, want 200", code)
 	}
+	// The runner's token is checked again once its identity expires, and
+	// spends no budget: from the flooding source too, whose is empty.
+	s.mu.Lock()
+	for k, c := range s.identities {
+		c.expires = time.Now().Add(-time.Second)
+		s.identities[k] = c
+	}
+	s.mu.Unlock()
+	if code := send("10.0.0.66", "runner-token"); code != http.StatusOK {
+		t.Errorf("a known runner token checked again from the flooding source: %d, want 200", code)
+	}
+}
+
+// TestHolderWithoutLabelIsNotGone: asked for a lock holder that is not a
+// CAPTF pod (someone removed its label), the runner API refuses to show it
+// rather than say it does not exist, which a runner would read as a free
+// lock.
+func TestHolderWithoutLabelIsNotGone(t *testing.T) {
+	kube := fakeRunnerPod()
+	if _, err := kube.CoreV1().Pods("ns").Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/pods/holder", nil)
+	req.Header.Set("Authorization", "Bearer runner-token")
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Errorf("a holder without CAPTF's label: %d, want 403", rec.Code)
+	}
 }
 
 // TestFamilySize: module code that creates Secrets of its own object's

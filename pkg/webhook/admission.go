@@ -44,8 +44,10 @@ const MaxInFlight = 8
 // slow senders leave the API server its share.
 const MaxReading = 16
 
-// bodyTimeout bounds the reading of one request's body.
-const bodyTimeout = 10 * time.Second
+// bodyTimeout bounds the reading of one request's body: the API server
+// sends it at once, and a slow sender must not hold a reading slot for as
+// long as the API server's own timeout (10 s by default).
+const bodyTimeout = 2 * time.Second
 
 // Path is the webhook path of a kind.
 func Path(kind string) string {
