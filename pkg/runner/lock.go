@@ -24,11 +24,11 @@ const (
 
 // Lock is the state lock of one object: a Lease whose holder is the runner's
 // pod, renewed while the run lasts. Only the end of the holder's pod frees
-// it: a pod gone, finished, or replaced by another of its name. A holder
-// that stopped renewing may only be cut off from the runner API (the
-// manager restarting, its node partitioned) while its terraform still
-// runs, so its lock is not taken from it. See docs/architecture.md, "The
-// state lock".
+// it (see stale). A holder that stopped renewing may only be cut off from
+// the runner API (the manager restarting, its node partitioned) while its
+// terraform still runs, so its lock is not taken from it. See
+// docs/architecture.md, "The state lock, and runs that outlive the
+// manager".
 type Lock struct {
 	Client    kubernetes.Interface
 	Namespace string
