@@ -1,5 +1,5 @@
-// Package util holds what CAPTF's controllers share: expectations against
-// duplicate creates, Job building, input rendering and conditions.
+// Package controller holds what CAPTF's controllers share: the work loop,
+// expectations against duplicate creates and read-your-writes versions.
 package controller
 
 import (
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
 // ExpectationsTimeout bounds how long a lost watch event can block an object.
@@ -18,7 +19,7 @@ const ExpectationsTimeout = 5 * time.Minute
 type Expectations struct {
 	mu      sync.Mutex
 	pending map[cache.ObjectName]expectation
-	now     func() time.Time
+	clock   clock.PassiveClock
 }
 
 type expectation struct {
@@ -26,9 +27,9 @@ type expectation struct {
 	at   time.Time
 }
 
-// NewExpectations makes an empty store.
-func NewExpectations() *Expectations {
-	return &Expectations{pending: map[cache.ObjectName]expectation{}, now: time.Now}
+// NewExpectations makes an empty store whose waits time out by clk.
+func NewExpectations(clk clock.PassiveClock) *Expectations {
+	return &Expectations{pending: map[cache.ObjectName]expectation{}, clock: clk}
 }
 
 // ExpectJob records that job is about to be created for key.
@@ -40,7 +41,7 @@ func (e *Expectations) ExpectJob(key cache.ObjectName, job string) {
 		exp = expectation{jobs: map[string]bool{}}
 	}
 	exp.jobs[job] = true
-	exp.at = e.now()
+	exp.at = e.clock.Now()
 	e.pending[key] = exp
 }
 
@@ -62,7 +63,7 @@ func (e *Expectations) Satisfied(key cache.ObjectName) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	exp, ok := e.pending[key]
-	return !ok || e.now().Sub(exp.at) > ExpectationsTimeout
+	return !ok || e.clock.Since(exp.at) > ExpectationsTimeout
 }
 
 // Delete forgets key, when its object is gone.

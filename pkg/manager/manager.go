@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -430,8 +432,10 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer()); err != nil {
 		return cc, engine.Config{}, nil, err
 	}
+	// The one clock of the controllers' decisions.
+	clk := clock.RealClock{}
 	api := engine.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
-	slots := engine.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS)
+	slots := engine.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, clk)
 	if slots != nil {
 		if err := slots.Watch(cc.KubeInformers.Batch().V1().Jobs().Informer()); err != nil {
 			return cc, engine.Config{}, nil, err
@@ -439,7 +443,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	}
 	config := engine.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &engine.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta)}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta), Clock: clk}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())

@@ -96,7 +96,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		if slots := engines[0].Slots; slots != nil {
-			maps.Copy(waiting, slots.waiters(time.Now()))
+			maps.Copy(waiting, slots.waiters(slots.clock.Now()))
 		}
 		for ko, n := range waiting {
 			gauge(ch, jobsWaitingDesc, float64(n), ko[0], ko[1])

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,7 +86,6 @@ type Controller[T Object] struct {
 	expectations *controller.Expectations
 	written      *controller.WrittenVersions
 	engine       *Engine
-	now          func() time.Time
 }
 
 // Name names the controller of the kind in logs, events, metrics and field
@@ -116,17 +117,21 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	clusters := cc.CAPIInformers.ForResource(capi.Cluster.Resource)
 	tcs := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters()
 	loop := controller.NewLoop(ctx, kind.Name(), cc.Kube)
+	clk := config.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	c := &Controller[T]{
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),
-		loop: loop, expectations: controller.NewExpectations(), written: controller.NewWrittenVersions(), now: time.Now,
+		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(),
 		providerIDs: providerIDs,
 	}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
 	c.engine = &Engine{Kube: cc.Kube, Jobs: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage,
-		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Now: c.now,
+		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
 		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs}
 	if config.Slots != nil {
 		config.Slots.OnFree(kind.GVK.Kind, func(o cache.ObjectName) { loop.Queue.Add(o) })
@@ -182,8 +187,8 @@ func (c *Controller[T]) belongsToCluster() bool { return c.kind.Owner.ClusterNam
 func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 	logger := klog.FromContext(ctx).WithValues("object", key)
 	ctx = klog.NewContext(ctx, logger)
-	start := c.now()
-	defer func() { logger.V(4).Info("Finished syncing", "duration", c.now().Sub(start)) }()
+	start := c.engine.Clock.Now()
+	defer func() { logger.V(4).Info("Finished syncing", "duration", c.engine.Clock.Since(start)) }()
 
 	o, exists, err := c.objects.GetByKey(key.String())
 	if err != nil {

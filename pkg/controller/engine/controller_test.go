@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -527,7 +529,7 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 			t.Fatalf("a drift check before its time: %v", jobNames(jobs))
 		}
 		later := time.Now().Add(2 * time.Minute) // past the interval and its jitter
-		f.c.EngineForTest().Now = func() time.Time { return later }
+		f.c.EngineForTest().Clock = testingclock.NewFakePassiveClock(later)
 		f.sync()
 		jobs := f.createdJobs()
 		if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") {
@@ -615,7 +617,7 @@ func TestDocumentedReasons(t *testing.T) {
 	// later makes the engine's clock d ahead.
 	later := func(f *fixture, d time.Duration) {
 		t := time.Now().Add(d)
-		f.c.EngineForTest().Now = func() time.Time { return t }
+		f.c.EngineForTest().Clock = testingclock.NewFakePassiveClock(t)
 	}
 	tests := map[string]struct {
 		mutate    func(engine.Object)

@@ -142,7 +142,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 	if !ok {
 		return nil
 	}
-	if wait := due.Sub(e.Now()); wait > 0 {
+	if wait := due.Sub(e.Clock.Now()); wait > 0 {
 		r.requeueWithin(wait)
 		return nil
 	}

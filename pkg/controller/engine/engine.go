@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,6 +91,8 @@ type Config struct {
 	// bootstrap data is read only from Secrets its Machine controls or
 	// that are labelled as bootstrap data.
 	BootstrapConfigs BootstrapConfigReader
+	// Clock is the controllers' time; nil is the real one.
+	Clock clock.PassiveClock
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -111,7 +115,8 @@ type Engine struct {
 	// DriftDefaultInterval is the drift check interval of objects that
 	// set none.
 	DriftDefaultInterval time.Duration
-	Now                  func() time.Time
+	// Clock is the time of every decision (backoff, drift, grace).
+	Clock clock.PassiveClock
 	// Slots caps the Jobs that run at once; nil: no cap.
 	Slots *JobSlots
 	// BootstrapConfigs reads bootstrap configs (Config.BootstrapConfigs).
@@ -319,7 +324,7 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 	}
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 	attempt := job.Attempt + 1
-	if wait := Backoff(attempt) - e.Now().Sub(FinishTime(job)); wait > 0 {
+	if wait := Backoff(attempt) - e.Clock.Now().Sub(FinishTime(job)); wait > 0 {
 		r.Requeue = wait
 		return attempt, false
 	}
@@ -552,7 +557,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	created := false // the Job exists: its slot is taken until it finishes
 	if e.Slots != nil {
 		key := cache.MetaObjectToName(job)
-		ok, why := e.Slots.take(r.Key, key, e.GVK.Kind, op, e.Now())
+		ok, why := e.Slots.take(r.Key, key, e.GVK.Kind, op, e.Clock.Now())
 		if !ok {
 			e.waitForSlot(r, op, why)
 			return nil

@@ -66,7 +66,7 @@ func (e *Engine) podRefused(ctx context.Context, r *Sync, job *CachedJob) (bool,
 	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || (st.Terminating != nil && *st.Terminating > 0) {
 		return false, nil
 	}
-	if wait := podGrace - e.Now().Sub(st.StartTime.Time); wait > 0 {
+	if wait := podGrace - e.Clock.Now().Sub(st.StartTime.Time); wait > 0 {
 		r.requeueWithin(wait)
 		return false, nil
 	}

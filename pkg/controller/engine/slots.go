@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -53,9 +55,8 @@ type JobSlots struct {
 	urgent      int                         // the applies and destroys among them
 	pruned      time.Time
 	// wake, by kind, syncs a waiting object at once when a slot frees.
-	wake map[string]func(cache.ObjectName)
-	// now is the clock of Job events (take is given the engine's).
-	now func() time.Time
+	wake  map[string]func(cache.ObjectName)
+	clock clock.PassiveClock
 }
 
 type waiter struct {
@@ -83,12 +84,12 @@ func (s *JobSlots) OnFree(kind string, wake func(cache.ObjectName)) {
 }
 
 // NewJobSlots makes the caps; nil when there are none.
-func NewJobSlots(max, maxPerNamespace int) *JobSlots {
+func NewJobSlots(max, maxPerNamespace int, clk clock.PassiveClock) *JobSlots {
 	if max <= 0 && maxPerNamespace <= 0 {
 		return nil
 	}
 	return &JobSlots{Max: max, MaxPerNamespace: maxPerNamespace, active: map[cache.ObjectName]bool{},
-		inNamespace: map[string]int{}, waiting: map[cache.ObjectName]waiter{}, now: time.Now}
+		inNamespace: map[string]int{}, waiting: map[cache.ObjectName]waiter{}, clock: clk}
 }
 
 // Watch keeps the count of unfinished Jobs from the Job informer.
@@ -147,7 +148,7 @@ func (s *JobSlots) release(key cache.ObjectName) {
 	}()
 	if s.active[key] {
 		defer func() {
-			next, ok := s.next(s.now())
+			next, ok := s.next(s.clock.Now())
 			if f := s.wake[s.waiting[next].kind]; ok && f != nil && s.counted < s.Max {
 				wake = func() { f(next) }
 			}

@@ -4,10 +4,13 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
@@ -85,7 +88,7 @@ func TestJobSlots(t *testing.T) {
 		}, wantWaiting: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewJobSlots(tc.max, tc.perNS)
+			s := NewJobSlots(tc.max, tc.perNS, clock.RealClock{})
 			if tc.before != nil {
 				tc.before(s)
 			}
@@ -105,7 +108,7 @@ func TestJobSlots(t *testing.T) {
 	}
 
 	// Drift checks wait while an apply does, and go once it has its slot.
-	s := NewJobSlots(1, 0)
+	s := NewJobSlots(1, 0, clock.RealClock{})
 	s.take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
 	if ok, _ := s.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); ok {
 		t.Fatal("a second apply got the only slot")
@@ -124,14 +127,14 @@ func TestJobSlots(t *testing.T) {
 		t.Error("the drift check still waits with no apply waiting")
 	}
 	// A waiting apply that stops asking holds nothing back for long.
-	s2 := NewJobSlots(1, 0)
+	s2 := NewJobSlots(1, 0, clock.RealClock{})
 	s2.take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
 	s2.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now)
 	s2.release(job("a", "j1"))
 	if ok, _ := s2.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now.Add(waiterTTL+time.Second)); !ok {
 		t.Error("an apply that stopped waiting still holds drift checks back")
 	}
-	if NewJobSlots(0, 0) != nil {
+	if NewJobSlots(0, 0, clock.RealClock{}) != nil {
 		t.Error("no caps should mean no JobSlots")
 	}
 }
@@ -145,9 +148,9 @@ func TestFreedSlotGoesToTheLongestWaiter(t *testing.T) {
 	obj := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name} }
 	job := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name + "-job"} }
 	drift := infrav1.OperationDrift
-	s := NewJobSlots(1, 0)
+	clk := testingclock.NewFakePassiveClock(t0)
+	s := NewJobSlots(1, 0, clk)
 	now := t0
-	s.now = func() time.Time { return now }
 	var woken []string
 	s.OnFree("TerraformCluster", func(o cache.ObjectName) { woken = append(woken, o.Name) })
 	take := func(name string, op infrav1.Operation) bool {
@@ -162,6 +165,7 @@ func TestFreedSlotGoesToTheLongestWaiter(t *testing.T) {
 		t.Fatal("a second Job got the one slot")
 	}
 	now = now.Add(time.Second)
+	clk.SetTime(now)
 	s.release(job("b"))
 	if len(woken) != 1 || woken[0] != "a" {
 		t.Fatalf("woken %v when the slot freed, want a", woken)
