@@ -532,3 +532,77 @@ func TestRestoreReplacesABrokenState(t *testing.T) {
 		t.Errorf("the replaced state is not kept as it was in backup %q: %v", r.LastBackup, err)
 	}
 }
+
+// enforceResourceVersions makes client's Secrets behave as the API
+// server's: each write gets a new resourceVersion, and an update naming
+// another one than the stored object's is a conflict. The fake tracker
+// alone accepts any update, so no test could see a write that is not
+// fenced.
+func enforceResourceVersions(client *fake.Clientset) {
+	rv := 0
+	client.PrependReactor("*", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tracker := client.Tracker()
+		// By verb: an UpdateAction is a CreateAction too.
+		switch a.GetVerb() {
+		case "create":
+			obj := a.(k8stesting.CreateAction).GetObject().DeepCopyObject()
+			rv++
+			obj.(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
+			return true, obj, tracker.Create(a.GetResource(), obj, a.GetNamespace())
+		case "update":
+			obj := a.(k8stesting.UpdateAction).GetObject().DeepCopyObject()
+			meta := obj.(metav1.Object)
+			current, err := tracker.Get(a.GetResource(), a.GetNamespace(), meta.GetName())
+			if err != nil {
+				return true, nil, err
+			}
+			if current.(metav1.Object).GetResourceVersion() != meta.GetResourceVersion() {
+				return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), meta.GetName(), errors.New("the object has been modified"))
+			}
+			rv++
+			meta.SetResourceVersion(strconv.Itoa(rv))
+			return true, obj, tracker.Update(a.GetResource(), obj, a.GetNamespace())
+		}
+		return false, nil, nil
+	})
+}
+
+// TestStateWritesAreFenced: once another run has claimed the state, no
+// write of the run it replaced lands, neither a state nor the mark of an
+// applied one: each is ErrFenced, and the other run's claim stays.
+func TestStateWritesAreFenced(t *testing.T) {
+	ctx := context.Background()
+	tests := map[string]func(s *StateStore) error{
+		"a state":      func(s *StateStore) error { return s.Write(ctx, []byte(`{"serial":9}`)) },
+		"applied mark": func(s *StateStore) error { return s.MarkApplied(ctx) },
+	}
+	for name, write := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			enforceResourceVersions(client)
+			if err := newStore(client, 3, 0).Write(ctx, []byte(`{"serial":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			old := newStore(client, 3, 0)
+			if err := old.Claim(ctx, "old-run", true); err != nil {
+				t.Fatal(err)
+			}
+			if err := newStore(client, 3, 0).Claim(ctx, "new-run", true); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(old); !errors.Is(err, ErrFenced) {
+				t.Fatalf("the replaced run's write: %v, want ErrFenced", err)
+			}
+			head, err := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := head.Annotations[annotationHolder]; h != "new-run" {
+				t.Errorf("the state's holder is %q, want new-run", h)
+			}
+			if got, err := newStore(client, 3, 0).Read(ctx); err != nil || string(got) != `{"serial":1}` {
+				t.Errorf("state = %s, %v; want the one before", got, err)
+			}
+		})
+	}
+}

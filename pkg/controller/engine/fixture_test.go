@@ -192,15 +192,20 @@ func forKinds(t *testing.T, test func(t *testing.T, k kindCase)) {
 	}
 }
 
-// fakeJobControl records the Jobs the engine would create and delete.
+// fakeJobControl records every attempt to create or delete a Job in the
+// write log, in order, including a second create of a Job that exists (the
+// API answers it AlreadyExists, which hides a duplicate from the engine but
+// not from the test).
 type fakeJobControl struct {
 	created []*batchv1.Job
 	deleted []string
+	log     *writeLog
 	// refuse, when set, is the API server's answer to every create.
 	refuse error
 }
 
 func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
+	f.log.add("create jobs " + job.Name)
 	if f.refuse != nil {
 		return f.refuse
 	}
@@ -214,8 +219,39 @@ func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
 }
 
 func (f *fakeJobControl) Delete(_ context.Context, job *engine.CachedJob, _ metav1.DeletionPropagation) error {
+	f.log.add("delete jobs " + job.Name)
 	f.deleted = append(f.deleted, job.Name)
 	return nil
+}
+
+// writeLog is every write to the API, the Jobs' included, in the order the
+// engine made them: "verb resource[/subresource] name".
+type writeLog struct{ writes []string }
+
+func (l *writeLog) add(w string) { l.writes = append(l.writes, w) }
+
+// record is a reactor that logs each write and leaves it to the tracker.
+func (l *writeLog) record(a core.Action) (bool, runtime.Object, error) {
+	if v := a.GetVerb(); v == "get" || v == "list" || v == "watch" {
+		return false, nil, nil
+	}
+	what := a.GetResource().Resource
+	if a.GetSubresource() != "" {
+		what += "/" + a.GetSubresource()
+	}
+	name := ""
+	switch a := a.(type) {
+	case core.CreateAction:
+		name = a.GetObject().(metav1.Object).GetName()
+	case core.UpdateAction:
+		name = a.GetObject().(metav1.Object).GetName()
+	case core.DeleteAction:
+		name = a.GetName()
+	case core.PatchAction:
+		name = a.GetName()
+	}
+	l.add(a.GetVerb() + " " + what + " " + name)
+	return false, nil, nil
 }
 
 type fixture struct {
@@ -231,6 +267,7 @@ type fixture struct {
 	capi    map[string]cache.Indexer
 	// seen are the Jobs created before the last clear.
 	seen int
+	log  *writeLog
 }
 
 // newFixture sets up kind k's controller with obj in its cache and the API,
@@ -250,8 +287,11 @@ func newFixture(t *testing.T, k kindCase, obj engine.Object, capiObjects []*unst
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, k: k, kube: kube, captf: captf, c: c, jobs: &fakeJobControl{}, events: record.NewFakeRecorder(100),
-		capi: map[string]cache.Indexer{}, cc: cc}
+	log := &writeLog{}
+	kube.PrependReactor("*", "*", log.record)
+	captf.PrependReactor("*", "*", log.record)
+	f := &fixture{t: t, k: k, kube: kube, captf: captf, c: c, jobs: &fakeJobControl{log: log}, events: record.NewFakeRecorder(100),
+		capi: map[string]cache.Indexer{}, cc: cc, log: log}
 	c.UseForTest(f.jobs, f.events)
 	inf, err := cc.CAPTFInformers.ForResource(f.gvr())
 	if err != nil {
@@ -271,6 +311,7 @@ func newFixture(t *testing.T, k kindCase, obj engine.Object, capiObjects []*unst
 	}
 	kube.ClearActions()
 	captf.ClearActions()
+	log.writes = nil
 	return f
 }
 
@@ -428,6 +469,7 @@ func (f *fixture) observe(jobs ...*batchv1.Job) {
 	f.captf.ClearActions()
 	f.seen = len(f.jobs.created)
 	f.jobs.deleted = nil
+	f.log.writes = nil
 	f.drainEvents()
 }
 
@@ -444,49 +486,9 @@ func (f *fixture) drainEvents() []string {
 	}
 }
 
-// writes lists the writes to the API as "verb resource[/subresource] name",
-// the Jobs' through the JobControl.
-func (f *fixture) writes() []string {
-	var out []string
-	for _, a := range append(f.captf.Actions(), f.kube.Actions()...) {
-		if a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
-			continue
-		}
-		what := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			what += "/" + a.GetSubresource()
-		}
-		name := ""
-		switch a := a.(type) {
-		case core.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.UpdateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.DeleteAction:
-			name = a.GetName()
-		case core.PatchAction:
-			name = a.GetName()
-		}
-		out = append(out, a.GetVerb()+" "+what+" "+name)
-	}
-	for _, j := range f.createdJobs() {
-		out = append(out, "create jobs "+j.Name)
-	}
-	for _, j := range f.jobs.deleted {
-		out = append(out, "delete jobs "+j)
-	}
-	// In the order a sync makes them.
-	order := func(w string) int {
-		for i, p := range []string{"update " + f.k.resource + " ", "update secrets", "patch secrets", "create secrets", "create serviceaccounts", "create rolebindings", "create jobs", "update " + f.k.resource + "/status"} {
-			if strings.HasPrefix(w, p) {
-				return i
-			}
-		}
-		return 99
-	}
-	slices.SortStableFunc(out, func(a, b string) int { return order(a) - order(b) })
-	return out
-}
+// writes lists the writes to the API since the last observe, the Jobs'
+// included, in the order the engine made them.
+func (f *fixture) writes() []string { return slices.Clone(f.log.writes) }
 
 // expand names the kind in a want: {res} is its resource, {k} its short kind.
 func (f *fixture) expand(w string) string {

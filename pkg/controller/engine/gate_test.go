@@ -100,3 +100,43 @@ func TestGateSequence(t *testing.T) {
 		t.Errorf("an applied approval started %v", jobNames(jobs))
 	}
 }
+
+// TestGateOf: an approval applies once. The approval of the plan applied
+// last is no approval, whichever annotation holds it; any other is passed
+// on, and a missing policy is Destructive.
+func TestGateOf(t *testing.T) {
+	tests := map[string]struct {
+		policy      infrav1.ApprovalPolicy
+		annotations map[string]string
+		applied     string
+		want        engine.Gate
+	}{
+		"no policy, no approvals": {want: engine.Gate{Policy: infrav1.ApprovalPolicyDestructive}},
+		"approvals of a new plan": {
+			policy:      infrav1.ApprovalPolicyManual,
+			annotations: map[string]string{infrav1.AnnotationApprovePlan: "2222", infrav1.AnnotationApproveDestructivePlan: "2222"},
+			applied:     "1111",
+			want:        engine.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: "2222", ApprovedDestructivePlan: "2222"},
+		},
+		"approvals of the applied plan": {
+			policy:      infrav1.ApprovalPolicyManual,
+			annotations: map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "1111"},
+			applied:     "1111",
+			want:        engine.Gate{Policy: infrav1.ApprovalPolicyManual},
+		},
+		"one of each": {
+			annotations: map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "3333"},
+			applied:     "1111",
+			want:        engine.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: "3333"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", Annotations: tc.annotations}}
+			obj.Status.AppliedPlanHash = tc.applied
+			if got := engine.GateOf(obj, tc.policy); *got != tc.want {
+				t.Errorf("GateOf = %+v, want %+v", *got, tc.want)
+			}
+		})
+	}
+}

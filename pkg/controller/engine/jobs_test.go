@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,10 +78,12 @@ func TestRender(t *testing.T) {
 		ws         infrav1.WorkspaceSpec
 		wantVars   []string
 		wantReason string
+		// wantSensitive are the variables the runner keeps out of logs.
+		wantSensitive []string
 	}{
 		"values and CAPTF inputs":       {ws: ws(val("region", `"eu-1"`)), wantVars: []string{`"region": "eu-1"`, `"captf_name": "prod"`}},
-		"a Secret key as a string":      {ws: ws(fromSecret("token", "token", "")), wantVars: []string{`"token": "s3cret"`}},
-		"a Secret key as JSON":          {ws: ws(fromSecret("tags", "tags", infrav1.ValueFormatJSON)), wantVars: []string{"\"tags\": {\n    \"a\": 1"}},
+		"a Secret key as a string":      {ws: ws(fromSecret("token", "token", "")), wantVars: []string{`"token": "s3cret"`}, wantSensitive: []string{"token"}},
+		"a Secret key as JSON":          {ws: ws(fromSecret("tags", "tags", infrav1.ValueFormatJSON)), wantVars: []string{"\"tags\": {\n    \"a\": 1"}, wantSensitive: []string{"tags"}},
 		"a missing key":                 {ws: ws(fromSecret("x", "nope", "")), wantReason: "VariableUnavailable"},
 		"value and valueFrom both":      {ws: ws(infrav1.Variable{Name: "x", Value: &runtime.RawExtension{Raw: []byte("1")}, ValueFrom: &infrav1.VariableSource{}}), wantReason: "InvalidVariable"},
 		"JSON format, not JSON content": {ws: ws(fromSecret("token", "token", infrav1.ValueFormatJSON)), wantReason: "InvalidVariable"},
@@ -102,6 +105,9 @@ func TestRender(t *testing.T) {
 				if !strings.Contains(string(in.Variables), w) {
 					t.Errorf("tfvars %s do not contain %s", in.Variables, w)
 				}
+			}
+			if !slices.Equal(in.Sensitive, tc.wantSensitive) {
+				t.Errorf("sensitive %q, want %q", in.Sensitive, tc.wantSensitive)
 			}
 		})
 	}

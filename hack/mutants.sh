@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Breaks each guard below on purpose, in a scratch copy of the tree, and runs
+# the unit tests: a mutant no test fails on is a guard no test guards. Ends
+# with "N mutants, M caught"; exits 1 unless every mutant was caught.
+#
+#   hack/mutants.sh            every mutant
+#   hack/mutants.sh NAME...    only these
+#
+# A mutant is one or more literal replacements in one file, each of a text
+# found there exactly once. One whose text is no longer found is reported
+# stale (and counts as not caught): fix it with the code.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/captf-mutants.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+git ls-files -z --cached --others --exclude-standard | grep -zv '^bin/' | xargs -0 cp --parents -t "$scratch"
+cd "$scratch"
+
+total=0 caught=0
+declare -a missed=()
+only=("$@")
+
+# mutant NAME FILE FROM TO [FROM TO]...: replace the one occurrence of each
+# FROM in FILE by its TO, run the unit tests, put FILE back.
+mutant() {
+	local name=$1 file=$2
+	shift 2
+	if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then
+		return
+	fi
+	total=$((total + 1))
+	cp "$file" "$file.orig"
+	while (($#)); do
+		if ! FROM=$1 TO=$2 perl -0pi -e 'my $n = s/\Q$ENV{FROM}\E/$ENV{TO}/g; die "stale\n" unless $n == 1' "$file" 2>/dev/null; then
+			echo "STALE   $name: $file no longer holds its text once"
+			missed+=("$name (stale)")
+			mv "$file.orig" "$file"
+			return
+		fi
+		shift 2
+	done
+	local out
+	if out=$(go test -trimpath ./pkg/... ./cmd/... 2>&1); then
+		echo "MISSED  $name ($file)"
+		missed+=("$name")
+	elif grep -q '\[build failed\]\|^# ' <<<"$out" && ! grep -q '^--- FAIL' <<<"$out"; then
+		echo "BROKEN  $name: the mutant does not build"
+		grep -m5 '\.go:' <<<"$out" | sed 's/^/        /'
+		missed+=("$name (does not build)")
+	else
+		caught=$((caught + 1))
+		echo "caught  $name by $(grep -o '^--- FAIL: [^ ]*' <<<"$out" | sed 's/--- FAIL: //' | sort -u | head -3 | paste -sd, -)"
+	fi
+	mv "$file.orig" "$file"
+}
+
+# The controllers' guards against duplicate creates and stale caches.
+mutant expectations-always-satisfied pkg/controller/expectations.go \
+	'return !ok || e.clock.Since(exp.at) > ExpectationsTimeout' 'return true'
+mutant written-never-behind pkg/controller/written.go \
+	'return err == nil && v < w.versions[key]' 'return false'
+
+
+# A second Job for the same object and hash: the create not expected, so a
+# sync on a cache that has not seen it yet creates it again.
+mutant second-job-created pkg/controller/engine/engine.go \
+	'	e.Expectations.ExpectJob(r.Key, job.Name)
+	err = e.Jobs.Create(ctx, job)' '	err = e.Jobs.Create(ctx, job)'
+
+# The run's inputs written after its Job: the runner may start before they
+# exist.
+mutant run-inputs-after-job pkg/controller/engine/engine.go \
+	'	if data != nil {
+		if err := e.createRunInputs(ctx, obj, job, data); err != nil {' '	if false {
+		if err := e.createRunInputs(ctx, obj, job, data); err != nil {' \
+	'	err = e.Jobs.Create(ctx, job)
+' '	err = e.Jobs.Create(ctx, job)
+	if data != nil {
+		_ = e.createRunInputs(ctx, obj, job, data)
+	}
+'
+
+# A state write that met another run's claim re-reads the state and
+# overwrites it: two runs would write one state.
+mutant conflict-reread-and-overwritten pkg/runner/state.go \
+	'		if apierrors.IsConflict(err) {
+			return ErrFenced
+		}' '		if apierrors.IsConflict(err) {
+			current, gerr := s.secrets().Get(ctx, head.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			head.ResourceVersion = current.ResourceVersion
+			updated, err = s.secrets().Update(ctx, head, metav1.UpdateOptions{})
+		}'
+
+echo "$total mutants, $caught caught"
+if ((${#missed[@]})); then
+	printf 'not caught: %s\n' "${missed[@]}"
+	exit 1
+fi
