@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -23,11 +25,11 @@ func stateHead(b *testing.B) []byte {
 	ctx := context.Background()
 	kube := fake.NewClientset()
 	obj := names.Object{Kind: "tfm", Name: "pool-a-md-0-00000"}
-	clock := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	start := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
 	for i := range 6 {
 		store := &runner.StateStore{Client: kube, Namespace: "fleet", Object: obj, Backups: 5,
 			Labels: runner.ObjectLabels("TerraformMachine", obj.Name, "29b33912-8e3a-4907-b3a1-000000000000"),
-			Now:    func() time.Time { return clock.Add(time.Duration(i) * time.Minute) }}
+			Clock:  testingclock.NewFakePassiveClock(start.Add(time.Duration(i) * time.Minute))}
 		if err := store.Claim(ctx, fmt.Sprintf("tfm-%s-apply-a339ee24-%d", obj.Name, i), i > 0); err != nil {
 			b.Fatal(err)
 		}
@@ -43,7 +45,7 @@ func stateHead(b *testing.B) []byte {
 		b.Fatal(err)
 	}
 	head.UID, head.ResourceVersion = "d76ae80b-94e3-43fa-a943-000000000000", "100000"
-	head.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "captf", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &metav1.Time{Time: clock}}}
+	head.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "captf", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &metav1.Time{Time: start}}}
 	data, err := json.Marshal(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}, ObjectMeta: head.ObjectMeta})
 	if err != nil {
 		b.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 const (
@@ -43,6 +44,8 @@ type Lock struct {
 	Duration time.Duration
 	// Poll is the wait between attempts while another run holds the lock.
 	Poll time.Duration
+	// Clock times the Lease, the waits and the renewals; nil is the real one.
+	Clock clock.WithTicker
 
 	// Waits counts the times Acquire found the lock held; ForceUnlocked says
 	// whether it took the lock from a stale holder.
@@ -56,7 +59,7 @@ type Lock struct {
 // Acquire takes the lock, waiting up to timeout while a live holder has it.
 func (l *Lock) Acquire(ctx context.Context, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	deadline := time.Now().Add(timeout)
+	deadline := l.clock().Now().Add(timeout)
 	for {
 		// try reads the Lease first, so one whose answer was lost finds
 		// the lock held by this run.
@@ -77,14 +80,14 @@ func (l *Lock) Acquire(ctx context.Context, timeout time.Duration) error {
 		if err == nil {
 			l.Waits++
 			logger.Info("State is locked by another run, waiting", "lease", klog.KRef(l.Namespace, l.Name), "holder", holder)
-			if time.Now().After(deadline) {
+			if l.clock().Now().After(deadline) {
 				return fmt.Errorf("state lock %s is held by %s: gave up after %s", l.Name, holder, timeout)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(l.poll()):
+		case <-l.clock().After(l.poll()):
 		}
 	}
 }
@@ -150,14 +153,14 @@ func (l *Lock) stale(ctx context.Context, lease *coordinationv1.Lease) (bool, st
 		return false, "", nil
 	}
 	if renewed := lease.Spec.RenewTime; renewed != nil && lease.Spec.LeaseDurationSeconds != nil &&
-		time.Since(renewed.Time) < time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second {
+		l.clock().Since(renewed.Time) < time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second {
 		return false, "", nil
 	}
 	return true, gone, nil
 }
 
 func (l *Lock) take(lease *coordinationv1.Lease) {
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(l.clock().Now())
 	seconds := int32(l.duration().Seconds())
 	lease.Spec.HolderIdentity = &l.Holder
 	lease.Spec.LeaseDurationSeconds = &seconds
@@ -175,13 +178,13 @@ func (l *Lock) take(lease *coordinationv1.Lease) {
 // stops: the run must stop too. A renewal that gets no answer is not a
 // lost lock: the run goes on, and renews once the API answers again.
 func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
-	ticker := time.NewTicker(l.duration() / 3)
+	ticker := l.clock().NewTicker(l.duration() / 3)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		err := l.renew(ctx)
 		switch {
@@ -222,7 +225,7 @@ func (l *Lock) renew(ctx context.Context) error {
 	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
 		return fmt.Errorf("%w to %q", errLockLost, ptrValue(lease.Spec.HolderIdentity))
 	}
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(l.clock().Now())
 	lease.Spec.RenewTime = &now
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
@@ -254,6 +257,13 @@ func (l *Lock) release(ctx context.Context) error {
 	delete(lease.Annotations, annotationHolderUID)
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
+}
+
+func (l *Lock) clock() clock.WithTicker {
+	if l.Clock != nil {
+		return l.Clock
+	}
+	return clock.RealClock{}
 }
 
 func (l *Lock) duration() time.Duration {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/url"
+	goruntime "runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // heldLease is the lock as another run holds it, renewed at renewed.
@@ -36,14 +38,41 @@ func holderPod(uid string, phase corev1.PodPhase) *corev1.Pod {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// t0 is the fake clocks' start.
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+// stepWhileWaiting runs f, moving clk on by step each time something waits
+// on it, until f returns: the lock's real durations and waits take no
+// real time.
+func stepWhileWaiting(clk *testingclock.FakeClock, step time.Duration, f func(), afterStep ...func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if clk.HasWaiters() {
+			clk.Step(step)
+			for _, after := range afterStep {
+				after()
+			}
+		}
+		goruntime.Gosched()
+	}
+}
+
 // TestLockAcquire: who may take the lock, and when the wait gives up.
 func TestLockAcquire(t *testing.T) {
-	now := time.Now()
+	now := t0
 	tests := map[string]struct {
 		objects         []runtime.Object
 		wantErr         string
 		wantWaits       bool
 		wantForceUnlock bool
+		// wantWaited is how long the lock is waited for at least.
+		wantWaited time.Duration
 	}{
 		"free":                         {},
 		"held by a live run: gives up": {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodRunning)}, wantErr: "is held by other: gave up after", wantWaits: true},
@@ -58,8 +87,9 @@ func TestLockAcquire(t *testing.T) {
 		"held by a pod that is gone": {objects: []runtime.Object{heldLease(now.Add(-time.Minute))}, wantForceUnlock: true},
 		// Its label removed: not known to be gone.
 		"held by a pod the runner API will not show": {objects: []runtime.Object{heldLease(now.Add(-time.Hour))}, wantErr: "is held by other: gave up after", wantWaits: true},
-		// Force-deleted a moment ago: its runner may still be running.
-		"held by a pod just gone, renewed since": {objects: []runtime.Object{heldLease(now)}, wantErr: "is held by other: gave up after", wantWaits: true},
+		// Force-deleted a moment ago: its runner may still be running, so
+		// the Lease's 30 s are waited out.
+		"held by a pod just gone, renewed since": {objects: []runtime.Object{heldLease(now)}, wantWaits: true, wantForceUnlock: true, wantWaited: 30 * time.Second},
 		"held by a pod that finished":            {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodFailed)}, wantForceUnlock: true},
 		"held by a pod whose name was reused":    {objects: []runtime.Object{heldLease(now.Add(-time.Minute)), func() *corev1.Pod { p := holderPod("", corev1.PodRunning); p.UID = "new-uid"; return p }()}, wantForceUnlock: true},
 	}
@@ -71,14 +101,19 @@ func TestLockAcquire(t *testing.T) {
 					return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "other", errors.New("not a pod of CAPTF's"))
 				})
 			}
-			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
-			err := l.Acquire(context.Background(), 50*time.Millisecond)
+			clk := testingclock.NewFakeClock(now)
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
+			var err error
+			stepWhileWaiting(clk, 2*time.Second, func() { err = l.Acquire(context.Background(), time.Minute) })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
 				}
 			} else if err != nil {
 				t.Fatal(err)
+			}
+			if waited := clk.Since(now); waited < tc.wantWaited {
+				t.Errorf("took the lock after %s, want %s at least", waited, tc.wantWaited)
 			}
 			if (l.Waits > 0) != tc.wantWaits || l.ForceUnlocked != tc.wantForceUnlock {
 				t.Errorf("waits %d, force-unlocked %v; want waits %v, force-unlocked %v", l.Waits, l.ForceUnlocked, tc.wantWaits, tc.wantForceUnlock)
@@ -98,14 +133,19 @@ func TestLockAcquire(t *testing.T) {
 // TestLockWaitsForRelease: a run waits while another holds the lock, and
 // takes it once released, with its waits counted.
 func TestLockWaitsForRelease(t *testing.T) {
-	client := fake.NewClientset(heldLease(time.Now()), holderPod("other-uid", corev1.PodRunning))
+	client := fake.NewClientset(heldLease(t0), holderPod("other-uid", corev1.PodRunning))
 	other := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "other", HolderUID: "other-uid", held: true}
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		_ = other.Release(context.Background())
-	}()
-	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
-	if err := l.Acquire(context.Background(), time.Minute); err != nil {
+	clk := testingclock.NewFakeClock(t0)
+	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
+	var err error
+	stepWhileWaiting(clk, 2*time.Second, func() {
+		err = l.Acquire(context.Background(), time.Minute)
+	}, func() {
+		if clk.Since(t0) > 10*time.Second {
+			_ = other.Release(context.Background())
+		}
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Waits == 0 || l.ForceUnlocked {
@@ -117,17 +157,18 @@ func TestLockWaitsForRelease(t *testing.T) {
 // renewing.
 func TestLockLost(t *testing.T) {
 	client := fake.NewClientset()
-	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Duration: 150 * time.Millisecond}
+	clk := testingclock.NewFakeClock(t0)
+	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
 	if err := l.Acquire(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoordinationV1().Leases("ns").Update(context.Background(), heldLease(time.Now()), metav1.UpdateOptions{}); err != nil {
+	if _, err := client.CoordinationV1().Leases("ns").Update(context.Background(), heldLease(t0), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	go l.KeepRenewed(ctx, func(err error) { lost <- err })
+	stepWhileWaiting(clk, 10*time.Second, func() { l.KeepRenewed(ctx, func(err error) { lost <- err }) })
 	select {
 	case err := <-lost:
 		if !errors.Is(err, errLockLost) || !strings.Contains(err.Error(), `"other"`) {
@@ -209,7 +250,8 @@ func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			client := fake.NewClientset()
-			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Duration: 60 * time.Millisecond}
+			clk := testingclock.NewFakeClock(t0)
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
 			if err := l.Acquire(context.Background(), time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -227,9 +269,32 @@ func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go l.KeepRenewed(ctx, func(err error) { lost <- err })
-			// Ten Lease durations without an answer.
-			select {
-			case err := <-lost:
+			// tick moves the clock to the next renewal and waits until it
+			// is tried (or the lock is lost).
+			tick := func(tried func() bool) error {
+				if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+					return clk.HasWaiters(), nil
+				}); err != nil {
+					t.Fatal("KeepRenewed waits for no tick")
+				}
+				clk.Step(10 * time.Second)
+				var gone error
+				_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+					select {
+					case gone = <-lost:
+						return true, nil
+					default:
+						return tried(), nil
+					}
+				})
+				return gone
+			}
+			// Ten Lease durations (30 s, renewed every 10 s) without an answer.
+			for i := range 30 {
+				err := tick(func() bool { return failed.Load() > int32(i) })
+				if err == nil {
+					continue
+				}
 				if tc.wantLost == "" {
 					t.Fatalf("lost the lock to an API that did not answer: %v", err)
 				}
@@ -237,21 +302,19 @@ func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
 					t.Errorf("lost with %v, want errLockLost and %q", err, tc.wantLost)
 				}
 				return
-			case <-time.After(600 * time.Millisecond):
 			}
 			if tc.wantLost != "" {
 				t.Fatalf("never told the lock was lost (%s)", tc.failure)
 			}
-			if failed.Load() < 5 {
-				t.Fatalf("%d renewals tried during the outage, want several", failed.Load())
-			}
-			before := time.Now()
 			failing.Store(false)
-			err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			renewed := func() bool {
 				lease, err := client.CoordinationV1().Leases("ns").Get(ctx, "tfc-a-lock", metav1.GetOptions{})
-				return err == nil && lease.Spec.RenewTime.After(before), nil
-			})
-			if err != nil {
+				return err == nil && lease.Spec.RenewTime.Equal(&metav1.MicroTime{Time: clk.Now()})
+			}
+			if err := tick(renewed); err != nil {
+				t.Fatalf("lost the lock once the API answered: %v", err)
+			}
+			if !renewed() {
 				t.Error("not renewed once the API answered again")
 			}
 			select {

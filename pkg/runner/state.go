@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/captf/captf/pkg/names"
 )
@@ -95,8 +96,8 @@ type StateStore struct {
 	MaxBytes int64
 	// Keep is a backup rotation never deletes: the one being restored.
 	Keep string
-	// Now is the clock of backup names.
-	Now func() time.Time
+	// Clock names backups and chunk generations; nil is the real one.
+	Clock clock.PassiveClock
 
 	head     *corev1.Secret // claimed: the version this store wrote last
 	readOnly bool
@@ -283,7 +284,7 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 	// the current state, which current still heads, is backed up after.
 	current := s.head
 	oldGen, oldChunks := chunkInfo(current)
-	gen := time.Now().UnixNano()
+	gen := max(s.now().UnixNano(), oldGen+1) // a new name, whatever the clock says
 	size, sum, err := state.fill(head, func(i int) string { return s.Object.StateChunk(gen, i) })
 	if err != nil {
 		return err
@@ -821,8 +822,8 @@ func (s *StateStore) secrets() typedcorev1.SecretInterface {
 }
 
 func (s *StateStore) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
+	if s.Clock != nil {
+		return s.Clock.Now()
 	}
 	return time.Now()
 }

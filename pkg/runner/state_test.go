@@ -12,8 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,13 +28,29 @@ import (
 	"github.com/captf/captf/pkg/names"
 )
 
+// tickingClock moves on by step at each reading: each backup and chunk
+// generation gets a name of its own.
+type tickingClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
+}
+
+func (c *tickingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(c.step)
+	return c.now
+}
+
+func (c *tickingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 func newStore(client *fake.Clientset, backups, chunk int) *StateStore {
 	t0 := time.Date(2026, 11, 29, 22, 0, 0, 0, time.UTC)
-	n := 0
 	return &StateStore{
 		Client: client, Namespace: "ns", Object: names.Object{Kind: "tfc", Name: "c"},
 		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}, Backups: backups, ChunkSize: chunk,
-		Now: func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) },
+		Clock: &tickingClock{now: t0, step: time.Second},
 	}
 }
 
@@ -89,7 +108,7 @@ func TestBackupsRotate(t *testing.T) {
 	// Each run (a new store) backs up the state it found, once.
 	for run := range 8 {
 		s := newStore(client, 3, 0)
-		s.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, run, 0, time.UTC) }
+		s.Clock = testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, run, 0, time.UTC))
 		for write := range 2 {
 			if err := s.Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, run*10+write)); err != nil {
 				t.Fatal(err)
@@ -235,7 +254,7 @@ func TestStateSafety(t *testing.T) {
 			}
 			for run := range 5 { // each failure leaves a new tainted resource
 				failing := newStore(client, 2, 0)
-				failing.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, run, 0, time.UTC) }
+				failing.Clock = testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, run, 0, time.UTC))
 				if err := failing.Write(ctx, fmt.Appendf(nil, `{"serial":%d}`, run+2)); err != nil {
 					t.Fatal(err)
 				}
@@ -421,7 +440,7 @@ func TestRestoreStreamsChunks(t *testing.T) {
 			chunksBefore := countChunks(t, client)
 			client.ClearActions()
 			r := newStore(client, 5, 64<<10)
-			r.Now = func() time.Time { return time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC) }
+			r.Clock = testingclock.NewFakePassiveClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 			if err := r.Claim(ctx, "restorer", true); err != nil {
 				t.Fatal(err)
 			}
@@ -517,7 +536,7 @@ func TestRestoreReplacesABrokenState(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newStore(client, 5, 0)
-	r.Now = func() time.Time { return time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC) }
+	r.Clock = testingclock.NewFakePassiveClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 	if err := r.Claim(ctx, "restorer", true); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/captf/captf/pkg/names"
@@ -29,7 +31,7 @@ func TestBigStateAndBackups(t *testing.T) {
 	for run := range 4 {
 		store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj, Backups: 2,
 			Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue},
-			Now:    func() time.Time { return time.Date(2026, 11, 29, 0, 0, run, 0, time.UTC) }}
+			Clock:  testingclock.NewFakePassiveClock(time.Date(2026, 11, 29, 0, 0, run, 0, time.UTC))}
 		state := append(bytes.Clone(big), fmt.Sprintf(`{"run":%d}`, run)...)
 		if err := store.Write(ctx, state); err != nil {
 			t.Fatalf("run %d: %v", run, err)
