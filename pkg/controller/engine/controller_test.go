@@ -151,9 +151,9 @@ func TestSync(t *testing.T) {
 				},
 			},
 			"deleted, never applied: the finalizer goes, and the lock and left run inputs": {
-				obj:        newObject(k, fin, deleting),
-				capi:       k.capi,
-				objects:    []runtime.Object{leftover},
+				obj:     newObject(k, fin, deleting),
+				capi:    k.capi,
+				objects: []runtime.Object{leftover},
 				// The finalizer goes last, once nothing is left.
 				wantWrites: []string{"delete secrets {k}-prod-apply-", "delete leases {k}-prod-lock", "update {res} prod"},
 				wantNoJob:  true,
