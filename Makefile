@@ -38,6 +38,10 @@ test: controlplane images ## Run every test, against a real local control plane 
 	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/...
 	$(MAKE) fuzz
 
+.PHONY: mutants
+mutants: ## Break each guard in hack/mutants.sh on purpose and check a unit test fails (not part of test; several minutes)
+	./hack/mutants.sh
+
 .PHONY: fuzz
 fuzz: ## Fuzz the webhook's AdmissionReview decoding and validators, FUZZTIME each (seeds in pkg/webhook/testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzAdmissionReview$$' -fuzztime $(FUZZTIME) ./pkg/webhook/

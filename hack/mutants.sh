@@ -95,6 +95,32 @@ mutant conflict-reread-and-overwritten pkg/runner/state.go \
 			updated, err = s.secrets().Update(ctx, head, metav1.UpdateOptions{})
 		}'
 
+# An approval of the plan applied last passed on: it would approve any later
+# plan that hashes alike.
+mutant gate-keeps-applied-approval pkg/controller/engine/gate.go \
+	'if v := obj.GetAnnotations()[key]; v != applied {' 'if v := obj.GetAnnotations()[key]; v != applied || true {'
+
+# Inputs whose values the runner must keep out of logs and outputs.
+mutant secret-variable-not-sensitive pkg/controller/engine/inputs.go \
+	'if v.ValueFrom.SecretKeyRef != nil {' 'if v.ValueFrom.SecretKeyRef != nil && false {'
+mutant bootstrap-data-not-sensitive pkg/controller/engine/inputs.go \
+	'range []string{"captf_bootstrap_data", "captf_bootstrap_format"}' 'range []string{}'
+
+# The runner applies a plan the gate holds for an approval.
+mutant runner-applies-while-gate-waits pkg/runner/runner.go \
+	'r.Config.ApprovedDestructivePlan); needed != "" {' 'r.Config.ApprovedDestructivePlan); needed != "" && false {'
+
+# The lock of a holder whose pod is gone is taken before its Lease lapsed:
+# a force-deleted runner may still be running.
+mutant lock-taken-before-lapse pkg/runner/lock.go \
+	'l.clock().Since(renewed.Time) < time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second' 'l.clock().Since(renewed.Time) < 0'
+
+# A renewal overwrites the Lease another run took once this one's lapsed.
+mutant lock-renewed-after-taken pkg/runner/lock.go \
+	'	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
+		return fmt.Errorf' '	if false {
+		return fmt.Errorf'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

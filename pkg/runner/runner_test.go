@@ -1,0 +1,173 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	tfjson "github.com/hashicorp/terraform-json"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+)
+
+// fakeTerraform writes a terraform that records each invocation, in order,
+// in the file it returns; its plan is plan, its outputs are {}, and its
+// apply fails when applyFails.
+func fakeTerraform(t *testing.T, plan *tfjson.Plan, applyFails bool) (tf, invocations string) {
+	t.Helper()
+	dir := t.TempDir()
+	planFile, invocations := filepath.Join(dir, "plan.json"), filepath.Join(dir, "invocations")
+	b, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(planFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apply := "true"
+	if applyFails {
+		apply = `echo "Error: creating instance: quota exceeded" >&2; exit 1`
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+echo "$1" >> %q
+case "$1" in
+plan) cp %q captf.tfplan ;;
+show) cat captf.tfplan ;;
+output) echo '{}' ;;
+apply) %s ;;
+esac
+`, invocations, planFile, apply)
+	tf = filepath.Join(dir, "terraform")
+	if err := os.WriteFile(tf, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return tf, invocations
+}
+
+// A plan that destroys one resource, and its hash.
+func destroyPlan(t *testing.T) (*tfjson.Plan, string) {
+	t.Helper()
+	p := &tfjson.Plan{FormatVersion: "1.2", ResourceChanges: []*tfjson.ResourceChange{{Address: "terraform_data.vm", Type: "terraform_data", Name: "vm",
+		Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionDelete}, Before: map[string]any{"id": "i-1"}}}}}
+	s, err := SummarizePlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, s.Hash
+}
+
+// TestRunStages: what a run does, stage by stage, as terraform and the API
+// see it: which terraform commands it starts, in order, what it reports,
+// and what it leaves in the API (the applied mark, the durable inputs).
+func TestRunStages(t *testing.T) {
+	plan, hash := destroyPlan(t)
+	tests := map[string]struct {
+		op         infrav1.Operation
+		gate       infrav1.ApprovalPolicy
+		approved   string
+		applyFails bool
+		want       []string // terraform's commands
+		outcome    string
+		stage      string
+		// applied: the state is marked applied and the durable inputs kept.
+		applied bool
+	}{
+		"a destructive plan without approval waits": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive,
+			want: []string{"init", "plan", "show"}, outcome: OutcomeBlocked, stage: StageGate,
+		},
+		"an approval of another plan is none": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: "0000000000000000",
+			want: []string{"init", "plan", "show"}, outcome: OutcomeBlocked, stage: StageGate,
+		},
+		"the approved plan applies": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash,
+			want: []string{"init", "plan", "show", "apply", "output"}, outcome: OutcomeSucceeded, applied: true,
+		},
+		"no gate: every plan applies": {
+			op:   infrav1.OperationApply,
+			want: []string{"init", "plan", "show", "apply", "output"}, outcome: OutcomeSucceeded, applied: true,
+		},
+		"a drift check only plans": {
+			op: infrav1.OperationDrift, gate: infrav1.ApprovalPolicyManual,
+			want: []string{"init", "plan", "show"}, outcome: OutcomeSucceeded, stage: StagePlan,
+		},
+		"a failed apply reports its stage and keeps no inputs": {
+			op: infrav1.OperationApply, applyFails: true,
+			want: []string{"init", "plan", "show", "apply"}, outcome: OutcomeFailed, stage: string(infrav1.OperationApply),
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			tf, invocations := fakeTerraform(t, plan, tc.applyFails)
+			obj := names.Object{Kind: "tfc", Name: "c"}
+			job := "tfc-c-apply-0123456789abcdef-0"
+			module, _ := json.Marshal(Module{Inline: `resource "terraform_data" "vm" {}`})
+			inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(job), Namespace: "ns"},
+				Data: map[string][]byte{KeyModule: module, KeyVariables: []byte(`{}`)}}
+			client := fake.NewClientset(inputs)
+			// Applied before: the run finds a state.
+			if err := (&StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(`{"serial":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			r := &Runner{Client: client, Config: Config{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
+				Operation: tc.op, Job: job, Pod: job + "-pod", PodUID: "pod-uid", Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
+				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved}}
+			res, err := r.Run(ctx)
+			if (err != nil) != (tc.outcome == OutcomeFailed) {
+				t.Fatalf("Run: %v", err)
+			}
+			got, _ := os.ReadFile(invocations)
+			if cmds := strings.Fields(string(got)); !slices.Equal(cmds, tc.want) {
+				t.Errorf("terraform ran %q, want %q", cmds, tc.want)
+			}
+			if res.Outcome != tc.outcome || res.Stage != tc.stage {
+				t.Errorf("outcome %s at stage %q, want %s at %q", res.Outcome, res.Stage, tc.outcome, tc.stage)
+			}
+			if res.Plan == nil || res.Plan.Hash != hash {
+				t.Errorf("the result's plan %+v, want hash %s", res.Plan, hash)
+			}
+			// What the manager reads: the result, and the Lease released.
+			secrets := client.CoreV1().Secrets("ns")
+			written, err := secrets.Get(ctx, obj.Result(job), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("no result Secret: %v", err)
+			}
+			var reported Result
+			if err := json.Unmarshal(written.Data[KeyResult], &reported); err != nil || reported.Outcome != tc.outcome {
+				t.Errorf("result Secret says %+v (%v), want %s", reported, err, tc.outcome)
+			}
+			lease, err := client.CoordinationV1().Leases("ns").Get(ctx, obj.Lock(), metav1.GetOptions{})
+			if err != nil || lease.Spec.HolderIdentity != nil {
+				t.Errorf("the lock after the run: %v, %v; want released", lease, err)
+			}
+			if _, err := secrets.Get(ctx, obj.RunInputs(job), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the run's inputs after the run: %v, want deleted", err)
+			}
+			_, err = secrets.Get(ctx, obj.DurableInputs(), metav1.GetOptions{})
+			if kept := err == nil; kept != tc.applied {
+				t.Errorf("durable inputs kept: %v, want %v", kept, tc.applied)
+			}
+			head, err := secrets.Get(ctx, obj.State(), metav1.GetOptions{})
+			marked := err == nil && head.Annotations[annotationApplied] == "true"
+			if marked != tc.applied {
+				t.Errorf("state marked applied: %v, want %v", marked, tc.applied)
+			}
+			if claimed := err == nil && head.Annotations[annotationHolder] == "pod-uid"; claimed == (tc.op == infrav1.OperationDrift) {
+				t.Errorf("state claimed by the run: %v (a drift check only reads it)", claimed)
+			}
+		})
+	}
+}
