@@ -28,7 +28,7 @@ func stateHead(b *testing.B) []byte {
 	start := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
 	for i := range 6 {
 		store := &runner.StateStore{Client: kube, Namespace: "fleet", Object: obj, Backups: 5,
-			Labels: runner.ObjectLabels("TerraformMachine", obj.Name, "29b33912-8e3a-4907-b3a1-000000000000"),
+			Labels: names.ObjectLabels("TerraformMachine", obj.Name, "29b33912-8e3a-4907-b3a1-000000000000"),
 			Clock:  testingclock.NewFakePassiveClock(start.Add(time.Duration(i) * time.Minute))}
 		if err := store.Claim(ctx, fmt.Sprintf("tfm-%s-apply-a339ee24-%d", obj.Name, i), i > 0); err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/captf/captf/pkg/capi"
@@ -237,4 +238,30 @@ func LabelValue(v string) string {
 func hash(s string, n int) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:n]
+}
+
+// ShortKind is the short name of a kind in names and labels.
+func ShortKind(kind string) string {
+	switch kind {
+	case "TerraformCluster":
+		return "tfc"
+	case "TerraformMachine":
+		return "tfm"
+	case "TerraformMachinePool":
+		return "tfmp"
+	}
+	return strings.ToLower(kind)
+}
+
+// ObjectOf names what CAPTF makes for the object of kind (long) and name.
+func ObjectOf(kind, name string) Object { return Object{Kind: ShortKind(kind), Name: name} }
+
+// ObjectLabels are the labels of everything CAPTF creates for one object.
+func ObjectLabels(kind, name string, uid types.UID) map[string]string {
+	return map[string]string{
+		LabelManagedBy:  ManagedByValue,
+		LabelKind:       ShortKind(kind),
+		LabelObjectName: LabelValue(name),
+		LabelObjectUID:  string(uid),
+	}
 }

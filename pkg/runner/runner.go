@@ -115,7 +115,7 @@ func (r *Runner) outOfMemory(command string) error {
 // Run performs the operation and always tries to write a result. It returns
 // the result; err is set when the run failed.
 func (r *Runner) Run(ctx context.Context) (*Result, error) {
-	r.obj = names.Object{Kind: ShortKind(r.Config.ObjectKind), Name: r.Config.ObjectName}
+	r.obj = names.ObjectOf(r.Config.ObjectKind, r.Config.ObjectName)
 	started := metav1.Now()
 	res := &Result{Operation: r.Config.Operation, Outcome: OutcomeFailed, Started: &started}
 
@@ -182,7 +182,7 @@ func (r *Runner) deleteRunInputs(ctx context.Context) {
 }
 
 func (r *Runner) run(ctx context.Context, res *Result) error {
-	labels := ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID)
+	labels := names.ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID)
 	res.Stage = StageWorkspace
 	inputs, tf, err := r.workspace(ctx)
 	if err != nil {
@@ -595,7 +595,7 @@ func transient(err error) bool {
 }
 
 func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
-	labels := withType(ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
+	labels := withType(names.ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
 	name, data := r.obj.Result(r.Config.Job), map[string][]byte{KeyResult: b}
@@ -631,35 +631,12 @@ func failureReason(err error) string {
 	return ""
 }
 
-// ObjectLabels are the labels of everything CAPTF creates for one object.
-func ObjectLabels(kind, name string, uid types.UID) map[string]string {
-	return map[string]string{
-		names.LabelManagedBy:  names.ManagedByValue,
-		names.LabelKind:       ShortKind(kind),
-		names.LabelObjectName: names.LabelValue(name),
-		names.LabelObjectUID:  string(uid),
-	}
-}
-
 func withType(labels map[string]string, t string) map[string]string {
 	out := map[string]string{names.LabelSecretType: t}
 	for k, v := range labels {
 		out[k] = v
 	}
 	return out
-}
-
-// ShortKind is the short name of a kind in names and labels.
-func ShortKind(kind string) string {
-	switch kind {
-	case "TerraformCluster":
-		return "tfc"
-	case "TerraformMachine":
-		return "tfm"
-	case "TerraformMachinePool":
-		return "tfmp"
-	}
-	return strings.ToLower(kind)
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)

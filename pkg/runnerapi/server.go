@@ -318,7 +318,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		return nil, refuse("the pod's Job belongs to no Terraform object")
 	}
 	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name,
-		Object:    names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name},
+		Object:    names.ObjectOf(owner.Kind, owner.Name),
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
 }
 

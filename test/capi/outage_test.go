@@ -199,7 +199,7 @@ func checkFleet(t *testing.T, ns, instances string, objects map[string]string) f
 			rep.duplicateApplies += max(made[name]-1, 0)
 			t.Errorf("%s %s: its instance was made %d times, want once", kind, name, made[name])
 		}
-		store := &runner.StateStore{Client: plane.Kube, Namespace: ns, Object: names.Object{Kind: runner.ShortKind(kind), Name: name}}
+		store := &runner.StateStore{Client: plane.Kube, Namespace: ns, Object: names.ObjectOf(kind, name)}
 		b, err := store.Read(ctx)
 		if n := stateInstances(b); err != nil || n != 1 {
 			rep.lostStates++

@@ -18,7 +18,6 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
 )
 
 // TestMaxConcurrentJobs: with --max-concurrent-jobs=1, three clusters
@@ -339,7 +338,7 @@ func TestForgedJobs(t *testing.T) {
 	controller := true
 	ownRef := metav1.OwnerReference{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: own.Name, UID: own.UID, Controller: &controller}
 	for _, name := range []string{"own-1", "own-2"} {
-		forge(name, runner.ObjectLabels("TerraformCluster", own.Name, own.UID), ownRef)
+		forge(name, names.ObjectLabels("TerraformCluster", own.Name, own.UID), ownRef)
 	}
 
 	// Paused until the forged run exists, so that the victim's first sync
@@ -352,7 +351,7 @@ func TestForgedJobs(t *testing.T) {
 	tc := victim.localCloud("victim", cluster, map[string]any{"instances": 1})
 	tc.Labels[capi.WatchFilterLabel] = shard
 	created := victim.create(tc)
-	forge("forged-run", runner.ObjectLabels("TerraformCluster", created.Name, created.UID))
+	forge("forged-run", names.ObjectLabels("TerraformCluster", created.Name, created.UID))
 	victim.unpause("victim")
 
 	victim.waitFor("victim", 2*time.Minute, "Ready", isReady)

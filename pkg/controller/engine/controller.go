@@ -24,6 +24,7 @@ import (
 	"github.com/captf/captf/pkg/controller"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -455,4 +456,4 @@ func cachedChanged(old, cur any) bool {
 	return !ok1 || !ok2 || capi.CachedChanged(o, n)
 }
 
-func fieldManager(gvk schema.GroupVersionKind) string { return "captf-" + runner.ShortKind(gvk.Kind) }
+func fieldManager(gvk schema.GroupVersionKind) string { return "captf-" + names.ShortKind(gvk.Kind) }

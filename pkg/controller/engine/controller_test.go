@@ -63,7 +63,7 @@ func paused(k kindCase) []*unstructured.Unstructured {
 func TestSync(t *testing.T) {
 	forKinds(t, func(t *testing.T, k kindCase) {
 		obj := names.Object{Kind: k.short, Name: "prod"}
-		objLabels := runner.ObjectLabels(k.kind, "prod", "obj-uid")
+		objLabels := names.ObjectLabels(k.kind, "prod", "obj-uid")
 		stateSecret := runner.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, objLabels)
 		stateSecret.Annotations["captf.io/encoding"] = "gzip"
 		durable := runner.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
@@ -71,7 +71,7 @@ func TestSync(t *testing.T) {
 		fin := withFinalizer(k)
 		// Run inputs a killed runner left: nothing owns them.
 		leftover := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(k.short + "-prod-apply-0123456789abcdef-0"), Namespace: "ns",
-			Labels: runner.ObjectLabels(k.kind, "prod", "obj-uid")}}
+			Labels: names.ObjectLabels(k.kind, "prod", "obj-uid")}}
 		leftover.Labels[names.LabelSecretType] = names.SecretTypeRunInputs
 
 		tests := map[string]struct {

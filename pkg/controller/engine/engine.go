@@ -167,7 +167,7 @@ func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
 
 // Names names the object's Secrets, Lease and Jobs.
 func (e *Engine) Names(obj metav1.Object) names.Object {
-	return names.Object{Kind: runner.ShortKind(e.GVK.Kind), Name: obj.GetName()}
+	return names.ObjectOf(e.GVK.Kind, obj.GetName())
 }
 
 // Apply drives the apply of in. It returns the result and Job of an apply of
@@ -665,7 +665,7 @@ func secretSize(data map[string][]byte) int {
 }
 
 func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.Job, data map[string][]byte) error {
-	labels := runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
+	labels := names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
 	labels[names.LabelSecretType] = names.SecretTypeRunInputs
 	labels[names.LabelOperation] = job.Labels[names.LabelOperation]
 	// No owner: clusterctl move copies what the objects it moves own, and

@@ -122,9 +122,9 @@ const RunnerCommand = "/captf"
 // BuildJob makes the runner Job. Its pod meets the Pod Security level of
 // s.RunnerPods once the policy passed its Check.
 func BuildJob(s JobSpec) *batchv1.Job {
-	obj := names.Object{Kind: runner.ShortKind(s.OwnerGVK.Kind), Name: s.Owner.GetName()}
+	obj := names.ObjectOf(s.OwnerGVK.Kind, s.Owner.GetName())
 	name := obj.Job(string(s.Owner.GetUID()), string(s.Operation), s.InputsHash, s.Attempt)
-	labels := runner.ObjectLabels(s.OwnerGVK.Kind, s.Owner.GetName(), s.Owner.GetUID())
+	labels := names.ObjectLabels(s.OwnerGVK.Kind, s.Owner.GetName(), s.Owner.GetUID())
 	labels[names.LabelOperation] = string(s.Operation)
 	labels[names.LabelInputsHash] = s.InputsHash
 	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)

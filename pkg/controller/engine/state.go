@@ -35,7 +35,7 @@ const (
 
 func (e *Engine) stateStore(obj Object) *runner.StateStore {
 	return &runner.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: e.Names(obj),
-		Labels: runner.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups, MaxBytes: e.MaxStateBytes}
+		Labels: names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups, MaxBytes: e.MaxStateBytes}
 }
 
 // stateSecrets lists the Secrets that outlive obj: state, chunks, backups,
@@ -386,7 +386,7 @@ func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *controller.
 	}
 	e.StateSecrets = inf.Lister()
 	l.Synced = append(l.Synced, inf.Informer().HasSynced)
-	kind := runner.ShortKind(e.GVK.Kind)
+	kind := names.ShortKind(e.GVK.Kind)
 	enqueue := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj

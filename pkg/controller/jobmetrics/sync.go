@@ -58,7 +58,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 // result reads what the runner reported; nil when it reported nothing (a
 // pod killed early) or something unreadable.
 func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *metav1.OwnerReference) (*runner.Result, error) {
-	n := names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name}
+	n := names.ObjectOf(owner.Kind, owner.Name)
 	sec, err := c.client.Get(ctx, job.Namespace, n.Result(job.Name))
 	if apierrors.IsNotFound(err) {
 		return nil, nil

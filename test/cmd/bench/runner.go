@@ -114,8 +114,8 @@ func (f *fakeRunner) run(ctx context.Context, key cache.ObjectName) error {
 	if owner == nil {
 		return nil
 	}
-	obj := names.Object{Kind: runner.ShortKind(owner.Kind), Name: owner.Name}
-	labels := runner.ObjectLabels(owner.Kind, owner.Name, owner.UID)
+	obj := names.ObjectOf(owner.Kind, owner.Name)
+	labels := names.ObjectLabels(owner.Kind, owner.Name, owner.UID)
 	op := infrav1.Operation(job.Labels[names.LabelOperation])
 	res := runner.Result{Operation: op, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "0000000000000000"}}
 	if op == infrav1.OperationApply {
