@@ -61,7 +61,7 @@ import (
 	"github.com/captf/captf/pkg/logflags"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerapi"
 	"github.com/captf/captf/pkg/runnerpod"
 	"github.com/captf/captf/pkg/version"
@@ -125,7 +125,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.StateBackups, "state-backups", 5, "state backups kept per object")
 	fs.IntVar(&o.MaxConcurrentJobs, "max-concurrent-jobs", 0, "runner Jobs that run at once, in all (0: no cap); drift checks and refreshes yield to applies and destroys")
 	fs.IntVar(&o.MaxConcurrentJobsPerNS, "max-concurrent-jobs-per-namespace", 0, "runner Jobs that run at once in one namespace (0: no cap)")
-	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", runner.DefaultMaxStateBytes, "largest state or backup CAPTF reads (uncompressed, and compressed); past it: a condition, never an out-of-memory kill")
+	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", run.DefaultMaxStateBytes, "largest state or backup CAPTF reads (uncompressed, and compressed); past it: a condition, never an out-of-memory kill")
 	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
 	fs.IntVar(&o.RunnerAPIPort, "runner-api-port", 9445, "port of the runner API, where runner pods reach their state, lock and result (TLS, the webhook's certificate)")

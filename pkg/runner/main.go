@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/logflags"
+	"github.com/captf/captf/pkg/run"
 )
 
 // Main is `captf runner`. The Job passes the object and operation as flags
@@ -29,40 +29,19 @@ func Main(args []string) error {
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	logs := logflags.Bind(fs)
 	var c Config
-	var op, uid string
-	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the object")
-	fs.StringVar(&c.ObjectKind, "object-kind", "", "kind of the object")
-	fs.StringVar(&c.ObjectName, "object-name", "", "name of the object")
-	fs.StringVar(&uid, "object-uid", "", "UID of the object")
-	fs.StringVar(&c.ObjectAPIVersion, "object-api-version", infrav1.SchemeGroupVersion.String(), "API version of the object")
-	fs.StringVar(&op, "operation", "", "apply, destroy, drift or refresh")
-	fs.StringVar(&c.Job, "job", "", "name of this Job")
-	fs.StringVar(&c.Terraform, "terraform", os.Getenv("CAPTF_TERRAFORM"), "terraform or tofu binary (default: terraform, else tofu, on PATH)")
-	fs.StringVar(&c.WorkDir, "workdir", "", "working directory (default: the current directory)")
-	fs.IntVar(&c.StateBackups, "state-backups", 5, "state backups to keep")
-	fs.DurationVar(&c.LockTimeout, "lock-timeout", 5*time.Minute, "how long to wait for the state lock")
-	fs.BoolVar(&c.UseDurableInputs, "durable-inputs", false, "use the inputs of the last successful apply")
-	fs.BoolVar(&c.ExpectState, "expect-state", false, "the object was applied: refuse to run when its state is missing")
-	fs.Int64Var(&c.MaxStateBytes, "max-state-bytes", DefaultMaxStateBytes, "largest state (and backup) read, uncompressed and compressed")
-	var gate string
-	fs.StringVar(&gate, "gate", "", "approval policy of an apply: Destructive or Manual (default: apply every plan)")
-	fs.StringVar(&c.ApprovedPlan, "approved-plan", "", "plan hash captf.io/approve-plan names")
-	fs.StringVar(&c.ApprovedDestructivePlan, "approved-destructive-plan", "", "plan hash captf.io/approve-destructive-plan names")
+	c.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := logs.Apply(); err != nil {
 		return err
 	}
-	c.ObjectUID, c.Operation, c.Gate = types.UID(uid), infrav1.Operation(op), infrav1.ApprovalPolicy(gate)
-	switch c.Gate {
-	case "", infrav1.ApprovalPolicyDestructive, infrav1.ApprovalPolicyManual:
-	default:
-		return fmt.Errorf("--gate=%s: want Destructive or Manual", gate)
+	if err := c.Complete(); err != nil {
+		return err
 	}
 	c.Pod, c.PodUID = os.Getenv("POD_NAME"), types.UID(os.Getenv("POD_UID"))
-	if c.Namespace == "" || c.ObjectKind == "" || c.ObjectName == "" || c.ObjectUID == "" || c.Operation == "" || c.Job == "" || c.Pod == "" {
-		return errors.New("--namespace, --object-kind, --object-name, --object-uid, --operation, --job and env POD_NAME are required")
+	if c.Pod == "" {
+		return errors.New("env POD_NAME is required")
 	}
 	if c.WorkDir == "" {
 		wd, err := os.Getwd()
@@ -105,23 +84,14 @@ func excerptTerm(s string) string {
 	return s
 }
 
-// Where a runner pod finds the manager's runner API and its token.
-const (
-	EnvRunnerAPI   = "CAPTF_RUNNER_API"
-	EnvRunnerAPICA = "CAPTF_RUNNER_API_CA"
-	// TokenFile is the pod's token for the runner API (a projected
-	// ServiceAccount token with the CAPTF audience, renewed by the kubelet).
-	TokenFile = "/var/run/secrets/captf.io/runner/token"
-)
-
 // clientConfig talks to the runner API in a Job's pod. Run by hand (to
 // recover a state, say), the runner uses the usual in-cluster config or
 // kubeconfig, with the rights of whoever runs it.
 func clientConfig() (*rest.Config, error) {
-	if host := os.Getenv(EnvRunnerAPI); host != "" {
+	if host := os.Getenv(run.EnvRunnerAPI); host != "" {
 		// JSON: the runner API reads the bodies it forwards.
-		cfg := &rest.Config{Host: host, BearerTokenFile: TokenFile, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
-		cfg.CAData = []byte(os.Getenv(EnvRunnerAPICA))
+		cfg := &rest.Config{Host: host, BearerTokenFile: run.TokenFile, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
+		cfg.CAData = []byte(os.Getenv(run.EnvRunnerAPICA))
 		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &redial{next: rt} }
 		return cfg, nil
 	}

@@ -9,10 +9,6 @@ import (
 	"sync"
 )
 
-// KeySensitive in an inputs Secret lists the variables whose values must
-// never be shown: marked sensitive, or taken from a Secret.
-const KeySensitive = "sensitive.json"
-
 // Redacted stands where a sensitive value was.
 const Redacted = "(sensitive value)"
 

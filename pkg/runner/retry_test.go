@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // failingCreates is a client whose Secret creates fail with failures, one
@@ -51,9 +52,9 @@ func TestWriteResultRetries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, calls := failingCreates(tc.failures)
-			r := &Runner{Client: client, Config: Config{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid", Job: "job"},
+			r := &Runner{Client: client, Config: Config{Spec: run.Spec{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid", Job: "job"}},
 				obj: names.Object{Kind: "tfc", Name: "c"}}
-			err := r.writeResult(context.Background(), &Result{Outcome: OutcomeSucceeded})
+			err := r.writeResult(context.Background(), &run.Result{Outcome: run.OutcomeSucceeded})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("writeResult: %v, want error %v", err, tc.wantErr)
 			}
@@ -93,7 +94,7 @@ func TestRescueRetries(t *testing.T) {
 			obj := names.Object{Kind: "tfc", Name: "c"}
 			store := &StateStore{Client: client, Namespace: "ns", Object: obj, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
 			r := &Runner{Client: client, obj: obj}
-			var res Result
+			var res run.Result
 			err := r.rescue(context.Background(), store, dir, &res)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("rescue: %v, want error %v", err, tc.wantErr)

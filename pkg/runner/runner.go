@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	tfjson "github.com/hashicorp/terraform-json"
 	corev1 "k8s.io/api/core/v1"
@@ -37,38 +36,15 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/cgroup"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
-// Config is what a runner is told by its Job.
+// Config is what a runner is told by its Job (run.Spec) and its pod.
 type Config struct {
-	Namespace string
-	// Object is the Terraform* object: kind (long), name, UID, API version.
-	ObjectKind, ObjectName, ObjectAPIVersion string
-	ObjectUID                                types.UID
-	Operation                                infrav1.Operation
-	// Job is the Job's name: it names the run-inputs and result Secrets.
-	Job string
+	run.Spec
 	// Pod and PodUID identify the lock holder.
 	Pod    string
 	PodUID types.UID
-	// Terraform is the binary: terraform or tofu.
-	Terraform    string
-	WorkDir      string
-	StateBackups int
-	LockTimeout  time.Duration
-	// UseDurableInputs runs with the inputs of the last successful apply
-	// (destroy) instead of the run's own.
-	UseDurableInputs bool
-	// Gate is the approval policy of an apply ("" applies every plan);
-	// ApprovedPlan and ApprovedDestructivePlan are the hashes the object's
-	// approval annotations name.
-	Gate                                  infrav1.ApprovalPolicy
-	ApprovedPlan, ApprovedDestructivePlan string
-	// ExpectState: the object was applied, so a missing state is an error,
-	// never an empty state to plan against.
-	ExpectState bool
-	// MaxStateBytes bounds state reads (DefaultMaxStateBytes).
-	MaxStateBytes int64
 }
 
 // Runner runs one operation.
@@ -114,10 +90,10 @@ func (r *Runner) outOfMemory(command string) error {
 
 // Run performs the operation and always tries to write a result. It returns
 // the result; err is set when the run failed.
-func (r *Runner) Run(ctx context.Context) (*Result, error) {
+func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 	r.obj = names.ObjectOf(r.Config.ObjectKind, r.Config.ObjectName)
 	started := metav1.Now()
-	res := &Result{Operation: r.Config.Operation, Outcome: OutcomeFailed, Started: &started}
+	res := &run.Result{Operation: r.Config.Operation, Outcome: run.OutcomeFailed, Started: &started}
 
 	// SIGTERM goes to terraform, which stops gracefully and writes its state
 	// through the backend; the runner keeps serving until terraform exits.
@@ -139,7 +115,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	r.mu.Lock()
 	if r.lockLost != nil {
 		err = errors.Join(r.lockLost, err)
-		res.Stage = StageLock
+		res.Stage = run.StageLock
 	}
 	r.mu.Unlock()
 	res.Reason = failureReason(err)
@@ -151,8 +127,8 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	switch {
 	case err != nil:
 		res.Error = excerpt(err.Error())
-	case res.Outcome != OutcomeBlocked:
-		res.Outcome = OutcomeSucceeded
+	case res.Outcome != run.OutcomeBlocked:
+		res.Outcome = run.OutcomeSucceeded
 	}
 	r.mu.Lock()
 	res.Interrupted = r.signal
@@ -181,30 +157,30 @@ func (r *Runner) deleteRunInputs(ctx context.Context) {
 	}
 }
 
-func (r *Runner) run(ctx context.Context, res *Result) error {
+func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	labels := names.ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID)
-	res.Stage = StageWorkspace
+	res.Stage = run.StageWorkspace
 	inputs, tf, err := r.workspace(ctx)
 	if err != nil {
 		return err
 	}
-	res.Stage = StageLock
+	res.Stage = run.StageLock
 	unlock, err := r.lock(ctx, labels, res)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	res.Stage = StageState
+	res.Stage = run.StageState
 	store, env, closeState, err := r.openState(ctx, labels, res)
 	if err != nil {
 		return err
 	}
 	defer closeState()
-	res.Stage = StageInit
+	res.Stage = run.StageInit
 	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "init", "-input=false", "-no-color"); err != nil {
 		return err
 	}
-	res.Stage = StagePlan
+	res.Stage = run.StagePlan
 	if res.Plan, err = r.plan(ctx, tf, env); err != nil {
 		return err
 	}
@@ -214,7 +190,7 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 	if r.Config.Operation == infrav1.OperationApply {
 		if needed := res.Plan.Approval(r.Config.Gate, r.Config.ApprovedPlan, r.Config.ApprovedDestructivePlan); needed != "" {
 			klog.FromContext(ctx).Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
-			res.Outcome, res.Stage = OutcomeBlocked, StageGate
+			res.Outcome, res.Stage = run.OutcomeBlocked, run.StageGate
 			return nil
 		}
 	}
@@ -225,14 +201,14 @@ func (r *Runner) run(ctx context.Context, res *Result) error {
 	if err := store.MarkApplied(ctx); err != nil {
 		return fmt.Errorf("marking the state applied: %w", err)
 	}
-	res.Stage = StageOutputs
+	res.Stage = run.StageOutputs
 	if res.Outputs, err = r.outputs(ctx, tf, env); err != nil {
 		return err
 	}
 	if r.Config.Operation == infrav1.OperationApply {
 		// Destroy must work with these inputs after the spec, or a Secret it
 		// read from, has changed.
-		res.Stage = StageDurableInputs
+		res.Stage = run.StageDurableInputs
 		if err := r.saveDurableInputs(ctx, inputs, labels); err != nil {
 			return err
 		}
@@ -252,18 +228,18 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if err != nil {
 		return nil, "", fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
 	}
-	if r.redact, err = NewRedactor(inputs.Data[KeyVariables], inputs.Data[KeySensitive]); err != nil {
-		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, KeySensitive, err)
+	if r.redact, err = NewRedactor(inputs.Data[run.KeyVariables], inputs.Data[run.KeySensitive]); err != nil {
+		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, run.KeySensitive, err)
 	}
-	var module Module
-	if err := json.Unmarshal(inputs.Data[KeyModule], &module); err != nil {
-		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, KeyModule, err)
+	var module run.Module
+	if err := json.Unmarshal(inputs.Data[run.KeyModule], &module); err != nil {
+		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, run.KeyModule, err)
 	}
 	tf, err := r.terraform()
 	if err != nil {
 		return nil, "", err
 	}
-	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, inputs.Data[KeyVariables]); err != nil {
+	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, inputs.Data[run.KeyVariables]); err != nil {
 		return nil, "", err
 	}
 	return inputs.Data, tf, nil
@@ -271,7 +247,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 
 // lock takes the object's state lock and keeps it renewed; losing it stops
 // terraform. The returned func releases it.
-func (r *Runner) lock(ctx context.Context, labels map[string]string, res *Result) (func(), error) {
+func (r *Runner) lock(ctx context.Context, labels map[string]string, res *run.Result) (func(), error) {
 	logger := klog.FromContext(ctx)
 	lock := &Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
 		Labels: labels}
@@ -303,7 +279,7 @@ func (r *Runner) lock(ctx context.Context, labels map[string]string, res *Result
 // openState claims the state (a drift check only reads it) and serves it to
 // terraform's http backend. It returns terraform's environment, and a func
 // that stops the backend and reports what it wrote.
-func (r *Runner) openState(ctx context.Context, labels map[string]string, res *Result) (*StateStore, []string, func(), error) {
+func (r *Runner) openState(ctx context.Context, labels map[string]string, res *run.Result) (*StateStore, []string, func(), error) {
 	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
 		MaxBytes: r.Config.MaxStateBytes}
 	claim := store.Claim
@@ -328,7 +304,7 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *R
 }
 
 // plan plans the operation into captf.tfplan and summarizes it.
-func (r *Runner) plan(ctx context.Context, tf string, env []string) (*Plan, error) {
+func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, error) {
 	dir := r.Config.WorkDir
 	planArgs := []string{"plan", "-input=false", "-no-color", "-lock=false", "-out=captf.tfplan"}
 	switch r.Config.Operation {
@@ -348,7 +324,7 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*Plan, erro
 	if err := json.Unmarshal(shown, &tfplan); err != nil {
 		return nil, fmt.Errorf("reading the plan: %w", err)
 	}
-	plan, err := SummarizePlan(&tfplan)
+	plan, err := run.SummarizePlan(&tfplan)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +334,7 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*Plan, erro
 }
 
 // outputs reads the module's outputs after an apply.
-func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[string]Output, error) {
+func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[string]run.Output, error) {
 	out, err := r.exec(ctx, tf, r.Config.WorkDir, env, "output", "-json", "-no-color")
 	if err != nil {
 		return nil, err
@@ -367,7 +343,7 @@ func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[stri
 	if err := json.Unmarshal(out, &outputs); err != nil {
 		return nil, fmt.Errorf("reading outputs: %w", err)
 	}
-	result := map[string]Output{}
+	result := map[string]run.Output{}
 	for k, o := range outputs {
 		v, err := json.Marshal(o.Value)
 		if err != nil {
@@ -375,13 +351,13 @@ func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[stri
 		}
 		// An output that shows a sensitive input is sensitive, whatever
 		// the module says.
-		result[k] = Output{Sensitive: o.Sensitive || r.redact.Contains(string(v)), Value: v}
+		result[k] = run.Output{Sensitive: o.Sensitive || r.redact.Contains(string(v)), Value: v}
 	}
 	return result, nil
 }
 
 // prepare writes the root module, the backend override and the inputs.
-func (r *Runner) prepare(ctx context.Context, tf, dir string, m Module, tfvars []byte) error {
+func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfvars []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -487,7 +463,7 @@ func (r *Runner) terraform() (string, error) {
 
 // rescue keeps the state terraform could not save (errored.tfstate): a
 // backup of its own, named in the result, restorable like any backup.
-func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res *Result) error {
+func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res *run.Result) error {
 	state, err := os.ReadFile(filepath.Join(dir, "errored.tfstate"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -519,9 +495,9 @@ func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, 
 func (r *Runner) saveDurableInputsOnce(ctx context.Context, data map[string][]byte, labels map[string]string) error {
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
 	sec := NewStateSecret(r.Config.Namespace, r.obj.DurableInputs(), r.obj, names.SecretTypeDurableInput, labels)
-	sec.Data = map[string][]byte{KeyModule: data[KeyModule], KeyVariables: data[KeyVariables]}
-	if s, ok := data[KeySensitive]; ok {
-		sec.Data[KeySensitive] = s
+	sec.Data = map[string][]byte{run.KeyModule: data[run.KeyModule], run.KeyVariables: data[run.KeyVariables]}
+	if s, ok := data[run.KeySensitive]; ok {
+		sec.Data[run.KeySensitive] = s
 	}
 	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
@@ -540,7 +516,7 @@ func (r *Runner) saveDurableInputsOnce(ctx context.Context, data map[string][]by
 	return err
 }
 
-func (r *Runner) writeResult(ctx context.Context, res *Result) error {
+func (r *Runner) writeResult(ctx context.Context, res *run.Result) error {
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -598,7 +574,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
 	labels := withType(names.ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
-	name, data := r.obj.Result(r.Config.Job), map[string][]byte{KeyResult: b}
+	name, data := r.obj.Result(r.Config.Job), map[string][]byte{run.KeyResult: b}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
 		Data:       data,

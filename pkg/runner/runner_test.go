@@ -19,6 +19,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // fakeTerraform writes a terraform that records each invocation, in order,
@@ -60,7 +61,7 @@ func destroyPlan(t *testing.T) (*tfjson.Plan, string) {
 	t.Helper()
 	p := &tfjson.Plan{FormatVersion: "1.2", ResourceChanges: []*tfjson.ResourceChange{{Address: "terraform_data.vm", Type: "terraform_data", Name: "vm",
 		Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionDelete}, Before: map[string]any{"id": "i-1"}}}}}
-	s, err := SummarizePlan(p)
+	s, err := run.SummarizePlan(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,27 +86,27 @@ func TestRunStages(t *testing.T) {
 	}{
 		"a destructive plan without approval waits": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive,
-			want: []string{"init", "plan", "show"}, outcome: OutcomeBlocked, stage: StageGate,
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeBlocked, stage: run.StageGate,
 		},
 		"an approval of another plan is none": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: "0000000000000000",
-			want: []string{"init", "plan", "show"}, outcome: OutcomeBlocked, stage: StageGate,
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeBlocked, stage: run.StageGate,
 		},
 		"the approved plan applies": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash,
-			want: []string{"init", "plan", "show", "apply", "output"}, outcome: OutcomeSucceeded, applied: true,
+			want: []string{"init", "plan", "show", "apply", "output"}, outcome: run.OutcomeSucceeded, applied: true,
 		},
 		"no gate: every plan applies": {
 			op:   infrav1.OperationApply,
-			want: []string{"init", "plan", "show", "apply", "output"}, outcome: OutcomeSucceeded, applied: true,
+			want: []string{"init", "plan", "show", "apply", "output"}, outcome: run.OutcomeSucceeded, applied: true,
 		},
 		"a drift check only plans": {
 			op: infrav1.OperationDrift, gate: infrav1.ApprovalPolicyManual,
-			want: []string{"init", "plan", "show"}, outcome: OutcomeSucceeded, stage: StagePlan,
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeSucceeded, stage: run.StagePlan,
 		},
 		"a failed apply reports its stage and keeps no inputs": {
 			op: infrav1.OperationApply, applyFails: true,
-			want: []string{"init", "plan", "show", "apply"}, outcome: OutcomeFailed, stage: string(infrav1.OperationApply),
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeFailed, stage: string(infrav1.OperationApply),
 		},
 	}
 	for name, tc := range tests {
@@ -114,19 +115,20 @@ func TestRunStages(t *testing.T) {
 			tf, invocations := fakeTerraform(t, plan, tc.applyFails)
 			obj := names.Object{Kind: "tfc", Name: "c"}
 			job := "tfc-c-apply-0123456789abcdef-0"
-			module, _ := json.Marshal(Module{Inline: `resource "terraform_data" "vm" {}`})
+			module, _ := json.Marshal(run.Module{Inline: `resource "terraform_data" "vm" {}`})
 			inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(job), Namespace: "ns"},
-				Data: map[string][]byte{KeyModule: module, KeyVariables: []byte(`{}`)}}
+				Data: map[string][]byte{run.KeyModule: module, run.KeyVariables: []byte(`{}`)}}
 			client := fake.NewClientset(inputs)
 			// Applied before: the run finds a state.
 			if err := (&StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(`{"serial":1}`)); err != nil {
 				t.Fatal(err)
 			}
-			r := &Runner{Client: client, Config: Config{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
-				Operation: tc.op, Job: job, Pod: job + "-pod", PodUID: "pod-uid", Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
-				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved}}
+			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
+				Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
+				Operation: tc.op, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
+				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved}}}
 			res, err := r.Run(ctx)
-			if (err != nil) != (tc.outcome == OutcomeFailed) {
+			if (err != nil) != (tc.outcome == run.OutcomeFailed) {
 				t.Fatalf("Run: %v", err)
 			}
 			got, _ := os.ReadFile(invocations)
@@ -145,8 +147,8 @@ func TestRunStages(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no result Secret: %v", err)
 			}
-			var reported Result
-			if err := json.Unmarshal(written.Data[KeyResult], &reported); err != nil || reported.Outcome != tc.outcome {
+			var reported run.Result
+			if err := json.Unmarshal(written.Data[run.KeyResult], &reported); err != nil || reported.Outcome != tc.outcome {
 				t.Errorf("result Secret says %+v (%v), want %s", reported, err, tc.outcome)
 			}
 			lease, err := client.CoordinationV1().Leases("ns").Get(ctx, obj.Lock(), metav1.GetOptions{})

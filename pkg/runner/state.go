@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // Annotations of state and backup Secrets.
@@ -47,11 +48,6 @@ const (
 // DefaultChunkSize keeps every Secret well under the 1 MiB object limit and
 // etcd's 1.5 MiB request limit.
 const DefaultChunkSize = 768 << 10
-
-// DefaultMaxStateBytes bounds every state, backup and rescued state read:
-// uncompressed, and compressed. Far above the states Terraform writes (the
-// tests store 50 MiB), far below what would kill the reader.
-const DefaultMaxStateBytes = 128 << 20
 
 // Errors a caller turns into conditions.
 var (
@@ -839,7 +835,7 @@ func (s *StateStore) maxBytes() int64 {
 	if s.MaxBytes > 0 {
 		return s.MaxBytes
 	}
-	return DefaultMaxStateBytes
+	return run.DefaultMaxStateBytes
 }
 
 func gzipBytes(b []byte) ([]byte, error) {

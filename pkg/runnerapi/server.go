@@ -45,6 +45,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/fairshare"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -562,7 +563,7 @@ func (s *Server) maxStateBytes() int64 {
 	if s.MaxStateBytes > 0 {
 		return s.MaxStateBytes
 	}
-	return runner.DefaultMaxStateBytes
+	return run.DefaultMaxStateBytes
 }
 
 // secretTypes are the values of names.LabelSecretType a runner writes.

@@ -16,6 +16,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -53,14 +54,14 @@ func (e *env) waitLockHeld(lease string) {
 	}
 }
 
-func (e *env) result(job string) *runner.Result {
+func (e *env) result(job string) *run.Result {
 	e.t.Helper()
 	sec, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), job+"-result", metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatalf("result of %s: %v", job, err)
 	}
-	var r runner.Result
-	if err := json.Unmarshal(sec.Data[runner.KeyResult], &r); err != nil {
+	var r run.Result
+	if err := json.Unmarshal(sec.Data[run.KeyResult], &r); err != nil {
 		e.t.Fatal(err)
 	}
 	return &r
@@ -174,7 +175,7 @@ func TestRunnerTerminated(t *testing.T) {
 		t.Errorf("%d instances when the terminated Job ended: terraform ran to the end after SIGTERM", n)
 	}
 	r := e.result(job)
-	if !r.Interrupted || r.Outcome != runner.OutcomeFailed {
+	if !r.Interrupted || r.Outcome != run.OutcomeFailed {
 		t.Errorf("result = %+v, want an interrupted failure", r)
 	}
 	lease, err := plane.Kube.CoordinationV1().Leases(e.ns).Get(context.Background(), "tfc-term-lock", metav1.GetOptions{})

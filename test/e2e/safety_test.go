@@ -33,6 +33,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/test/framework"
 )
@@ -738,7 +739,7 @@ func TestRunnerAPIOutage(t *testing.T) {
 	if err != nil || strings.Contains(logs, "lost the state lock") {
 		t.Errorf("the runner stopped terraform while the manager was away (%v):\n%s", err, tail(logs, 20))
 	}
-	if res := e.result(job); res.Outcome != runner.OutcomeSucceeded || res.RescuedState != "" {
+	if res := e.result(job); res.Outcome != run.OutcomeSucceeded || res.RescuedState != "" {
 		t.Errorf("the run's result: %s in %s (rescued %q): %s", res.Outcome, res.Stage, res.RescuedState, res.Error)
 	}
 	if jobs := e.jobs("apply"); len(jobs) != 1 {

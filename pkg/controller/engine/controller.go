@@ -25,7 +25,7 @@ import (
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // Ready reasons of machines and pools: Cluster API's own.
@@ -60,7 +60,7 @@ type Kind[T Object] struct {
 	// status, and tells whether the spec changed. Before it sets provider
 	// IDs (machines and pools) it claims them: claim fails when another
 	// object holds one, and then nothing is set.
-	Outputs func(obj T, outputs map[string]runner.Output, claim func(ids ...string) error) (specChanged bool, err error)
+	Outputs func(obj T, outputs map[string]run.Output, claim func(ids ...string) error) (specChanged bool, err error)
 	// HoldsProviderIDs: the kind's objects hold instances by provider ID
 	// (machines and pools), and no two objects may hold one.
 	HoldsProviderIDs bool

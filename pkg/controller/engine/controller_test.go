@@ -26,6 +26,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -225,7 +226,7 @@ func TestApplyOutputs(t *testing.T) {
 	forKinds(t, func(t *testing.T, k kindCase) {
 		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
 		f.sync()
-		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
 		f.sync()
 		if r := f.readyReason(); r != engine.ReasonApplied {
 			t.Fatalf("Ready reason %q after the apply", r)
@@ -238,7 +239,7 @@ func TestApplyOutputs(t *testing.T) {
 
 		f = newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
 		f.sync()
-		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Outputs: k.badOutputs})
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.badOutputs})
 		f.sync()
 		if r := f.readyReason(); r != engine.ReasonInvalidOutput {
 			t.Fatalf("Ready reason %q with outputs %v", r, k.badOutputs)
@@ -275,7 +276,7 @@ func TestProviderIDHeldElsewhere(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.sync()
-			f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+			f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
 			f.sync()
 			c := f.condition(infrav1.ConditionReady)
 			if c == nil || c.Reason != tc.wantReady {
@@ -465,7 +466,7 @@ func TestResultGonePlansAgain(t *testing.T) {
 	forKinds(t, func(t *testing.T, k kindCase) {
 		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
 		f.sync()
-		job := f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Outputs: f.k.outputs})
+		job := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: f.k.outputs})
 		result := names.Object{Kind: k.short, Name: "prod"}.Result(job.Name)
 		if err := f.kube.CoreV1().Secrets("ns").Delete(context.Background(), result, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -532,7 +533,7 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
 		}), k.capi, k.kube...)
 		f.sync()
-		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
 		f.sync()
 		f.observe()
 		if r := f.readyReason(); r != engine.ReasonApplied {
@@ -583,7 +584,7 @@ func TestRemediation(t *testing.T) {
 			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Hour}, Remediation: infrav1.DriftRemediationApply}
 		}), k.capi, k.kube...)
 		f.sync()
-		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
 		f.sync()
 		f.observe()
 
@@ -624,7 +625,7 @@ func (f *fixture) addTerraformCluster(tc *infrav1.TerraformCluster) {
 func TestDocumentedReasons(t *testing.T) {
 	applied := func(f *fixture) {
 		f.sync()
-		f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "1111111111111111"}, Outputs: f.k.outputs})
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: f.k.outputs})
 		f.sync()
 		f.observe()
 	}
@@ -683,7 +684,7 @@ func TestDocumentedReasons(t *testing.T) {
 				applied(f)
 				later(f, 2*time.Minute)
 				f.sync()
-				f.failJob(runner.Result{Operation: infrav1.OperationDrift, Stage: runner.StagePlan, Error: "provider unreachable"})
+				f.failJob(run.Result{Operation: infrav1.OperationDrift, Stage: run.StagePlan, Error: "provider unreachable"})
 				f.sync()
 			},
 			condition: infrav1.ConditionDrifted, want: engine.ReasonDriftCheckFailed, wantEvent: engine.ReasonDriftCheckFailed,
@@ -693,7 +694,7 @@ func TestDocumentedReasons(t *testing.T) {
 				applied(f)
 				f.change(deleting)
 				f.sync()
-				f.failJob(runner.Result{Operation: infrav1.OperationDestroy, Stage: string(infrav1.OperationDestroy), Error: "instance is protected"})
+				f.failJob(run.Result{Operation: infrav1.OperationDestroy, Stage: string(infrav1.OperationDestroy), Error: "instance is protected"})
 				f.sync()
 			},
 			want: engine.ReasonDestroyFailed, wantNoJob: true,

@@ -14,7 +14,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/metrics"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // Reasons of the Drifted condition.
@@ -167,11 +167,11 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 		} else if err != nil {
 			msg = err.Error()
 		}
-		e.RecordJob(r, job, runner.OutcomeFailed)
+		e.RecordJob(r, job, run.OutcomeFailed)
 		metrics.DriftChecks.WithLabelValues(kind, "failed").Inc()
 		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, ReasonDriftCheckFailed, msg)
 	case res.Plan.HasChanges():
-		e.RecordJob(r, job, runner.OutcomeSucceeded)
+		e.RecordJob(r, job, run.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
 		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, PlanSummaryText(res.Plan.Summary))
 		if _, _, remediate := e.driftPolicy(obj); remediate {
@@ -179,7 +179,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 		}
 		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, ReasonDriftDetected, msg)
 	default:
-		e.RecordJob(r, job, runner.OutcomeSucceeded)
+		e.RecordJob(r, job, run.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
 		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply (Job "+job.Name+")")
 		return res.Plan.OutputChanges
@@ -188,7 +188,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 }
 
 // refreshResult returns the result of a refresh Job not yet in the status.
-func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*runner.Result, *CachedJob, error) {
+func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *CachedJob, error) {
 	st := r.Obj.WorkspaceStatus()
 	job := latestOp(r.Jobs, infrav1.OperationRefresh)
 	if job == nil {
@@ -200,7 +200,7 @@ func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*runner.Result, *C
 	}
 	if !succeeded {
 		// Tried again after the next drift check finds outputs moved.
-		e.RecordJob(r, job, runner.OutcomeFailed)
+		e.RecordJob(r, job, run.OutcomeFailed)
 		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, JobFailureMessage(job))

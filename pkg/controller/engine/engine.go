@@ -34,6 +34,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/pkg/runnerpod"
 )
@@ -174,7 +175,7 @@ func (e *Engine) Names(obj metav1.Object) names.Object {
 // in that succeeded and is not in the status yet, for the caller to read the
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
-func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result, *CachedJob, error) {
+func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *CachedJob, error) {
 	if active := activeJob(r.Jobs); active != nil {
 		return nil, nil, e.whileRunning(ctx, r, active, in.Hash)
 	}
@@ -218,7 +219,7 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*runner.Result
 	// A re-apply of applied inputs is new when it finished after the
 	// applied time the status holds.
 	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
-		e.RecordJob(r, latest, runner.OutcomeSucceeded)
+		e.RecordJob(r, latest, run.OutcomeSucceeded)
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
@@ -271,7 +272,7 @@ func (e *Engine) stateChangedAfter(r *Sync) time.Time {
 // applySucceeded reads the result of a successful apply Job: a plan held
 // for approval, a plan approved since (planned again), or outputs for the
 // caller.
-func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) (*runner.Result, *CachedJob, error) {
+func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) (*run.Result, *CachedJob, error) {
 	res, err := e.readResult(ctx, r, job)
 	if errors.Is(err, errNoResult) {
 		// Nothing says what it applied or planned: plan again (an
@@ -282,11 +283,11 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 	if err != nil {
 		return nil, nil, err
 	}
-	if res.Outcome != runner.OutcomeBlocked || res.Plan == nil {
+	if res.Outcome != run.OutcomeBlocked || res.Plan == nil {
 		e.noPlanWaiting(r)
 		return res, job, nil
 	}
-	e.RecordJob(r, job, runner.OutcomeBlocked)
+	e.RecordJob(r, job, run.OutcomeBlocked)
 	if g := r.Gate; g != nil && res.Plan.Approval(g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan) == "" {
 		// Approved: plan again, and apply only if the plan is still the
 		// approved one.
@@ -312,7 +313,7 @@ func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *I
 // retries the Job, and whether that is due now; never while the runner's
 // rescued state waits for a person.
 func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, what string) (int, bool) {
-	e.RecordJob(r, job, runner.OutcomeFailed)
+	e.RecordJob(r, job, run.OutcomeFailed)
 	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
 	if e.holdForRescue(r, job, res) {
 		return 0, false
@@ -332,13 +333,13 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 }
 
 // Applied records a successful apply (or refresh) in the status.
-func (e *Engine) Applied(r *Sync, hash string, job *CachedJob, res *runner.Result) {
+func (e *Engine) Applied(r *Sync, hash string, job *CachedJob, res *run.Result) {
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
 		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
-		e.RecordJob(r, job, runner.OutcomeSucceeded)
+		e.RecordJob(r, job, run.OutcomeSucceeded)
 		return
 	}
 	st.AppliedInputsHash = hash
@@ -352,7 +353,7 @@ func (e *Engine) Applied(r *Sync, hash string, job *CachedJob, res *runner.Resul
 	provisioned := true
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
 	st.Ready = true
-	e.RecordJob(r, job, runner.OutcomeSucceeded)
+	e.RecordJob(r, job, run.OutcomeSucceeded)
 	e.clearDrifted(r.Obj)
 	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
@@ -484,7 +485,7 @@ func destroySucceeded(jobs []*CachedJob) bool {
 // state terraform could not save: the current state may lack what that run
 // created, and another run on it would create it a second time. A restore
 // after the Job (of the rescued state, or any backup) lets it go on.
-func (e *Engine) holdForRescue(r *Sync, job *CachedJob, res *runner.Result) bool {
+func (e *Engine) holdForRescue(r *Sync, job *CachedJob, res *run.Result) bool {
 	if res == nil || res.RescuedState == "" {
 		return false
 	}
@@ -688,7 +689,7 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 var errNoResult = errors.New("finished without a result")
 
 // readResult reads what the runner of job reported.
-func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*runner.Result, error) {
+func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*run.Result, error) {
 	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)
@@ -696,8 +697,8 @@ func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*runn
 	if err != nil {
 		return nil, err
 	}
-	var res runner.Result
-	if err := json.Unmarshal(sec.Data[runner.KeyResult], &res); err != nil {
+	var res run.Result
+	if err := json.Unmarshal(sec.Data[run.KeyResult], &res); err != nil {
 		return nil, fmt.Errorf("result of Job %s: %w", job.Name, err)
 	}
 	return &res, nil
@@ -847,7 +848,7 @@ func FinishTime(job *CachedJob) time.Time {
 	return job.CreationTimestamp.Time
 }
 
-func publicOutputs(outputs map[string]runner.Output) map[string]runtime.RawExtension {
+func publicOutputs(outputs map[string]run.Output) map[string]runtime.RawExtension {
 	out := map[string]runtime.RawExtension{}
 	for k, o := range outputs {
 		if !o.Sensitive {

@@ -36,6 +36,7 @@ import (
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 )
 
@@ -66,10 +67,10 @@ type kindCase struct {
 	newController func(context.Context, controller.Context, engine.Config) (testable, error)
 	// outputs is what a successful apply of the kind's module outputs,
 	// and applied checks that they reached the object.
-	outputs map[string]runner.Output
+	outputs map[string]run.Output
 	applied func(t *testing.T, obj engine.Object)
 	// badOutputs is an apply's outputs the kind cannot read.
-	badOutputs map[string]runner.Output
+	badOutputs map[string]run.Output
 }
 
 var capiGVK = schema.GroupVersion{Group: capi.Group, Version: capi.Version}
@@ -86,10 +87,10 @@ func ownerRef(kind string) []metav1.OwnerReference {
 	return []metav1.OwnerReference{{APIVersion: capiGVK.String(), Kind: kind, Name: "owner", UID: types.UID(strings.ToLower(kind) + "-uid")}}
 }
 
-func outputsOf(kv ...string) map[string]runner.Output {
-	m := map[string]runner.Output{}
+func outputsOf(kv ...string) map[string]run.Output {
+	m := map[string]run.Output{}
 	for i := 0; i < len(kv); i += 2 {
-		m[kv[i]] = runner.Output{Value: json.RawMessage(kv[i+1])}
+		m[kv[i]] = run.Output{Value: json.RawMessage(kv[i+1])}
 	}
 	return m
 }
@@ -411,18 +412,18 @@ func jobNames(jobs []*batchv1.Job) []string {
 
 // finishJob plays the Job controller and the runner: the newest Job ends
 // with res, and the informers see it and the object's last status.
-func (f *fixture) finishJob(res runner.Result) *batchv1.Job {
+func (f *fixture) finishJob(res run.Result) *batchv1.Job {
 	f.t.Helper()
 	return f.endJob(res, true)
 }
 
 // failJob is finishJob for a Job that failed.
-func (f *fixture) failJob(res runner.Result) *batchv1.Job {
+func (f *fixture) failJob(res run.Result) *batchv1.Job {
 	f.t.Helper()
 	return f.endJob(res, false)
 }
 
-func (f *fixture) endJob(res runner.Result, succeeded bool) *batchv1.Job {
+func (f *fixture) endJob(res run.Result, succeeded bool) *batchv1.Job {
 	f.t.Helper()
 	ctx := context.Background()
 	if len(f.jobs.created) == 0 {
@@ -446,7 +447,7 @@ func (f *fixture) endJob(res runner.Result, succeeded bool) *batchv1.Job {
 		f.t.Fatal(err)
 	}
 	b, _ := json.Marshal(res)
-	result := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.Result(job.Name), Namespace: "ns"}, Data: map[string][]byte{runner.KeyResult: b}}
+	result := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.Result(job.Name), Namespace: "ns"}, Data: map[string][]byte{run.KeyResult: b}}
 	if _, err := f.kube.CoreV1().Secrets("ns").Create(ctx, result, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}

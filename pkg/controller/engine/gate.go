@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // Reasons of the approval conditions.
@@ -63,7 +63,7 @@ func dropUsedApprovals(obj Object, plan string) bool {
 
 // reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
-func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *runner.Plan) {
+func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *run.Plan) {
 	obj, g := r.Obj, r.Gate
 	needed := plan.Approval(g.Policy, "", "")
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked

@@ -11,7 +11,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // TestGateSequence walks a destructive plan through the gate: blocked,
@@ -25,8 +25,8 @@ func TestGateSequence(t *testing.T) {
 		t.Fatalf("first sync created %v", jobNames(jobs))
 	}
 	destroyOne := infrav1.PlanSummary{Destroy: 1, Resources: []infrav1.PlannedResource{{Address: "terraform_data.instance[1]", Action: "destroy"}}}
-	first := f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeBlocked, Stage: "gate",
-		Plan: &runner.Plan{Hash: "1111111111111111", Summary: destroyOne}})
+	first := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: "gate",
+		Plan: &run.Plan{Hash: "1111111111111111", Summary: destroyOne}})
 
 	f.sync()
 	c := f.condition(infrav1.ConditionDestructivePlanBlocked)
@@ -62,8 +62,8 @@ func TestGateSequence(t *testing.T) {
 	}
 
 	// Meanwhile the plan changed: the gate re-arms with the new hash.
-	f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeBlocked, Stage: "gate",
-		Plan: &runner.Plan{Hash: "3333333333333333", Summary: destroyOne}})
+	f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: "gate",
+		Plan: &run.Plan{Hash: "3333333333333333", Summary: destroyOne}})
 	f.sync()
 	if c := f.condition(infrav1.ConditionDestructivePlanBlocked); c.Reason != engine.ReasonPlanChanged ||
 		!strings.Contains(c.Message, "The approved plan 1111111111111111 is no longer what terraform plans") || !strings.Contains(c.Message, "=3333333333333333") {
@@ -79,9 +79,9 @@ func TestGateSequence(t *testing.T) {
 	if jobs := jobNames(f.createdJobs()); len(jobs) != 1 || !strings.HasSuffix(jobs[0], "-2") {
 		t.Fatalf("the second approval started %v, want attempt 2", jobs)
 	}
-	f.finishJob(runner.Result{Operation: infrav1.OperationApply, Outcome: runner.OutcomeSucceeded,
-		Plan:    &runner.Plan{Hash: "3333333333333333", Summary: destroyOne},
-		Outputs: map[string]runner.Output{"x": {Value: json.RawMessage("1")}}})
+	f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded,
+		Plan:    &run.Plan{Hash: "3333333333333333", Summary: destroyOne},
+		Outputs: map[string]run.Output{"x": {Value: json.RawMessage("1")}}})
 	f.sync()
 	if c := f.condition(infrav1.ConditionDestructivePlanBlocked); c.Status != metav1.ConditionFalse {
 		t.Errorf("after the apply: %+v", c)

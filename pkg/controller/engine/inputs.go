@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // MaxInputBytes keeps a run-inputs Secret clear of the 1 MiB object limit.
@@ -21,7 +21,7 @@ const MaxInputBytes = 900 << 10
 
 // Inputs are the rendered inputs of one run.
 type Inputs struct {
-	Module runner.Module
+	Module run.Module
 	// Variables is terraform.tfvars.json: CAPTF's captf_* inputs and the
 	// user's variables.
 	Variables []byte
@@ -55,7 +55,7 @@ func (e *InputError) Error() string { return e.Message }
 // Secrets and ConfigMaps are read directly, never cached: the manager's
 // memory must not grow with them.
 func Render(ctx context.Context, client kubernetes.Interface, namespace string, ws infrav1.WorkspaceSpec, captf map[string]any) (*Inputs, error) {
-	in := &Inputs{Module: runner.Module{Source: ws.Module.Source, Version: ws.Module.Version, Inline: ws.Module.Inline}}
+	in := &Inputs{Module: run.Module{Source: ws.Module.Source, Version: ws.Module.Version, Inline: ws.Module.Inline}}
 	if ws.Module.ConfigMap != nil {
 		cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, ws.Module.ConfigMap.Name, metav1.GetOptions{})
 		if err != nil {
@@ -140,9 +140,9 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 // SecretData is the content of the run-inputs Secret.
 func (in *Inputs) SecretData() map[string][]byte {
 	module, _ := json.Marshal(in.Module)
-	data := map[string][]byte{runner.KeyModule: module, runner.KeyVariables: in.Variables}
+	data := map[string][]byte{run.KeyModule: module, run.KeyVariables: in.Variables}
 	if len(in.Sensitive) > 0 {
-		data[runner.KeySensitive], _ = json.Marshal(in.Sensitive)
+		data[run.KeySensitive], _ = json.Marshal(in.Sensitive)
 	}
 	return data
 }
@@ -150,7 +150,7 @@ func (in *Inputs) SecretData() map[string][]byte {
 // HashSecretData hashes stored inputs (a durable-inputs Secret) as Render does.
 func HashSecretData(data map[string][]byte) string {
 	h := sha256.New()
-	for _, k := range []string{runner.KeyModule, runner.KeyVariables, runner.KeySensitive} { // what Render hashes
+	for _, k := range []string{run.KeyModule, run.KeyVariables, run.KeySensitive} { // what Render hashes
 		if _, ok := data[k]; !ok {
 			continue
 		}

@@ -18,7 +18,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerpod"
 )
 
@@ -133,49 +133,27 @@ func BuildJob(s JobSpec) *batchv1.Job {
 		sa = s.Policy.ServiceAccountName
 	}
 	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
-	args := []string{"runner",
-		"--namespace=" + s.Owner.GetNamespace(),
-		"--object-kind=" + s.OwnerGVK.Kind,
-		"--object-name=" + s.Owner.GetName(),
-		"--object-uid=" + string(s.Owner.GetUID()),
-		"--object-api-version=" + s.OwnerGVK.GroupVersion().String(),
-		"--operation=" + string(s.Operation),
-		"--job=" + name,
-		"--workdir=/workspace",
-		fmt.Sprintf("--state-backups=%d", s.Backups),
-		"--lock-timeout=" + s.Policy.LockTimeout.String(),
-	}
-	if s.DurableOnly {
-		args = append(args, "--durable-inputs")
-	}
-	if s.ExpectState {
-		args = append(args, "--expect-state")
-	}
-	if s.MaxStateBytes > 0 {
-		args = append(args, fmt.Sprintf("--max-state-bytes=%d", s.MaxStateBytes))
-	}
+	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
+		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: "/workspace",
+		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
+		MaxStateBytes: s.MaxStateBytes}
 	if s.Gate != "" {
 		if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); approved != "" {
 			labels[names.LabelApprovedPlan] = approved
 		}
-		args = append(args, "--gate="+string(s.Gate))
-		if s.ApprovedPlan != "" {
-			args = append(args, "--approved-plan="+s.ApprovedPlan)
-		}
-		if s.ApprovedDestructivePlan != "" {
-			args = append(args, "--approved-destructive-plan="+s.ApprovedDestructivePlan)
-		}
+		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
 	}
+	args := append([]string{"runner"}, spec.Args()...)
 	env := []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 	}
 	if s.RunnerAPI != "" {
-		env = append(env, corev1.EnvVar{Name: runner.EnvRunnerAPI, Value: s.RunnerAPI})
+		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})
 	}
 	if s.RunnerAPICA != "" {
-		env = append(env, corev1.EnvVar{Name: runner.EnvRunnerAPICA, Value: s.RunnerAPICA})
+		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
 	}
 	env = append(env, s.Policy.Env...)
 	var annotations map[string]string
@@ -216,12 +194,12 @@ func BuildJob(s JobSpec) *batchv1.Job {
 						SecurityContext:          sc,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
-							{Name: "runner-token", MountPath: filepath.Dir(runner.TokenFile), ReadOnly: true}},
+							{Name: "runner-token", MountPath: filepath.Dir(run.TokenFile), ReadOnly: true}},
 					}},
 					Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 							Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-								Audience: names.RunnerTokenAudience, ExpirationSeconds: ptr(int64(runnerTokenSeconds)), Path: filepath.Base(runner.TokenFile)}}},
+								Audience: names.RunnerTokenAudience, ExpirationSeconds: ptr(int64(runnerTokenSeconds)), Path: filepath.Base(run.TokenFile)}}},
 						}}}},
 				},
 			},

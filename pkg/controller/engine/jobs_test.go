@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"flag"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 func TestEffectivePolicy(t *testing.T) {
@@ -170,5 +172,60 @@ func TestObjectJobs(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != "a/own" {
 		t.Errorf("the object's Jobs: %v, want [a/own]", got)
+	}
+}
+
+// TestBuildJobTellsTheRunner: the container's args, read by the runner's
+// own flags, say what the manager decided: the object, the operation, the
+// Job, the gate and its approvals, the state's limits.
+func TestBuildJobTellsTheRunner(t *testing.T) {
+	owner := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", UID: "obj-uid"}}
+	gvk := infrav1.SchemeGroupVersion.WithKind("TerraformCluster")
+	policy := EffectivePolicy(nil, nil)
+	policy.LockTimeout = 7 * time.Minute
+	tests := map[string]struct {
+		spec JobSpec
+		want func(s *run.Spec)
+	}{
+		"an apply behind a gate": {
+			spec: JobSpec{Operation: infrav1.OperationApply, InputsHash: "0123456789abcdef", Attempt: 2, Backups: 4, ExpectState: true, MaxStateBytes: 1 << 20,
+				Gate: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: "1111111111111111"},
+			want: func(s *run.Spec) {
+				s.Operation, s.StateBackups, s.ExpectState, s.MaxStateBytes = infrav1.OperationApply, 4, true, 1<<20
+				s.Gate, s.ApprovedDestructivePlan = infrav1.ApprovalPolicyDestructive, "1111111111111111"
+			},
+		},
+		"a destroy with the durable inputs": {
+			spec: JobSpec{Operation: infrav1.OperationDestroy, InputsHash: "0123456789abcdef", Backups: 5, DurableOnly: true, ExpectState: true},
+			want: func(s *run.Spec) {
+				s.Operation, s.StateBackups, s.UseDurableInputs, s.ExpectState = infrav1.OperationDestroy, 5, true, true
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.spec.Owner, tc.spec.OwnerGVK, tc.spec.Policy, tc.spec.Image = owner, gvk, policy, "captf:test"
+			job := BuildJob(tc.spec)
+			c := job.Spec.Template.Spec.Containers[0]
+			if len(c.Args) == 0 || c.Args[0] != "runner" {
+				t.Fatalf("args %q: want the runner subcommand first", c.Args)
+			}
+			t.Setenv("POD_NAMESPACE", "elsewhere")
+			fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+			var got run.Spec
+			got.AddFlags(fs)
+			if err := fs.Parse(c.Args[1:]); err != nil {
+				t.Fatalf("the runner's flags refuse %q: %v", c.Args, err)
+			}
+			if err := got.Complete(); err != nil {
+				t.Fatal(err)
+			}
+			want := run.Spec{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "prod", ObjectUID: "obj-uid", ObjectAPIVersion: gvk.GroupVersion().String(),
+				Job: job.Name, WorkDir: "/workspace", LockTimeout: 7 * time.Minute, MaxStateBytes: run.DefaultMaxStateBytes}
+			tc.want(&want)
+			if got != want {
+				t.Errorf("the runner reads\n%+v, want\n%+v", got, want)
+			}
+		})
 	}
 }

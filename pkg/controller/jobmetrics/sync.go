@@ -17,7 +17,7 @@ import (
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // resultReader reads the result Secret a runner wrote.
@@ -57,7 +57,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 
 // result reads what the runner reported; nil when it reported nothing (a
 // pod killed early) or something unreadable.
-func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *metav1.OwnerReference) (*runner.Result, error) {
+func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *metav1.OwnerReference) (*run.Result, error) {
 	n := names.ObjectOf(owner.Kind, owner.Name)
 	sec, err := c.client.Get(ctx, job.Namespace, n.Result(job.Name))
 	if apierrors.IsNotFound(err) {
@@ -66,8 +66,8 @@ func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *m
 	if err != nil {
 		return nil, err
 	}
-	var res runner.Result
-	if err := json.Unmarshal(sec.Data[runner.KeyResult], &res); err != nil {
+	var res run.Result
+	if err := json.Unmarshal(sec.Data[run.KeyResult], &res); err != nil {
 		klog.FromContext(ctx).Info("Unreadable result", "job", klog.KObj(job), "err", err)
 		return nil, nil
 	}
@@ -75,7 +75,7 @@ func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *m
 }
 
 // observe counts a finished Job of an object of kind.
-func observe(job *engine.CachedJob, kind string, res *runner.Result) {
+func observe(job *engine.CachedJob, kind string, res *run.Result) {
 	op := string(job.Operation)
 	finished, succeeded := engine.JobFinished(job)
 	if !finished {

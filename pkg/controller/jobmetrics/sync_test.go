@@ -19,7 +19,7 @@ import (
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 var created = time.Unix(1_000_000, 0)
@@ -35,7 +35,7 @@ func finishedJob(name, kind, op string, conditionType batchv1.JobConditionType, 
 	return j
 }
 
-type results map[string]*runner.Result
+type results map[string]*run.Result
 
 func (r results) Get(_ context.Context, _, name string) (*corev1.Secret, error) {
 	res, ok := r[name]
@@ -43,7 +43,7 @@ func (r results) Get(_ context.Context, _, name string) (*corev1.Secret, error) 
 		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
 	}
 	b, _ := json.Marshal(res)
-	return &corev1.Secret{Data: map[string][]byte{runner.KeyResult: b}}, nil
+	return &corev1.Secret{Data: map[string][]byte{run.KeyResult: b}}, nil
 }
 
 // TestSync: one finished Job is counted once with what its runner

@@ -6,21 +6,21 @@ import (
 	"testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // TestReadClusterOutputs: both documented shapes of each output.
 func TestReadClusterOutputs(t *testing.T) {
-	out := func(kv ...string) map[string]runner.Output {
-		m := map[string]runner.Output{}
+	out := func(kv ...string) map[string]run.Output {
+		m := map[string]run.Output{}
 		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = runner.Output{Value: json.RawMessage(kv[i+1])}
+			m[kv[i]] = run.Output{Value: json.RawMessage(kv[i+1])}
 		}
 		return m
 	}
 	yes := true
 	tests := map[string]struct {
-		outputs      map[string]runner.Output
+		outputs      map[string]run.Output
 		wantEndpoint *infrav1.APIEndpoint
 		wantDomains  []infrav1.FailureDomain
 		wantErr      string

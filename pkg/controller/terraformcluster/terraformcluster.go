@@ -16,7 +16,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
@@ -45,7 +45,7 @@ var Kind = engine.Kind[*infrav1.TerraformCluster]{
 
 // readOutputs takes the control plane endpoint into the spec, once, and the
 // failure domains into the status.
-func readOutputs(tc *infrav1.TerraformCluster, outputs map[string]runner.Output, _ func(...string) error) (bool, error) {
+func readOutputs(tc *infrav1.TerraformCluster, outputs map[string]run.Output, _ func(...string) error) (bool, error) {
 	endpoint, domains, err := readClusterOutputs(outputs)
 	if err != nil {
 		return false, err
@@ -61,7 +61,7 @@ func readOutputs(tc *infrav1.TerraformCluster, outputs map[string]runner.Output,
 // readClusterOutputs reads control_plane_endpoint ("host:port", or an object
 // with host and port) and failure_domains (a list in Cluster API's v1beta2
 // shape, or a map from name to {controlPlane, attributes}).
-func readClusterOutputs(outputs map[string]runner.Output) (*infrav1.APIEndpoint, []infrav1.FailureDomain, error) {
+func readClusterOutputs(outputs map[string]run.Output) (*infrav1.APIEndpoint, []infrav1.FailureDomain, error) {
 	var endpoint *infrav1.APIEndpoint
 	if o, ok := outputs[OutputControlPlaneEndpoint]; ok {
 		var asString string

@@ -5,19 +5,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 func TestReadMachineOutputs(t *testing.T) {
-	out := func(kv ...string) map[string]runner.Output {
-		m := map[string]runner.Output{}
+	out := func(kv ...string) map[string]run.Output {
+		m := map[string]run.Output{}
 		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = runner.Output{Value: json.RawMessage(kv[i+1])}
+			m[kv[i]] = run.Output{Value: json.RawMessage(kv[i+1])}
 		}
 		return m
 	}
 	tests := map[string]struct {
-		outputs   map[string]runner.Output
+		outputs   map[string]run.Output
 		wantID    string
 		wantAddrs int
 		wantErr   string

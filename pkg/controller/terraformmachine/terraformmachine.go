@@ -14,7 +14,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
@@ -52,7 +52,7 @@ func inputs(m *unstructured.Unstructured, inputs map[string]any) {
 
 // readOutputs takes the provider ID into the spec, once: it never changes;
 // addresses and failure domain into the status.
-func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]runner.Output, claim func(...string) error) (bool, error) {
+func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]run.Output, claim func(...string) error) (bool, error) {
 	providerID, addresses, failureDomain, err := readMachineOutputs(outputs)
 	if err != nil {
 		return false, err
@@ -77,7 +77,7 @@ func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]runner.Output,
 // readMachineOutputs reads provider_id (required), addresses (a list of
 // {type, address}, or of plain addresses taken as InternalIP) and
 // failure_domain.
-func readMachineOutputs(outputs map[string]runner.Output) (string, []infrav1.MachineAddress, string, error) {
+func readMachineOutputs(outputs map[string]run.Output) (string, []infrav1.MachineAddress, string, error) {
 	var providerID string
 	o, ok := outputs[OutputProviderID]
 	if !ok {

@@ -6,20 +6,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 func TestReadProviderIDs(t *testing.T) {
 	tests := map[string]struct {
-		outputs map[string]runner.Output
+		outputs map[string]run.Output
 		want    []string
 		wantErr string
 	}{
-		"a list":          {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`["p://1","p://2"]`)}}, want: []string{"p://1", "p://2"}},
-		"an empty list":   {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`[]`)}}, want: []string{}},
-		"no output":       {outputs: map[string]runner.Output{}, wantErr: "has no provider_ids output"},
-		"not a list":      {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`"p://1"`)}}, wantErr: "want a list of strings"},
-		"an empty string": {outputs: map[string]runner.Output{"provider_ids": {Value: json.RawMessage(`["p://1",""]`)}}, wantErr: "an empty provider ID"},
+		"a list":          {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`["p://1","p://2"]`)}}, want: []string{"p://1", "p://2"}},
+		"an empty list":   {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`[]`)}}, want: []string{}},
+		"no output":       {outputs: map[string]run.Output{}, wantErr: "has no provider_ids output"},
+		"not a list":      {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`"p://1"`)}}, wantErr: "want a list of strings"},
+		"an empty string": {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`["p://1",""]`)}}, wantErr: "an empty provider ID"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

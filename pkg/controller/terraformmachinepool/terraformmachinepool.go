@@ -15,7 +15,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/run"
 )
 
 // ReasonWaitingForOwner: Cluster API has not made the owner reference yet.
@@ -49,7 +49,7 @@ func inputs(mp *unstructured.Unstructured, inputs map[string]any) {
 
 // readOutputs takes the provider IDs into the spec and their count into the
 // status.
-func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]runner.Output, claim func(...string) error) (bool, error) {
+func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]run.Output, claim func(...string) error) (bool, error) {
 	ids, err := readProviderIDs(outputs)
 	if err != nil {
 		return false, err
@@ -67,7 +67,7 @@ func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]runner.O
 }
 
 // readProviderIDs reads provider_ids: a list of non-empty strings.
-func readProviderIDs(outputs map[string]runner.Output) ([]string, error) {
+func readProviderIDs(outputs map[string]run.Output) ([]string, error) {
 	o, ok := outputs[OutputProviderIDs]
 	if !ok {
 		return nil, fmt.Errorf("the module has no %s output: a pool module must output the provider IDs of its instances", OutputProviderIDs)

@@ -69,13 +69,13 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if err := run(*n, *idle, args, *drift, *driftFor); err != nil {
+	if err := bench(*n, *idle, args, *drift, *driftFor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, idle time.Duration, managerArgs []string, drift, driftFor time.Duration) error {
+func bench(n int, idle time.Duration, managerArgs []string, drift, driftFor time.Duration) error {
 	ctx := context.Background()
 	binary, err := framework.BuildCAPTF("captf")
 	if err != nil {

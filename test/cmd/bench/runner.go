@@ -21,6 +21,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/test/framework"
 )
@@ -117,7 +118,7 @@ func (f *fakeRunner) run(ctx context.Context, key cache.ObjectName) error {
 	obj := names.ObjectOf(owner.Kind, owner.Name)
 	labels := names.ObjectLabels(owner.Kind, owner.Name, owner.UID)
 	op := infrav1.Operation(job.Labels[names.LabelOperation])
-	res := runner.Result{Operation: op, Outcome: runner.OutcomeSucceeded, Plan: &runner.Plan{Hash: "0000000000000000"}}
+	res := run.Result{Operation: op, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "0000000000000000"}}
 	if op == infrav1.OperationApply {
 		store := &runner.StateStore{Client: kube, Namespace: key.Namespace, Object: obj, Labels: labels}
 		if err := store.Claim(ctx, string(pod.UID), false); err != nil {
@@ -131,7 +132,7 @@ func (f *fakeRunner) run(ctx context.Context, key cache.ObjectName) error {
 		if _, err := kube.CoreV1().Secrets(key.Namespace).Create(ctx, durable, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		res.Outputs = map[string]runner.Output{"control_plane_endpoint": {Value: json.RawMessage(`"` + owner.Name + `.bench.test:6443"`)}}
+		res.Outputs = map[string]run.Output{"control_plane_endpoint": {Value: json.RawMessage(`"` + owner.Name + `.bench.test:6443"`)}}
 	}
 	if err := f.writeResult(ctx, job, obj, labels, owner, res); err != nil {
 		return err
@@ -144,7 +145,7 @@ func (f *fakeRunner) run(ctx context.Context, key cache.ObjectName) error {
 	return nil
 }
 
-func (f *fakeRunner) writeResult(ctx context.Context, job *batchv1.Job, obj names.Object, labels map[string]string, owner *metav1.OwnerReference, res runner.Result) error {
+func (f *fakeRunner) writeResult(ctx context.Context, job *batchv1.Job, obj names.Object, labels map[string]string, owner *metav1.OwnerReference, res run.Result) error {
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -155,7 +156,7 @@ func (f *fakeRunner) writeResult(ctx context.Context, job *batchv1.Job, obj name
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.Result(job.Name), Namespace: job.Namespace, Labels: l,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}},
-		Data: map[string][]byte{runner.KeyResult: b}}
+		Data: map[string][]byte{run.KeyResult: b}}
 	_, err = f.cp.Kube.CoreV1().Secrets(job.Namespace).Create(ctx, sec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil

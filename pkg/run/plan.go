@@ -1,4 +1,4 @@
-package runner
+package run
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,8 @@
-package runner
+// Package run is the contract between the manager and a runner, and does
+// no I/O: what a Job tells its runner (Spec, as the container's flags and
+// env), what the runner reads (the inputs Secret's keys, Module), what it
+// reports (Result, Plan, Outcome*, Stage*), and how plans are hashed.
+package run
 
 import (
 	"encoding/json"
@@ -18,6 +22,25 @@ const (
 	// KeyResult is the key of a result Secret.
 	KeyResult = "result.json"
 )
+
+// KeySensitive in an inputs Secret lists the variables whose values must
+// never be shown: marked sensitive, or taken from a Secret.
+const KeySensitive = "sensitive.json"
+
+// Where a runner pod finds the manager's runner API and its token.
+const (
+	EnvRunnerAPI   = "CAPTF_RUNNER_API"
+	EnvRunnerAPICA = "CAPTF_RUNNER_API_CA"
+	// TokenFile is the pod's token for the runner API (a projected
+	// ServiceAccount token with the CAPTF audience, renewed by the kubelet).
+	TokenFile = "/var/run/secrets/captf.io/runner/token"
+)
+
+// DefaultMaxStateBytes bounds every state, backup and rescued state read:
+// uncompressed, and compressed. Far above the states Terraform writes (the
+// tests store 50 MiB), far below what would kill the reader.
+const DefaultMaxStateBytes = 128 << 20
+
 
 // Module is what the runner installs as the root module.
 type Module struct {

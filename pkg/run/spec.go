@@ -1,0 +1,161 @@
+package run
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// Spec is what a Job tells its runner, as the container's flags: Args
+// writes them for the manager's BuildJob, AddFlags and Complete read them
+// in `captf runner`. One list, so the two cannot drift apart.
+type Spec struct {
+	Namespace string
+	// The Terraform* object: kind (long), name, UID, API version.
+	ObjectKind, ObjectName, ObjectAPIVersion string
+	ObjectUID                                types.UID
+	Operation                                infrav1.Operation
+	// Job is the Job's name: it names the run-inputs and result Secrets.
+	Job string
+	// Terraform is the binary: terraform or tofu ("": whichever is on PATH).
+	Terraform    string
+	WorkDir      string
+	StateBackups int
+	LockTimeout  time.Duration
+	// UseDurableInputs runs with the inputs of the last successful apply
+	// (destroy) instead of the run's own.
+	UseDurableInputs bool
+	// ExpectState: the object was applied, so a missing state is an error,
+	// never an empty state to plan against.
+	ExpectState bool
+	// MaxStateBytes bounds state reads (DefaultMaxStateBytes).
+	MaxStateBytes int64
+	// Gate is the approval policy of an apply ("" applies every plan);
+	// ApprovedPlan and ApprovedDestructivePlan are the hashes the object's
+	// approval annotations name.
+	Gate                                  infrav1.ApprovalPolicy
+	ApprovedPlan, ApprovedDestructivePlan string
+}
+
+// flag is one of the runner's flags: its name, and where it lives in a
+// Spec as a flag.Value.
+type specFlag struct {
+	name, usage string
+	value       func(s *Spec) flag.Value
+	// set tells whether s holds a value Args must write.
+	set func(s *Spec) bool
+}
+
+var specFlags = []specFlag{
+	{"namespace", "namespace of the object", func(s *Spec) flag.Value { return (*stringValue)(&s.Namespace) }, func(s *Spec) bool { return s.Namespace != "" }},
+	{"object-kind", "kind of the object", func(s *Spec) flag.Value { return (*stringValue)(&s.ObjectKind) }, func(s *Spec) bool { return s.ObjectKind != "" }},
+	{"object-name", "name of the object", func(s *Spec) flag.Value { return (*stringValue)(&s.ObjectName) }, func(s *Spec) bool { return s.ObjectName != "" }},
+	{"object-uid", "UID of the object", func(s *Spec) flag.Value { return (*typedValue[types.UID])(&s.ObjectUID) }, func(s *Spec) bool { return s.ObjectUID != "" }},
+	{"object-api-version", "API version of the object", func(s *Spec) flag.Value { return (*stringValue)(&s.ObjectAPIVersion) }, func(s *Spec) bool { return s.ObjectAPIVersion != "" }},
+	{"operation", "apply, destroy, drift or refresh", func(s *Spec) flag.Value { return (*typedValue[infrav1.Operation])(&s.Operation) }, func(s *Spec) bool { return s.Operation != "" }},
+	{"job", "name of this Job", func(s *Spec) flag.Value { return (*stringValue)(&s.Job) }, func(s *Spec) bool { return s.Job != "" }},
+	{"terraform", "terraform or tofu binary (default: $CAPTF_TERRAFORM, else terraform, else tofu, on PATH)", func(s *Spec) flag.Value { return (*stringValue)(&s.Terraform) }, func(s *Spec) bool { return s.Terraform != "" }},
+	{"workdir", "working directory (default: the current directory)", func(s *Spec) flag.Value { return (*stringValue)(&s.WorkDir) }, func(s *Spec) bool { return s.WorkDir != "" }},
+	{"state-backups", "state backups to keep", func(s *Spec) flag.Value { return (*intValue)(&s.StateBackups) }, func(*Spec) bool { return true }},
+	{"lock-timeout", "how long to wait for the state lock", func(s *Spec) flag.Value { return (*durationValue)(&s.LockTimeout) }, func(*Spec) bool { return true }},
+	{"durable-inputs", "use the inputs of the last successful apply", func(s *Spec) flag.Value { return (*boolValue)(&s.UseDurableInputs) }, func(s *Spec) bool { return s.UseDurableInputs }},
+	{"expect-state", "the object was applied: refuse to run when its state is missing", func(s *Spec) flag.Value { return (*boolValue)(&s.ExpectState) }, func(s *Spec) bool { return s.ExpectState }},
+	{"max-state-bytes", "largest state (and backup) read, uncompressed and compressed", func(s *Spec) flag.Value { return (*int64Value)(&s.MaxStateBytes) }, func(s *Spec) bool { return s.MaxStateBytes > 0 }},
+	{"gate", "approval policy of an apply: Destructive or Manual (default: apply every plan)", func(s *Spec) flag.Value { return (*typedValue[infrav1.ApprovalPolicy])(&s.Gate) }, func(s *Spec) bool { return s.Gate != "" }},
+	{"approved-plan", "plan hash captf.io/approve-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedPlan) }, func(s *Spec) bool { return s.ApprovedPlan != "" }},
+	{"approved-destructive-plan", "plan hash captf.io/approve-destructive-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedDestructivePlan) }, func(s *Spec) bool { return s.ApprovedDestructivePlan != "" }},
+}
+
+// Args are the flags that tell a runner s, in a fixed order.
+func (s Spec) Args() []string {
+	var args []string
+	for _, f := range specFlags {
+		if !f.set(&s) {
+			continue
+		}
+		v := f.value(&s)
+		if b, ok := v.(*boolValue); ok && bool(*b) {
+			args = append(args, "--"+f.name)
+			continue
+		}
+		args = append(args, "--"+f.name+"="+v.String())
+	}
+	return args
+}
+
+// AddFlags binds s to fs, with the runner's defaults.
+func (s *Spec) AddFlags(fs *flag.FlagSet) {
+	*s = Spec{Namespace: os.Getenv("POD_NAMESPACE"), Terraform: os.Getenv("CAPTF_TERRAFORM"),
+		ObjectAPIVersion: infrav1.SchemeGroupVersion.String(), StateBackups: 5, LockTimeout: 5 * time.Minute,
+		MaxStateBytes: DefaultMaxStateBytes}
+	for _, f := range specFlags {
+		fs.Var(f.value(s), f.name, f.usage)
+	}
+}
+
+// Complete checks a parsed Spec.
+func (s *Spec) Complete() error {
+	switch s.Gate {
+	case "", infrav1.ApprovalPolicyDestructive, infrav1.ApprovalPolicyManual:
+	default:
+		return fmt.Errorf("--gate=%s: want Destructive or Manual", s.Gate)
+	}
+	if s.Namespace == "" || s.ObjectKind == "" || s.ObjectName == "" || s.ObjectUID == "" || s.Operation == "" || s.Job == "" {
+		return errors.New("--namespace, --object-kind, --object-name, --object-uid, --operation and --job are required")
+	}
+	return nil
+}
+
+type stringValue string
+
+func (v *stringValue) String() string     { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+
+type typedValue[T ~string] string
+
+func (v *typedValue[T]) String() string     { return string(*v) }
+func (v *typedValue[T]) Set(s string) error { *v = typedValue[T](s); return nil }
+
+type boolValue bool
+
+func (v *boolValue) String() string { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*v = boolValue(b)
+	return err
+}
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	*v = intValue(n)
+	return err
+}
+
+type int64Value int64
+
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	*v = int64Value(n)
+	return err
+}
+
+type durationValue time.Duration
+
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	*v = durationValue(d)
+	return err
+}
