@@ -57,9 +57,9 @@ mutant() {
 
 # The controllers' guards against duplicate creates and stale caches.
 mutant expectations-always-satisfied pkg/controller/expectations.go \
-	'return !ok || e.clock.Since(exp.at) > ExpectationsTimeout' 'return true'
+	'return !ok || e.clock.Since(exp.at) > ExpectationsTimeout' 'return true || !ok || e.clock.Since(exp.at) > ExpectationsTimeout'
 mutant written-never-behind pkg/controller/written.go \
-	'return err == nil && v < w.versions[key]' 'return false'
+	'return err == nil && v < w.versions[key]' 'return false && err == nil && v < w.versions[key]'
 
 
 # A second Job for the same object and hash: the create not expected, so a

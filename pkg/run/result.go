@@ -41,7 +41,6 @@ const (
 // tests store 50 MiB), far below what would kill the reader.
 const DefaultMaxStateBytes = 128 << 20
 
-
 // Module is what the runner installs as the root module.
 type Module struct {
 	Source  string `json:"source,omitempty"`
