@@ -83,7 +83,7 @@ mutant run-inputs-after-job pkg/controller/engine/engine.go \
 
 # A state write that met another run's claim re-reads the state and
 # overwrites it: two runs would write one state.
-mutant conflict-reread-and-overwritten pkg/runner/state.go \
+mutant conflict-reread-and-overwritten pkg/statestore/state.go \
 	'		if apierrors.IsConflict(err) {
 			return ErrFenced
 		}' '		if apierrors.IsConflict(err) {
@@ -112,11 +112,11 @@ mutant runner-applies-while-gate-waits pkg/runner/runner.go \
 
 # The lock of a holder whose pod is gone is taken before its Lease lapsed:
 # a force-deleted runner may still be running.
-mutant lock-taken-before-lapse pkg/runner/lock.go \
+mutant lock-taken-before-lapse pkg/statestore/lock.go \
 	'l.clock().Since(renewed.Time) < time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second' 'l.clock().Since(renewed.Time) < 0'
 
 # A renewal overwrites the Lease another run took once this one's lapsed.
-mutant lock-renewed-after-taken pkg/runner/lock.go \
+mutant lock-renewed-after-taken pkg/statestore/lock.go \
 	'	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
 		return fmt.Errorf' '	if false {
 		return fmt.Errorf'

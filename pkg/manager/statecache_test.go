@@ -15,7 +15,7 @@ import (
 
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // stateHead is the metadata of a state Secret as the metadata informer
@@ -27,7 +27,7 @@ func stateHead(b *testing.B) []byte {
 	obj := names.Object{Kind: "tfm", Name: "pool-a-md-0-00000"}
 	start := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
 	for i := range 6 {
-		store := &runner.StateStore{Client: kube, Namespace: "fleet", Object: obj, Backups: 5,
+		store := &statestore.StateStore{Client: kube, Namespace: "fleet", Object: obj, Backups: 5,
 			Labels: names.ObjectLabels("TerraformMachine", obj.Name, "29b33912-8e3a-4907-b3a1-000000000000"),
 			Clock:  testingclock.NewFakePassiveClock(start.Add(time.Duration(i) * time.Minute))}
 		if err := store.Claim(ctx, fmt.Sprintf("tfm-%s-apply-a339ee24-%d", obj.Name, i), i > 0); err != nil {

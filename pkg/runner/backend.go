@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/captf/captf/pkg/statestore"
 	"k8s.io/klog/v2"
 )
 
@@ -22,7 +23,7 @@ import (
 // state Secrets at once. The run holds the state lock for its whole length,
 // so Terraform's own locking is not configured.
 type Backend struct {
-	Store *StateStore
+	Store *statestore.StateStore
 
 	addr, password string
 	server         *http.Server
@@ -102,11 +103,11 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		// A state over the limit could never be read back: refuse it, and
 		// terraform keeps it in errored.tfstate, which the runner rescues.
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.Store.maxBytes()))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.Store.Limit()))
 		if err != nil {
 			b.WriteErrors++
-			logger.Error(err, "Refusing a state over the limit", "limit", b.Store.maxBytes())
-			http.Error(w, fmt.Sprintf("state over the limit of %d bytes (--max-state-bytes)", b.Store.maxBytes()), http.StatusRequestEntityTooLarge)
+			logger.Error(err, "Refusing a state over the limit", "limit", b.Store.Limit())
+			http.Error(w, fmt.Sprintf("state over the limit of %d bytes (--max-state-bytes)", b.Store.Limit()), http.StatusRequestEntityTooLarge)
 			return
 		}
 		if want := r.Header.Get("Content-MD5"); want != "" {
@@ -121,7 +122,7 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 			b.WriteErrors++
 			logger.Error(err, "Writing state")
 			status := http.StatusInternalServerError // terraform retries
-			if errors.Is(err, ErrFenced) || lockTaken(err) {
+			if errors.Is(err, statestore.ErrFenced) || statestore.LockTaken(err) {
 				// Final: another run has the lock, or the runner API no
 				// longer knows this run's pod; no retry can succeed.
 				status = http.StatusConflict

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/statestore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,7 +33,7 @@ func TestBackendTellsTerraformWhatIsFinal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			client := fake.NewClientset()
-			s := newStore(client, 2, 128<<10)
+			s := &statestore.StateStore{Client: client, Namespace: "ns", Object: names.Object{Kind: "tfc", Name: "c"}, Backups: 2, ChunkSize: 128 << 10}
 			if err := s.Claim(ctx, "run-1", false); err != nil {
 				t.Fatal(err)
 			}

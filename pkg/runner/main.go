@@ -1,25 +1,22 @@
 package runner
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/captf/captf/pkg/logflags"
+	"github.com/captf/captf/pkg/retry"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -102,37 +99,6 @@ func clientConfig() (*rest.Config, error) {
 	return cfg, err
 }
 
-// connectionCut: the connection to the runner API broke while a request was
-// on it (the manager's pod killed, say): whether the request took effect is
-// not known.
-func connectionCut(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err)
-}
-
-// backoff waits between retries: from 250 ms, doubling up to 5 s. Retries
-// have no deadline of their own: a runner waits for the runner API as long
-// as its pod lives (the Job's deadline), for a run that stopped because the
-// manager was away would leave half an apply behind.
-type backoff struct {
-	delay time.Duration
-}
-
-// next is the delay sleep waits next.
-func (b *backoff) next() time.Duration {
-	return cmp.Or(b.delay, 250*time.Millisecond)
-}
-
-// sleep waits the next delay; false when ctx ends first.
-func (b *backoff) sleep(ctx context.Context) bool {
-	select {
-	case <-time.After(b.next()):
-	case <-ctx.Done():
-		return false
-	}
-	b.delay = min(2*b.next(), 5*time.Second)
-	return true
-}
-
 // redial retries a request whose connection could not even be made (the
 // request never reached the manager, so sending it again is safe; a state
 // write is fenced by its resourceVersion in any case), and a read whose
@@ -142,16 +108,16 @@ type redial struct {
 }
 
 func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
-	var wait backoff
+	var wait retry.Backoff
 	for {
 		resp, err := r.next.RoundTrip(req)
 		var op *net.OpError
 		dial := errors.As(err, &op) && op.Op == "dial"
-		if err == nil || !(dial || req.Method == http.MethodGet && connectionCut(err)) {
+		if err == nil || !(dial || req.Method == http.MethodGet && retry.ConnectionCut(err)) {
 			return resp, err
 		}
-		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.next())
-		if !wait.sleep(req.Context()) {
+		klog.FromContext(req.Context()).V(2).Info("The runner API is not reachable; retrying", "err", err, "in", wait.Next())
+		if !wait.Sleep(req.Context()) {
 			return nil, req.Context().Err()
 		}
 		if req.GetBody != nil {

@@ -2,10 +2,7 @@ package runner
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // failingCreates is a client whose Secret creates fail with failures, one
@@ -92,7 +90,7 @@ func TestRescueRetries(t *testing.T) {
 				t.Fatal(err)
 			}
 			obj := names.Object{Kind: "tfc", Name: "c"}
-			store := &StateStore{Client: client, Namespace: "ns", Object: obj, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
+			store := &statestore.StateStore{Client: client, Namespace: "ns", Object: obj, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
 			r := &Runner{Client: client, obj: obj}
 			var res run.Result
 			err := r.rescue(context.Background(), store, dir, &res)
@@ -112,29 +110,13 @@ func TestRescueRetries(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the rescued state is not there: %v", err)
 			}
-			got, err := store.gunzip(sec.Data[dataKey])
+			if sec.Labels[names.LabelSecretType] != names.SecretTypeBackup {
+				t.Errorf("the rescued state's Secret is a %q, want a backup", sec.Labels[names.LabelSecretType])
+			}
+			got, err := store.ReadBackup(context.Background(), res.RescuedState)
 			if err != nil || string(got) != string(state) {
 				t.Errorf("rescued state %q (%v), want %q", got, err, state)
 			}
 		})
-	}
-}
-
-// TestTransient: no answer, 5xx and 429 are tried again; a refusal, or a
-// certificate this run does not trust, is not (it would not change while
-// the run waits).
-func TestTransient(t *testing.T) {
-	for name, tc := range map[string]struct {
-		err  error
-		want bool
-	}{
-		"connection refused":  {err: &url.Error{Op: "Get", URL: "https://api", Err: errors.New("connect: connection refused")}, want: true},
-		"service unavailable": {err: apierrors.NewServiceUnavailable("no endpoints"), want: true},
-		"forbidden":           {err: apierrors.NewForbidden(corev1.Resource("secrets"), "x", errors.New("no"))},
-		"unknown authority":   {err: &url.Error{Op: "Get", URL: "https://api", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}},
-	} {
-		if got := transient(tc.err); got != tc.want {
-			t.Errorf("%s: transient = %v, want %v", name, got, tc.want)
-		}
 	}
 }

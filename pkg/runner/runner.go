@@ -6,13 +6,10 @@ package runner
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -29,14 +26,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/cgroup"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/retry"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // Config is what a runner is told by its Job (run.Spec) and its pod.
@@ -149,7 +147,7 @@ func (r *Runner) deleteRunInputs(ctx context.Context) {
 		return
 	}
 	name := r.obj.RunInputs(r.Config.Job)
-	err := retryTransient(ctx, func() error {
+	err := retry.Transiently(ctx, func() error {
 		return r.Client.CoreV1().Secrets(r.Config.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -249,7 +247,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 // terraform. The returned func releases it.
 func (r *Runner) lock(ctx context.Context, labels map[string]string, res *run.Result) (func(), error) {
 	logger := klog.FromContext(ctx)
-	lock := &Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
+	lock := &statestore.Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
 		Labels: labels}
 	err := lock.Acquire(ctx, r.Config.LockTimeout)
 	res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
@@ -279,8 +277,8 @@ func (r *Runner) lock(ctx context.Context, labels map[string]string, res *run.Re
 // openState claims the state (a drift check only reads it) and serves it to
 // terraform's http backend. It returns terraform's environment, and a func
 // that stops the backend and reports what it wrote.
-func (r *Runner) openState(ctx context.Context, labels map[string]string, res *run.Result) (*StateStore, []string, func(), error) {
-	store := &StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
+func (r *Runner) openState(ctx context.Context, labels map[string]string, res *run.Result) (*statestore.StateStore, []string, func(), error) {
+	store := &statestore.StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
 		MaxBytes: r.Config.MaxStateBytes}
 	claim := store.Claim
 	if r.Config.Operation == infrav1.OperationDrift {
@@ -288,7 +286,7 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 	}
 	// A claim re-reads the state each time, so one whose answer was lost
 	// can run again: it finds its own stamp.
-	if err := retryTransient(ctx, func() error { return claim(ctx, string(r.Config.PodUID), r.Config.ExpectState) }); err != nil {
+	if err := retry.Transiently(ctx, func() error { return claim(ctx, string(r.Config.PodUID), r.Config.ExpectState) }); err != nil {
 		return nil, nil, nil, err
 	}
 	backend := &Backend{Store: store}
@@ -463,7 +461,7 @@ func (r *Runner) terraform() (string, error) {
 
 // rescue keeps the state terraform could not save (errored.tfstate): a
 // backup of its own, named in the result, restorable like any backup.
-func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res *run.Result) error {
+func (r *Runner) rescue(ctx context.Context, store *statestore.StateStore, dir string, res *run.Result) error {
 	state, err := os.ReadFile(filepath.Join(dir, "errored.tfstate"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -474,7 +472,7 @@ func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res 
 	// Not cancelled by the SIGTERM that stopped terraform.
 	ctx = context.WithoutCancel(ctx)
 	var name string
-	err = retryTransient(ctx, func() (err error) {
+	err = retry.Transiently(ctx, func() (err error) {
 		name, err = store.SaveRescue(ctx, state)
 		return err
 	})
@@ -489,12 +487,12 @@ func (r *Runner) rescue(ctx context.Context, store *StateStore, dir string, res 
 // saveDurableInputs keeps the inputs destroy runs with; like the state, they
 // outlive the object until its infrastructure is destroyed.
 func (r *Runner) saveDurableInputs(ctx context.Context, data map[string][]byte, labels map[string]string) error {
-	return retryTransient(ctx, func() error { return r.saveDurableInputsOnce(ctx, data, labels) })
+	return retry.Transiently(ctx, func() error { return r.saveDurableInputsOnce(ctx, data, labels) })
 }
 
 func (r *Runner) saveDurableInputsOnce(ctx context.Context, data map[string][]byte, labels map[string]string) error {
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
-	sec := NewStateSecret(r.Config.Namespace, r.obj.DurableInputs(), r.obj, names.SecretTypeDurableInput, labels)
+	sec := statestore.NewStateSecret(r.Config.Namespace, r.obj.DurableInputs(), r.obj, names.SecretTypeDurableInput, labels)
 	sec.Data = map[string][]byte{run.KeyModule: data[run.KeyModule], run.KeyVariables: data[run.KeyVariables]}
 	if s, ok := data[run.KeySensitive]; ok {
 		sec.Data[run.KeySensitive] = s
@@ -521,53 +519,7 @@ func (r *Runner) writeResult(ctx context.Context, res *run.Result) error {
 	if err != nil {
 		return err
 	}
-	return retryTransient(ctx, func() error { return r.writeResultOnce(ctx, b) })
-}
-
-// retryTransient runs call, a request that may run twice (a create-or-update,
-// or a read-then-write that finds its own earlier write), again while its
-// connection to the runner API fails (the manager down or replaced, a
-// connection lost mid-request) or the API answers 5xx or 429. A run that
-// failed on such an error would be run again by a new Job: for an apply whose
-// report was lost, a second apply. It waits as long as the run may last: the
-// Job's deadline ends the pod, or ctx ends.
-func retryTransient(ctx context.Context, call func() error) error {
-	var wait backoff
-	for {
-		err := call()
-		if err == nil || !transient(err) || ctx.Err() != nil {
-			return err
-		}
-		klog.FromContext(ctx).Info("A request to the runner API failed; retrying", "err", err, "in", wait.next())
-		if !wait.sleep(ctx) {
-			return err
-		}
-	}
-}
-
-// transient: no answer from the API (the request failed in transport, or
-// its connection was cut), or one that says try again. A refusal, or an
-// error of the runner's own checks, is not.
-func transient(err error) bool {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
-			apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	// A certificate this run does not trust does not change while it
-	// waits: fail, and the next attempt gets the CA of its time.
-	var unknownCA x509.UnknownAuthorityError
-	var badName x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	if errors.As(err, &unknownCA) || errors.As(err, &badName) || errors.As(err, &invalid) || errors.As(err, &verify) {
-		return false
-	}
-	var uerr *url.Error
-	return errors.As(err, &uerr) || connectionCut(err) || utilnet.IsConnectionRefused(err)
+	return retry.Transiently(ctx, func() error { return r.writeResultOnce(ctx, b) })
 }
 
 func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
@@ -596,7 +548,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
 var failureReasons = []struct {
 	err    error
 	reason string
-}{{ErrStateMissing, "StateMissing"}, {ErrOtherOwner, "StateOwnedByOther"}, {ErrStateTooLarge, "StateTooLarge"}, {errLockLost, "LockLost"}, {ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}}
+}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}}
 
 func failureReason(err error) string {
 	for _, r := range failureReasons {

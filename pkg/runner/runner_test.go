@@ -20,6 +20,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // fakeTerraform writes a terraform that records each invocation, in order,
@@ -120,7 +121,7 @@ func TestRunStages(t *testing.T) {
 				Data: map[string][]byte{run.KeyModule: module, run.KeyVariables: []byte(`{}`)}}
 			client := fake.NewClientset(inputs)
 			// Applied before: the run finds a state.
-			if err := (&StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(`{"serial":1}`)); err != nil {
+			if err := (&statestore.StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(`{"serial":1}`)); err != nil {
 				t.Fatal(err)
 			}
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
@@ -163,11 +164,11 @@ func TestRunStages(t *testing.T) {
 				t.Errorf("durable inputs kept: %v, want %v", kept, tc.applied)
 			}
 			head, err := secrets.Get(ctx, obj.State(), metav1.GetOptions{})
-			marked := err == nil && head.Annotations[annotationApplied] == "true"
+			marked := err == nil && head.Annotations[statestore.AnnotationApplied] == "true"
 			if marked != tc.applied {
 				t.Errorf("state marked applied: %v, want %v", marked, tc.applied)
 			}
-			if claimed := err == nil && head.Annotations[annotationHolder] == "pod-uid"; claimed == (tc.op == infrav1.OperationDrift) {
+			if claimed := err == nil && head.Annotations[statestore.AnnotationHolder] == "pod-uid"; claimed == (tc.op == infrav1.OperationDrift) {
 				t.Errorf("state claimed by the run: %v (a drift check only reads it)", claimed)
 			}
 		})

@@ -46,7 +46,7 @@ import (
 	"github.com/captf/captf/pkg/fairshare"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 const (
@@ -497,7 +497,7 @@ func (s *Server) checkFamilySize(ctx context.Context, id *Identity, sec *corev1.
 		if err != nil || strconv.Itoa(i) != sec.Name[cut+1:] {
 			return forbid("a chunk's name ends in its index")
 		}
-		if maxChunks := s.maxStateBytes()/runner.DefaultChunkSize + 1; int64(i) >= maxChunks {
+		if maxChunks := s.maxStateBytes()/statestore.DefaultChunkSize + 1; int64(i) >= maxChunks {
 			return forbid(fmt.Sprintf("chunk %d: a state of --max-state-bytes %d has at most %d", i, s.maxStateBytes(), maxChunks))
 		}
 		if i > 0 {

@@ -20,7 +20,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // slowModule makes one instance, a file, after a sleep of min_seconds plus
@@ -199,7 +199,7 @@ func checkFleet(t *testing.T, ns, instances string, objects map[string]string) f
 			rep.duplicateApplies += max(made[name]-1, 0)
 			t.Errorf("%s %s: its instance was made %d times, want once", kind, name, made[name])
 		}
-		store := &runner.StateStore{Client: plane.Kube, Namespace: ns, Object: names.ObjectOf(kind, name)}
+		store := &statestore.StateStore{Client: plane.Kube, Namespace: ns, Object: names.ObjectOf(kind, name)}
 		b, err := store.Read(ctx)
 		if n := stateInstances(b); err != nil || n != 1 {
 			rep.lostStates++

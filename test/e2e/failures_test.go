@@ -17,7 +17,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // runningPod waits for the pod of a running apply Job and returns its name.
@@ -303,7 +303,7 @@ func TestTerraformGetsOneInterrupt(t *testing.T) {
 		// instance it was making is left tainted, to be replaced.
 		t.Errorf("the SIGTERM to the runner's group killed a command terraform runs:\n%s", tail(logs, 15))
 	}
-	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "group"}}
+	store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "group"}}
 	state, err := store.Read(context.Background())
 	if err != nil {
 		t.Fatal(err)

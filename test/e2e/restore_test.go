@@ -16,7 +16,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // TestRestoreState: captf.io/restore-state makes a backup the current state
@@ -154,7 +154,7 @@ func TestForgedBackupCannotExhaustTheManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj := names.Object{Kind: "tfc", Name: "forged"}
-	module := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj,
+	module := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj,
 		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
 	backup, err := module.SaveRescue(ctx, big)
 	if err != nil {
@@ -192,7 +192,7 @@ func TestForgedBackupCannotExhaustTheManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if size, _ := runner.StateSize(head); size != 96<<20 {
+	if size, _ := statestore.StateSize(head); size != 96<<20 {
 		t.Errorf("the restored state is %d bytes, want the backup's %d", size, 96<<20)
 	}
 }
@@ -226,7 +226,7 @@ func deleteStateFamily(t *testing.T, ns string, obj names.Object) {
 			return
 		}
 		for _, s := range list.Items {
-			if err := runner.DeleteStateSecret(ctx, plane.Kube.CoreV1().Secrets(ns), s.Name); err != nil {
+			if err := statestore.DeleteStateSecret(ctx, plane.Kube.CoreV1().Secrets(ns), s.Name); err != nil {
 				t.Error(err)
 			}
 		}

@@ -34,7 +34,7 @@ import (
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -43,7 +43,7 @@ func tfcNames(name string) names.Object { return names.Object{Kind: "tfc", Name:
 // stateOf reads an object's current state as the runner would.
 func (e *env) stateOf(name string) *tfState {
 	e.t.Helper()
-	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames(name)}
+	store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames(name)}
 	b, err := store.Read(context.Background())
 	if err != nil {
 		e.t.Fatalf("state of %s: %v", name, err)
@@ -176,7 +176,7 @@ func TestOneObjectOneState(t *testing.T) {
 		if labelled {
 			labels = map[string]string{names.LabelManagedBy: names.ManagedByValue}
 		}
-		forged := runner.NewStateSecret(e.ns, tfcNames(name).State(), tfcNames("victim.m1"), names.SecretTypeState, labels)
+		forged := statestore.NewStateSecret(e.ns, tfcNames(name).State(), tfcNames("victim.m1"), names.SecretTypeState, labels)
 		forged.Finalizers = nil
 		forged, err := plane.Kube.CoreV1().Secrets(e.ns).Create(context.Background(), forged, metav1.CreateOptions{})
 		if err != nil {
@@ -458,7 +458,7 @@ func TestGzipBombRestore(t *testing.T) {
 	}
 	_ = w.Close()
 	n := tfcNames("bomb")
-	bomb := runner.NewStateSecret(e.ns, n.Backup("20990101-000000"), n, names.SecretTypeBackup, map[string]string{names.LabelManagedBy: names.ManagedByValue})
+	bomb := statestore.NewStateSecret(e.ns, n.Backup("20990101-000000"), n, names.SecretTypeBackup, map[string]string{names.LabelManagedBy: names.ManagedByValue})
 	bomb.Finalizers = nil
 	bomb.Annotations["captf.io/backup-of"] = n.State()
 	bomb.Annotations["captf.io/encoding"] = "gzip"
@@ -673,7 +673,7 @@ func TestRescuedState(t *testing.T) {
 	if want := "kubectl annotate terraformcluster -n " + e.ns + " rescue " + infrav1.AnnotationRestoreState + "=" + backups[0]; !strings.Contains(msg, want) {
 		t.Errorf("StateRescued message %q lacks %q", msg, want)
 	}
-	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("rescue")}
+	store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("rescue")}
 	rescued, err := store.ReadBackup(context.Background(), backups[0])
 	if err != nil {
 		t.Fatal(err)
@@ -1135,7 +1135,7 @@ func TestNoLegacyStateAdoption(t *testing.T) {
 	e.startManager()
 	e.waitFor("victim.db", 2*time.Minute, "Ready", isReady)
 	lineage := func(name string) string {
-		store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames(name)}
+		store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames(name)}
 		b, err := store.Read(ctx)
 		if err != nil {
 			t.Fatalf("state of %s: %v", name, err)
@@ -1191,7 +1191,7 @@ resource "terraform_data" "b" { input = file("/nonexistent/${terraform_data.cloc
 	if err != nil {
 		t.Fatal("the apply did not fail three times")
 	}
-	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("fails")}
+	store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: tfcNames("fails")}
 	var good []string
 	for _, b := range backupNames(t, e.ns) {
 		state, err := store.ReadBackup(context.Background(), b)

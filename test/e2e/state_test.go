@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // TestBigStateAndBackups: a state over 1 MiB compressed round-trips through
@@ -29,7 +29,7 @@ func TestBigStateAndBackups(t *testing.T) {
 	}
 	obj := names.Object{Kind: "tfc", Name: "big"}
 	for run := range 4 {
-		store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj, Backups: 2,
+		store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj, Backups: 2,
 			Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue},
 			Clock:  testingclock.NewFakePassiveClock(time.Date(2026, 11, 29, 0, 0, run, 0, time.UTC))}
 		state := append(bytes.Clone(big), fmt.Sprintf(`{"run":%d}`, run)...)
@@ -55,7 +55,7 @@ func TestBigStateAndBackups(t *testing.T) {
 	if got := head.Annotations["captf.io/backups"]; got != want {
 		t.Errorf("backups = %s, want %s", got, want)
 	}
-	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj}
+	store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: obj}
 	old, err := store.ReadBackup(ctx, "tfc-big-backup-20261129-000003")
 	if err != nil || !bytes.HasSuffix(old, []byte(`{"run":2}`)) {
 		t.Errorf("newest backup holds %q..., want the state of run 2 (err %v)", tailBytes(old), err)
@@ -72,7 +72,7 @@ func TestBigStateAndBackups(t *testing.T) {
 		for _, v := range s.Data {
 			total += len(v)
 		}
-		if len(s.Data["tfstate"]) > runner.DefaultChunkSize {
+		if len(s.Data["tfstate"]) > statestore.DefaultChunkSize {
 			t.Errorf("secret %s holds %d bytes, over the chunk size", s.Name, len(s.Data["tfstate"]))
 		}
 	}
@@ -99,7 +99,7 @@ func TestFiftyMiBState(t *testing.T) {
 		fmt.Fprintf(&b, `{"address":"terraform_data.instance[%d]","values":{"id":"%08x-5f1c-4c1e-9a3b-%012x","input":{"zone":"zone-%d"}}},`, i, i*7919, i*104729, i%3)
 	}
 	state := b.Bytes()
-	store := &runner.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "huge"},
+	store := &statestore.StateStore{Client: plane.Kube, Namespace: e.ns, Object: names.Object{Kind: "tfc", Name: "huge"},
 		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}
 	if err := store.Write(ctx, state); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // The series computed at each scrape from the leader's caches: a restarted
@@ -162,7 +162,7 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 	if e.StateSecrets != nil {
 		if o, err := e.StateSecrets.ByNamespace(ns).Get(e.Names(obj).State()); err == nil {
 			if head, ok := o.(metav1.Object); ok {
-				if n, ok := runner.StateSize(head); ok {
+				if n, ok := statestore.StateSize(head); ok {
 					gauge(ch, stateBytesDesc, float64(n), kind, ns, name)
 				}
 			}

@@ -27,7 +27,7 @@ import (
 	"github.com/captf/captf/pkg/controller/engine"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 func withFinalizer(k kindCase) func(engine.Object) {
@@ -65,9 +65,9 @@ func TestSync(t *testing.T) {
 	forKinds(t, func(t *testing.T, k kindCase) {
 		obj := names.Object{Kind: k.short, Name: "prod"}
 		objLabels := names.ObjectLabels(k.kind, "prod", "obj-uid")
-		stateSecret := runner.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, objLabels)
+		stateSecret := statestore.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, objLabels)
 		stateSecret.Annotations["captf.io/encoding"] = "gzip"
-		durable := runner.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
+		durable := statestore.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
 		durable.Data = map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}
 		fin := withFinalizer(k)
 		// Run inputs a killed runner left: nothing owns them.

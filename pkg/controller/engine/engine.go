@@ -35,8 +35,8 @@ import (
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/pkg/runnerpod"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // Ready reasons every kind uses, besides Cluster API's.
@@ -433,7 +433,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, err
 		}
-		if err != nil || !runner.HasState(head) {
+		if err != nil || !statestore.HasState(head) {
 			if ok, _, err := e.checkState(ctx, r); err != nil || !ok {
 				return false, err // applied, and the state is gone
 			}

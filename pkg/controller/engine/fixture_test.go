@@ -37,7 +37,7 @@ import (
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // testable is a Controller[T] of any kind, as the fixture drives it.
@@ -342,7 +342,7 @@ func (f *fixture) trySync() error {
 func (f *fixture) backupState() string {
 	f.t.Helper()
 	ctx := context.Background()
-	store := &runner.StateStore{Client: f.kube, Namespace: "ns", Object: names.Object{Kind: f.k.short, Name: "prod"}, Backups: 5}
+	store := &statestore.StateStore{Client: f.kube, Namespace: "ns", Object: names.Object{Kind: f.k.short, Name: "prod"}, Backups: 5}
 	if err := store.Write(ctx, []byte(`{"serial":2}`)); err != nil {
 		f.t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func (f *fixture) endJob(res run.Result, succeeded bool) *batchv1.Job {
 	}
 	obj := names.Object{Kind: f.k.short, Name: "prod"}
 	// The runner's state, as it writes it.
-	store := &runner.StateStore{Client: f.kube, Namespace: "ns", Object: obj}
+	store := &statestore.StateStore{Client: f.kube, Namespace: "ns", Object: obj}
 	if err := store.Write(ctx, []byte(`{"serial":1}`)); err != nil {
 		f.t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // Reasons of the StateRestored condition.
@@ -51,7 +51,7 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	}
 	n := e.Names(obj)
 	store := e.stateStore(obj)
-	if err := store.CheckBackup(ctx, backup); apierrors.IsNotFound(err) || errors.Is(err, runner.ErrNotABackup) {
+	if err := store.CheckBackup(ctx, backup); apierrors.IsNotFound(err) || errors.Is(err, statestore.ErrNotABackup) {
 		backups, lerr := e.listBackups(ctx, obj)
 		if lerr != nil {
 			return false, lerr
@@ -64,18 +64,18 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 			infrav1.AnnotationRestoreState, backup, list)
 		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupNotFound, ReasonBackupNotFound, msg)
 		return true, nil
-	} else if errors.Is(err, runner.ErrStateTooLarge) {
+	} else if errors.Is(err, statestore.ErrStateTooLarge) {
 		msg := fmt.Sprintf("%s names %s, which CAPTF will not read: %v (--max-state-bytes); nothing was changed", infrav1.AnnotationRestoreState, backup, err)
 		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupTooLarge, ReasonBackupTooLarge, msg)
 		return true, nil
-	} else if errors.Is(err, runner.ErrStateCorrupt) {
+	} else if errors.Is(err, statestore.ErrStateCorrupt) {
 		msg := fmt.Sprintf("%s names %s, which is damaged: %v; nothing was changed. Name another backup", infrav1.AnnotationRestoreState, backup, err)
 		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupCorrupt, ReasonBackupCorrupt, msg)
 		return true, nil
 	} else if err != nil {
 		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
 	}
-	lock := &runner.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder, Labels: store.Labels}
+	lock := &statestore.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder, Labels: store.Labels}
 	if err := lock.Acquire(ctx, 0); err != nil {
 		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting, "Waiting for the state lock: "+err.Error())
 		r.Requeue = 5 * time.Second

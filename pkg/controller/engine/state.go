@@ -21,7 +21,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // Reasons of the state checks made before every Job.
@@ -33,8 +33,8 @@ const (
 	ReasonStateAbandoned    = "StateAbandoned"
 )
 
-func (e *Engine) stateStore(obj Object) *runner.StateStore {
-	return &runner.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: e.Names(obj),
+func (e *Engine) stateStore(obj Object) *statestore.StateStore {
+	return &statestore.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: e.Names(obj),
 		Labels: names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups, MaxBytes: e.MaxStateBytes}
 }
 
@@ -125,7 +125,7 @@ var StateSecretsSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "
 	names.LabelSecretType + " in (" + names.SecretTypeState + "," + names.SecretTypeDurableInput + ")"
 
 // cachedStateAnnotations are the annotations CacheStateSecret keeps.
-var cachedStateAnnotations = append([]string{names.AnnotationObjectName}, runner.HeadSummaryAnnotations...)
+var cachedStateAnnotations = append([]string{names.AnnotationObjectName}, statestore.HeadSummaryAnnotations...)
 
 // CacheStateSecret is the state Secrets' metadata informer's transform: a
 // state head or durable inputs keeps only what the checks before every Job
@@ -208,13 +208,13 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 	if err != nil {
 		return false, false, err
 	}
-	if applied && (head == nil || !runner.HasState(head)) && e.StateSecrets != nil {
+	if applied && (head == nil || !statestore.HasState(head)) && e.StateSecrets != nil {
 		// Before saying so, make sure it is not the cache lagging.
 		if head, err = e.secretMeta(ctx, obj.GetNamespace(), n.State(), true); err != nil {
 			return false, false, err
 		}
 	}
-	present := head != nil && runner.HasState(head)
+	present := head != nil && statestore.HasState(head)
 	if head != nil {
 		if name, ok := head.GetAnnotations()[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.GetLabels()[names.LabelKind] != n.Kind) {
 			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
@@ -351,7 +351,7 @@ func (e *Engine) releaseState(ctx context.Context, obj Object) error {
 	}
 	errs := []error{e.deleteRunInputs(ctx, runInputs)}
 	for _, s := range secrets {
-		errs = append(errs, runner.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
+		errs = append(errs, statestore.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
 	}
 	err = e.Kube.CoordinationV1().Leases(obj.GetNamespace()).Delete(ctx, e.Names(obj).Lock(), metav1.DeleteOptions{})
 	if !apierrors.IsNotFound(err) {

@@ -22,7 +22,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
-	"github.com/captf/captf/pkg/runner"
+	"github.com/captf/captf/pkg/statestore"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -120,14 +120,14 @@ func (f *fakeRunner) run(ctx context.Context, key cache.ObjectName) error {
 	op := infrav1.Operation(job.Labels[names.LabelOperation])
 	res := run.Result{Operation: op, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "0000000000000000"}}
 	if op == infrav1.OperationApply {
-		store := &runner.StateStore{Client: kube, Namespace: key.Namespace, Object: obj, Labels: labels}
+		store := &statestore.StateStore{Client: kube, Namespace: key.Namespace, Object: obj, Labels: labels}
 		if err := store.Claim(ctx, string(pod.UID), false); err != nil {
 			return err
 		}
 		if err := store.Write(ctx, []byte(`{"version":4,"serial":1}`)); err != nil {
 			return err
 		}
-		durable := runner.NewStateSecret(key.Namespace, obj.DurableInputs(), obj, names.SecretTypeDurableInput, labels)
+		durable := statestore.NewStateSecret(key.Namespace, obj.DurableInputs(), obj, names.SecretTypeDurableInput, labels)
 		durable.Data = map[string][]byte{"module.json": []byte(`{}`)}
 		if _, err := kube.CoreV1().Secrets(key.Namespace).Create(ctx, durable, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err

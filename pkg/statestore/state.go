@@ -1,4 +1,4 @@
-package runner
+package statestore
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/retry"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -37,10 +38,10 @@ const (
 	annotationBackups    = "captf.io/backups"
 	annotationSize       = "captf.io/uncompressed-bytes"
 	annotationBackupOf   = "captf.io/backup-of"
-	annotationHolder     = "captf.io/lock-holder"
-	// annotationApplied marks a state a run ended well with;
+	AnnotationHolder     = "captf.io/lock-holder"
+	// AnnotationApplied marks a state a run ended well with;
 	// annotationLastGood names the newest backup of such a state.
-	annotationApplied  = "captf.io/applied"
+	AnnotationApplied  = "captf.io/applied"
 	annotationLastGood = "captf.io/last-good-backup"
 	dataKey            = "tfstate"
 )
@@ -117,7 +118,7 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 	}
 	if head == nil {
 		head = s.newSecret(s.Object.State(), names.SecretTypeState)
-		head.Annotations[annotationHolder] = holder
+		head.Annotations[AnnotationHolder] = holder
 		created, err := s.secrets().Create(ctx, head, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%w: the state Secret appeared while claiming it", ErrFenced)
@@ -129,7 +130,7 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 		return nil
 	}
 	head = head.DeepCopy()
-	head.Annotations[annotationHolder] = holder
+	head.Annotations[AnnotationHolder] = holder
 	for k, v := range s.Labels { // a restored or moved object adopts its state
 		head.Labels[k] = v
 	}
@@ -310,7 +311,7 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 		} else {
 			s.LastBackup = name
 			backups = append([]string{name}, backups...)
-			if head.Annotations[annotationApplied] == "true" {
+			if head.Annotations[AnnotationApplied] == "true" {
 				head.Annotations[annotationLastGood] = name
 			}
 		}
@@ -328,7 +329,7 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 			}
 		}
 	}
-	delete(head.Annotations, annotationApplied) // not known good until its run ends well
+	delete(head.Annotations, AnnotationApplied) // not known good until its run ends well
 	head.Annotations[annotationGeneration] = strconv.FormatInt(gen, 10)
 	head.Annotations[annotationSize] = strconv.FormatInt(size, 10)
 	head.Annotations[annotationStateSum] = sum
@@ -340,7 +341,7 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 		return current.Annotations[annotationGeneration] == genValue
 	})
 	if err != nil {
-		if transient(err) {
+		if retry.Transient(err) {
 			// Whether the write landed is not known: its chunks may be the
 			// state now, and deleting them would lose it.
 			return fmt.Errorf("writing state secret (not known whether it was written): %w", err)
@@ -371,14 +372,14 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 // MarkApplied records that the run which claimed the state ended well: its
 // backup, when the next run changes the state, is kept through rotation.
 func (s *StateStore) MarkApplied(ctx context.Context) error {
-	if s.head == nil || s.head.Annotations[annotationApplied] == "true" || !HasState(s.head) {
+	if s.head == nil || s.head.Annotations[AnnotationApplied] == "true" || !HasState(s.head) {
 		return nil
 	}
 	head := s.head.DeepCopy()
-	head.Annotations[annotationApplied] = "true"
+	head.Annotations[AnnotationApplied] = "true"
 	sum := head.Annotations[annotationStateSum]
 	updated, err := s.updateHead(ctx, head, func(current *corev1.Secret) bool {
-		return current.Annotations[annotationApplied] == "true" && current.Annotations[annotationStateSum] == sum
+		return current.Annotations[AnnotationApplied] == "true" && current.Annotations[annotationStateSum] == sum
 	})
 	if err != nil {
 		return err
@@ -395,14 +396,14 @@ func (s *StateStore) MarkApplied(ctx context.Context) error {
 func (s *StateStore) updateHead(ctx context.Context, head *corev1.Secret, written func(current *corev1.Secret) bool) (*corev1.Secret, error) {
 	var updated *corev1.Secret
 	uncertain := false
-	err := retryTransient(ctx, func() error {
+	err := retry.Transiently(ctx, func() error {
 		if uncertain {
 			current, err := s.secrets().Get(ctx, head.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			if current.ResourceVersion != head.ResourceVersion {
-				if written(current) && current.Annotations[annotationHolder] == head.Annotations[annotationHolder] {
+				if written(current) && current.Annotations[AnnotationHolder] == head.Annotations[AnnotationHolder] {
 					updated = current
 					return nil
 				}
@@ -414,7 +415,7 @@ func (s *StateStore) updateHead(ctx context.Context, head *corev1.Secret, writte
 		if apierrors.IsConflict(err) {
 			return ErrFenced
 		}
-		uncertain = err != nil && transient(err)
+		uncertain = err != nil && retry.Transient(err)
 		return err
 	})
 	return updated, err
@@ -608,12 +609,12 @@ func (s *StateStore) createChunk(ctx context.Context, name, chunkType string, da
 	// connection is the one this write sent (and the blob's sum is checked
 	// on every read).
 	cut := false
-	err := retryTransient(ctx, func() error {
+	err := retry.Transiently(ctx, func() error {
 		_, err := s.secrets().Create(ctx, chunk, metav1.CreateOptions{})
 		if cut && apierrors.IsAlreadyExists(err) {
 			return nil
 		}
-		cut = err != nil && transient(err)
+		cut = err != nil && retry.Transient(err)
 		return err
 	})
 	if err != nil {
@@ -668,8 +669,8 @@ func (b *blobReader) Read(p []byte) (int, error) {
 // advance reads the next piece, or ends with io.EOF once the sum is right.
 func (b *blobReader) advance() error {
 	s, sec := b.store, b.sec
-	if int64(b.chunks) > s.maxBytes()/int64(s.chunkSize())+1 {
-		return fmt.Errorf("%w: %s has %d chunks (limit %d bytes)", ErrStateTooLarge, sec.Name, b.chunks, s.maxBytes())
+	if int64(b.chunks) > s.Limit()/int64(s.chunkSize())+1 {
+		return fmt.Errorf("%w: %s has %d chunks (limit %d bytes)", ErrStateTooLarge, sec.Name, b.chunks, s.Limit())
 	}
 	var piece []byte
 	switch {
@@ -694,8 +695,8 @@ func (b *blobReader) advance() error {
 			return fmt.Errorf("%w: chunk %s of %s is empty", ErrStateCorrupt, name, sec.Name)
 		}
 	}
-	if b.read += int64(len(piece)); b.read > s.maxBytes() {
-		return fmt.Errorf("%w: %s is over %d bytes compressed", ErrStateTooLarge, sec.Name, s.maxBytes())
+	if b.read += int64(len(piece)); b.read > s.Limit() {
+		return fmt.Errorf("%w: %s is over %d bytes compressed", ErrStateTooLarge, sec.Name, s.Limit())
 	}
 	b.sum.Write(piece)
 	if b.onPiece != nil {
@@ -831,7 +832,8 @@ func (s *StateStore) chunkSize() int {
 	return DefaultChunkSize
 }
 
-func (s *StateStore) maxBytes() int64 {
+// Limit is the largest state (and backup) read: MaxBytes, else the default.
+func (s *StateStore) Limit() int64 {
 	if s.MaxBytes > 0 {
 		return s.MaxBytes
 	}
@@ -873,15 +875,15 @@ func (s *StateStore) inflate(gz io.Reader, w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: not gzip: %w", ErrStateCorrupt, err)
 	}
-	n, err := io.Copy(w, io.LimitReader(r, s.maxBytes()+1))
+	n, err := io.Copy(w, io.LimitReader(r, s.Limit()+1))
 	if errors.Is(err, ErrStateTooLarge) || errors.Is(err, ErrStateCorrupt) {
 		return n, err
 	}
 	if err != nil {
 		return n, fmt.Errorf("%w: not valid gzip: %w", ErrStateCorrupt, err)
 	}
-	if n > s.maxBytes() {
-		return n, fmt.Errorf("%w: over %d bytes uncompressed", ErrStateTooLarge, s.maxBytes())
+	if n > s.Limit() {
+		return n, fmt.Errorf("%w: over %d bytes uncompressed", ErrStateTooLarge, s.Limit())
 	}
 	return n, nil
 }

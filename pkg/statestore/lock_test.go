@@ -1,4 +1,4 @@
-package runner
+package statestore
 
 import (
 	"context"
@@ -171,7 +171,7 @@ func TestLockLost(t *testing.T) {
 	stepWhileWaiting(clk, 10*time.Second, func() { l.KeepRenewed(ctx, func(err error) { lost <- err }) })
 	select {
 	case err := <-lost:
-		if !errors.Is(err, errLockLost) || !strings.Contains(err.Error(), `"other"`) {
+		if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), `"other"`) {
 			t.Errorf("lost with %v", err)
 		}
 	case <-ctx.Done():
@@ -298,8 +298,8 @@ func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
 				if tc.wantLost == "" {
 					t.Fatalf("lost the lock to an API that did not answer: %v", err)
 				}
-				if !errors.Is(err, errLockLost) || !strings.Contains(err.Error(), tc.wantLost) {
-					t.Errorf("lost with %v, want errLockLost and %q", err, tc.wantLost)
+				if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), tc.wantLost) {
+					t.Errorf("lost with %v, want ErrLockLost and %q", err, tc.wantLost)
 				}
 				return
 			}

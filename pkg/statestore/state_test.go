@@ -1,4 +1,4 @@
-package runner
+package statestore
 
 import (
 	"bytes"
@@ -346,7 +346,7 @@ func TestStateWriteAnswerLost(t *testing.T) {
 					cut = true
 					if tc.raced {
 						other := current.(*corev1.Secret).DeepCopy()
-						other.Annotations[annotationHolder] = "run-2"
+						other.Annotations[AnnotationHolder] = "run-2"
 						other.ResourceVersion = sec.ResourceVersion
 						_ = client.Tracker().Update(action.GetResource(), other, "ns")
 					} else if tc.landed {
@@ -616,7 +616,7 @@ func TestStateWritesAreFenced(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h := head.Annotations[annotationHolder]; h != "new-run" {
+			if h := head.Annotations[AnnotationHolder]; h != "new-run" {
 				t.Errorf("the state's holder is %q, want new-run", h)
 			}
 			if got, err := newStore(client, 3, 0).Read(ctx); err != nil || string(got) != `{"serial":1}` {

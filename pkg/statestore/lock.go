@@ -1,4 +1,4 @@
-package runner
+package statestore
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captf/captf/pkg/retry"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,7 +65,7 @@ func (l *Lock) Acquire(ctx context.Context, timeout time.Duration) error {
 		// try reads the Lease first, so one whose answer was lost finds
 		// the lock held by this run.
 		var holder string
-		err := retryTransient(ctx, func() (err error) {
+		err := retry.Transiently(ctx, func() (err error) {
 			holder, err = l.try(ctx)
 			return err
 		})
@@ -192,29 +193,29 @@ func (l *Lock) KeepRenewed(ctx context.Context, lost func(error)) {
 			return
 		case err == nil:
 			continue
-		case !lockTaken(err):
+		case !LockTaken(err):
 			klog.FromContext(ctx).Error(err, "Renewing the state lock; the run goes on", "lease", klog.KRef(l.Namespace, l.Name))
 			continue
 		}
 		l.mu.Lock()
 		l.held = false
 		l.mu.Unlock()
-		if !errors.Is(err, errLockLost) {
-			err = fmt.Errorf("%w: %w", errLockLost, err)
+		if !errors.Is(err, ErrLockLost) {
+			err = fmt.Errorf("%w: %w", ErrLockLost, err)
 		}
 		lost(err)
 		return
 	}
 }
 
-// lockTaken tells a renewal's answer that the lock is no longer this run's
+// LockTaken tells a renewal's answer that the lock is no longer this run's
 // from one that did not come (the runner API down, a connection cut) or
 // says to try again.
-func lockTaken(err error) bool {
-	return errors.Is(err, errLockLost) || apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+func LockTaken(err error) bool {
+	return errors.Is(err, ErrLockLost) || apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
 }
 
-var errLockLost = errors.New("lost the state lock")
+var ErrLockLost = errors.New("lost the state lock")
 
 func (l *Lock) renew(ctx context.Context) error {
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
@@ -223,7 +224,7 @@ func (l *Lock) renew(ctx context.Context) error {
 		return err
 	}
 	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
-		return fmt.Errorf("%w to %q", errLockLost, ptrValue(lease.Spec.HolderIdentity))
+		return fmt.Errorf("%w to %q", ErrLockLost, ptrValue(lease.Spec.HolderIdentity))
 	}
 	now := metav1.NewMicroTime(l.clock().Now())
 	lease.Spec.RenewTime = &now
@@ -240,7 +241,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !held {
 		return nil
 	}
-	return retryTransient(ctx, func() error { return l.release(ctx) })
+	return retry.Transiently(ctx, func() error { return l.release(ctx) })
 }
 
 func (l *Lock) release(ctx context.Context) error {
