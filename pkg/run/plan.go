@@ -109,25 +109,3 @@ func (p *Plan) HasChanges() bool {
 	s := p.Summary
 	return s.Add+s.Change+s.Destroy+s.Replace+s.Forget+s.Import > 0
 }
-
-// Approval says which annotation must name this plan before it may apply
-// under gate, or "" when it may apply: a plan that deletes or replaces
-// needs approve-destructive-plan under either policy; under Manual any
-// change needs approve-plan (or approve-destructive-plan).
-func (p *Plan) Approval(gate infrav1.ApprovalPolicy, approvedPlan, approvedDestructivePlan string) string {
-	switch {
-	case gate == "" || !p.HasChanges():
-		return ""
-	case p.Destructive():
-		if approvedDestructivePlan == p.Hash {
-			return ""
-		}
-		return infrav1.AnnotationApproveDestructivePlan
-	case gate == infrav1.ApprovalPolicyManual:
-		if approvedPlan == p.Hash || approvedDestructivePlan == p.Hash {
-			return ""
-		}
-		return infrav1.AnnotationApprovePlan
-	}
-	return ""
-}

@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	tfjson "github.com/hashicorp/terraform-json"
-
-	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
 
 func change(addr string, after any, actions ...tfjson.Action) *tfjson.ResourceChange {
@@ -54,42 +52,6 @@ func TestSummarizePlan(t *testing.T) {
 	empty, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("e.v", nil, noop)}})
 	if empty.HasChanges() || empty.Destructive() {
 		t.Errorf("a no-op plan reports changes: %+v", empty.Summary)
-	}
-}
-
-func TestApproval(t *testing.T) {
-	const h = "0123456789abcdef"
-	add := &Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1}}
-	replace := &Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1, Replace: 1}}
-	none := &Plan{Hash: h}
-	forget := &Plan{Hash: h, Summary: infrav1.PlanSummary{Forget: 1}}
-	imported := &Plan{Hash: h, Summary: infrav1.PlanSummary{Import: 1}}
-	cases := []struct {
-		name                   string
-		plan                   *Plan
-		gate                   infrav1.ApprovalPolicy
-		approved, approvedDest string
-		want                   string
-	}{
-		{"machines are never gated", replace, "", "", "", ""},
-		{"default policy applies a harmless plan", add, infrav1.ApprovalPolicyDestructive, "", "", ""},
-		{"default policy stops a replacement", replace, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},
-		{"approve-plan is not enough for a replacement", replace, infrav1.ApprovalPolicyDestructive, h, "", infrav1.AnnotationApproveDestructivePlan},
-		{"the destructive approval of this plan", replace, infrav1.ApprovalPolicyDestructive, "", h, ""},
-		{"the destructive approval of another plan", replace, infrav1.ApprovalPolicyDestructive, "", "fedcba9876543210", infrav1.AnnotationApproveDestructivePlan},
-		{"manual policy stops any change", add, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
-		{"manual policy with its approval", add, infrav1.ApprovalPolicyManual, h, "", ""},
-		{"manual policy, a replacement needs the destructive approval", replace, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
-		{"no changes apply under any policy", none, infrav1.ApprovalPolicyManual, "", "", ""},
-		{"a forget is destructive", forget, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},
-		{"manual policy stops a forget", forget, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
-		{"manual policy stops an import", imported, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
-		{"default policy lets an import through", imported, infrav1.ApprovalPolicyDestructive, "", "", ""},
-	}
-	for _, tc := range cases {
-		if got := tc.plan.Approval(tc.gate, tc.approved, tc.approvedDest); got != tc.want {
-			t.Errorf("%s: Approval = %q, want %q", tc.name, got, tc.want)
-		}
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/cgroup"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/retry"
@@ -186,7 +187,8 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 		return nil
 	}
 	if r.Config.Operation == infrav1.OperationApply {
-		if needed := res.Plan.Approval(r.Config.Gate, r.Config.ApprovedPlan, r.Config.ApprovedDestructivePlan); needed != "" {
+		gate := approval.Gate{Policy: r.Config.Gate, ApprovedPlan: r.Config.ApprovedPlan, ApprovedDestructivePlan: r.Config.ApprovedDestructivePlan}
+		if needed := gate.Needed(res.Plan); needed != "" {
 			klog.FromContext(ctx).Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
 			res.Outcome, res.Stage = run.OutcomeBlocked, run.StageGate
 			return nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
@@ -53,7 +54,7 @@ type Kind[T Object] struct {
 	// only when it changed.
 	Status func(T) any
 	// Gate, if set, holds plans for the approvals the object asks for.
-	Gate func(T) *Gate
+	Gate func(T) *approval.Gate
 	// Inputs adds the kind's captf_* inputs read from the owner.
 	Inputs func(owner *unstructured.Unstructured, inputs map[string]any)
 	// Outputs reads the kind's module outputs into the object's spec and
@@ -285,7 +286,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		c.engine.InvalidOutput(s, err)
 		return nil
 	}
-	if res.Plan != nil && dropUsedApprovals(obj, res.Plan.Hash) {
+	if res.Plan != nil && approval.DropUsed(obj.GetAnnotations(), res.Plan.Hash) {
 		specChanged = true // metadata, written in the same update
 	}
 	if specChanged {

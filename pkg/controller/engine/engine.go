@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
@@ -132,7 +133,7 @@ type Sync struct {
 	Jobs   []*CachedJob // of this object, newest first
 	// Gate holds a TerraformCluster's approval policy and approvals; nil
 	// for machines and pools, which are never gated.
-	Gate *Gate
+	Gate *approval.Gate
 	// ReapplyAfter asks for an apply of inputs already applied when the
 	// last apply Job was created before it: drift to remediate.
 	ReapplyAfter time.Time
@@ -288,7 +289,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		return res, job, nil
 	}
 	e.RecordJob(r, job, run.OutcomeBlocked)
-	if g := r.Gate; g != nil && res.Plan.Approval(g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan) == "" {
+	if g := r.Gate; g != nil && g.Needed(res.Plan) == "" {
 		// Approved: plan again, and apply only if the plan is still the
 		// approved one.
 		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanApproved, "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)

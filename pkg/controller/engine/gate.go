@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -18,54 +19,11 @@ const (
 	ReasonNoPlanAwaitingApproval = "NoPlanAwaitingApproval"
 )
 
-// Gate is an object's approval policy and the approvals its annotations
-// hold.
-type Gate struct {
-	Policy                                infrav1.ApprovalPolicy
-	ApprovedPlan, ApprovedDestructivePlan string
-}
-
-// GateOf reads obj's approvals. An approval of the plan applied last is
-// dropped: an approved plan applies once.
-func GateOf(obj Object, policy infrav1.ApprovalPolicy) *Gate {
-	if policy == "" {
-		policy = infrav1.ApprovalPolicyDestructive
-	}
-	applied := obj.WorkspaceStatus().AppliedPlanHash
-	approval := func(key string) string {
-		if v := obj.GetAnnotations()[key]; v != applied {
-			return v
-		}
-		return ""
-	}
-	return &Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
-		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan)}
-}
-
-// dropUsedApprovals removes from obj the approval annotations that name
-// plan, just applied: an approval applies once, and one left in place
-// would approve any later plan that hashes alike. It says whether it
-// removed any.
-func dropUsedApprovals(obj Object, plan string) bool {
-	annotations := obj.GetAnnotations()
-	dropped := false
-	for _, key := range []string{infrav1.AnnotationApprovePlan, infrav1.AnnotationApproveDestructivePlan} {
-		if v, ok := annotations[key]; ok && v == plan {
-			delete(annotations, key)
-			dropped = true
-		}
-	}
-	if dropped {
-		obj.SetAnnotations(annotations)
-	}
-	return dropped
-}
-
 // reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
 func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *run.Plan) {
 	obj, g := r.Obj, r.Gate
-	needed := plan.Approval(g.Policy, "", "")
+	needed := approval.Gate{Policy: g.Policy}.Needed(plan)
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
 	what := "changes resources"
 	if needed == infrav1.AnnotationApproveDestructivePlan {

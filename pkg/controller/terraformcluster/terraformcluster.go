@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/engine"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
@@ -38,8 +39,11 @@ var Kind = engine.Kind[*infrav1.TerraformCluster]{
 	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformCluster] {
 		return c.InfrastructureV1alpha1().TerraformClusters(ns)
 	},
-	Status:  func(tc *infrav1.TerraformCluster) any { return &tc.Status },
-	Gate:    func(tc *infrav1.TerraformCluster) *engine.Gate { return engine.GateOf(tc, tc.Spec.ApprovalPolicy) },
+	Status: func(tc *infrav1.TerraformCluster) any { return &tc.Status },
+	Gate: func(tc *infrav1.TerraformCluster) *approval.Gate {
+		g := approval.Of(tc.Spec.ApprovalPolicy, tc.Annotations, tc.Status.AppliedPlanHash)
+		return &g
+	},
 	Outputs: readOutputs,
 }
 

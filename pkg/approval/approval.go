@@ -1,0 +1,73 @@
+// Package approval decides whether a plan may apply: an object's approval
+// policy and the approvals its annotations hold, against the plan. It does
+// no I/O. The manager asks it whether to start an apply for a plan that
+// waited, the runner whether to apply what it has just planned: both ask
+// the same question of the same Gate.
+package approval
+
+import (
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/run"
+)
+
+// Gate is an object's approval policy and the plan hashes its approval
+// annotations name. The zero Gate (no policy) lets every plan apply:
+// machines and pools are not gated.
+type Gate struct {
+	Policy                                infrav1.ApprovalPolicy
+	ApprovedPlan, ApprovedDestructivePlan string
+}
+
+// Of is the Gate of a TerraformCluster: policy (Destructive when unset)
+// and the approvals in annotations. An approval of appliedPlan, the plan
+// applied last, is no approval: an approved plan applies once, and one
+// left in place would approve any later plan that hashes alike.
+func Of(policy infrav1.ApprovalPolicy, annotations map[string]string, appliedPlan string) Gate {
+	if policy == "" {
+		policy = infrav1.ApprovalPolicyDestructive
+	}
+	approval := func(key string) string {
+		if v := annotations[key]; v != appliedPlan {
+			return v
+		}
+		return ""
+	}
+	return Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
+		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan)}
+}
+
+// Needed says which annotation must name plan before it may apply, or ""
+// when it may apply: a plan that deletes, replaces or forgets needs
+// approve-destructive-plan under either policy; under Manual any change
+// needs approve-plan (or approve-destructive-plan). A plan that changes
+// nothing always applies.
+func (g Gate) Needed(plan *run.Plan) string {
+	switch {
+	case g.Policy == "" || !plan.HasChanges():
+		return ""
+	case plan.Destructive():
+		if g.ApprovedDestructivePlan == plan.Hash {
+			return ""
+		}
+		return infrav1.AnnotationApproveDestructivePlan
+	case g.Policy == infrav1.ApprovalPolicyManual:
+		if g.ApprovedPlan == plan.Hash || g.ApprovedDestructivePlan == plan.Hash {
+			return ""
+		}
+		return infrav1.AnnotationApprovePlan
+	}
+	return ""
+}
+
+// DropUsed removes from annotations the approvals that name plan, just
+// applied, and says whether it removed any.
+func DropUsed(annotations map[string]string, plan string) bool {
+	dropped := false
+	for _, key := range []string{infrav1.AnnotationApprovePlan, infrav1.AnnotationApproveDestructivePlan} {
+		if v, ok := annotations[key]; ok && v == plan {
+			delete(annotations, key)
+			dropped = true
+		}
+	}
+	return dropped
+}

@@ -1,0 +1,100 @@
+package approval
+
+import (
+	"maps"
+	"testing"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/run"
+)
+
+// TestNeeded: which approval a plan needs under each policy, and which
+// approvals count.
+func TestNeeded(t *testing.T) {
+	const h = "0123456789abcdef"
+	add := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1}}
+	replace := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Add: 1, Replace: 1}}
+	none := &run.Plan{Hash: h}
+	forget := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Forget: 1}}
+	imported := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Import: 1}}
+	cases := []struct {
+		name                   string
+		plan                   *run.Plan
+		gate                   infrav1.ApprovalPolicy
+		approved, approvedDest string
+		want                   string
+	}{
+		{"machines are never gated", replace, "", "", "", ""},
+		{"default policy applies a harmless plan", add, infrav1.ApprovalPolicyDestructive, "", "", ""},
+		{"default policy stops a replacement", replace, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},
+		{"approve-plan is not enough for a replacement", replace, infrav1.ApprovalPolicyDestructive, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"the destructive approval of this plan", replace, infrav1.ApprovalPolicyDestructive, "", h, ""},
+		{"the destructive approval of another plan", replace, infrav1.ApprovalPolicyDestructive, "", "fedcba9876543210", infrav1.AnnotationApproveDestructivePlan},
+		{"manual policy stops any change", add, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
+		{"manual policy with its approval", add, infrav1.ApprovalPolicyManual, h, "", ""},
+		{"manual policy, a replacement needs the destructive approval", replace, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"no changes apply under any policy", none, infrav1.ApprovalPolicyManual, "", "", ""},
+		{"a forget is destructive", forget, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},
+		{"manual policy stops a forget", forget, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"manual policy stops an import", imported, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
+		{"default policy lets an import through", imported, infrav1.ApprovalPolicyDestructive, "", "", ""},
+	}
+	for _, tc := range cases {
+		if got := (Gate{Policy: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approvedDest}).Needed(tc.plan); got != tc.want {
+			t.Errorf("%s: Needed = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestOf: an approval applies once. The approval of the plan applied
+// last is no approval, whichever annotation holds it; any other is passed
+// on, and a missing policy is Destructive.
+func TestOf(t *testing.T) {
+	tests := map[string]struct {
+		policy      infrav1.ApprovalPolicy
+		annotations map[string]string
+		applied     string
+		want        Gate
+	}{
+		"no policy, no approvals": {want: Gate{Policy: infrav1.ApprovalPolicyDestructive}},
+		"approvals of a new plan": {
+			policy:      infrav1.ApprovalPolicyManual,
+			annotations: map[string]string{infrav1.AnnotationApprovePlan: "2222", infrav1.AnnotationApproveDestructivePlan: "2222"},
+			applied:     "1111",
+			want:        Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: "2222", ApprovedDestructivePlan: "2222"},
+		},
+		"approvals of the applied plan": {
+			policy:      infrav1.ApprovalPolicyManual,
+			annotations: map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "1111"},
+			applied:     "1111",
+			want:        Gate{Policy: infrav1.ApprovalPolicyManual},
+		},
+		"one of each": {
+			annotations: map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "3333"},
+			applied:     "1111",
+			want:        Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: "3333"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := Of(tc.policy, tc.annotations, tc.applied); got != tc.want {
+				t.Errorf("Of = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDropUsed: only the approvals of the plan just applied go.
+func TestDropUsed(t *testing.T) {
+	annotations := map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "2222", "other": "1111"}
+	if !DropUsed(annotations, "1111") {
+		t.Fatal("nothing dropped")
+	}
+	want := map[string]string{infrav1.AnnotationApproveDestructivePlan: "2222", "other": "1111"}
+	if !maps.Equal(annotations, want) {
+		t.Errorf("annotations %v, want %v", annotations, want)
+	}
+	if DropUsed(annotations, "1111") {
+		t.Error("dropped again")
+	}
+}
