@@ -6,6 +6,7 @@ package run
 
 import (
 	"encoding/json"
+	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -113,4 +114,22 @@ type Plan struct {
 	// OutputChanges names the outputs whose values would change (not in
 	// the hash: a gate approves changes of resources).
 	OutputChanges []string `json:"outputChanges,omitempty"`
+}
+
+// ResultData is the data of the result Secret that reports res.
+func ResultData(res *Result) (map[string][]byte, error) {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{KeyResult: b}, nil
+}
+
+// ResultOf reads the result a result Secret's data reports.
+func ResultOf(data map[string][]byte) (*Result, error) {
+	var res Result
+	if err := json.Unmarshal(data[KeyResult], &res); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", KeyResult, err)
+	}
+	return &res, nil
 }

@@ -517,18 +517,18 @@ func (r *Runner) saveDurableInputsOnce(ctx context.Context, data map[string][]by
 }
 
 func (r *Runner) writeResult(ctx context.Context, res *run.Result) error {
-	b, err := json.Marshal(res)
+	data, err := run.ResultData(res)
 	if err != nil {
 		return err
 	}
-	return retry.Transiently(ctx, func() error { return r.writeResultOnce(ctx, b) })
+	return retry.Transiently(ctx, func() error { return r.writeResultOnce(ctx, data) })
 }
 
-func (r *Runner) writeResultOnce(ctx context.Context, b []byte) error {
+func (r *Runner) writeResultOnce(ctx context.Context, data map[string][]byte) error {
 	labels := withType(names.ObjectLabels(r.Config.ObjectKind, r.Config.ObjectName, r.Config.ObjectUID), names.SecretTypeResult)
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
 	secrets := r.Client.CoreV1().Secrets(r.Config.Namespace)
-	name, data := r.obj.Result(r.Config.Job), map[string][]byte{run.KeyResult: b}
+	name := r.obj.Result(r.Config.Job)
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
 		Data:       data,

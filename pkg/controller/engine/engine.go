@@ -7,7 +7,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -698,11 +697,11 @@ func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*run.
 	if err != nil {
 		return nil, err
 	}
-	var res run.Result
-	if err := json.Unmarshal(sec.Data[run.KeyResult], &res); err != nil {
+	res, err := run.ResultOf(sec.Data)
+	if err != nil {
 		return nil, fmt.Errorf("result of Job %s: %w", job.Name, err)
 	}
-	return &res, nil
+	return res, nil
 }
 
 // deletePreviousRunSecrets deletes the run Secrets of the Job that ran op

@@ -2,7 +2,6 @@ package jobmetrics
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"time"
 
@@ -66,12 +65,12 @@ func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *m
 	if err != nil {
 		return nil, err
 	}
-	var res run.Result
-	if err := json.Unmarshal(sec.Data[run.KeyResult], &res); err != nil {
+	res, err := run.ResultOf(sec.Data)
+	if err != nil {
 		klog.FromContext(ctx).Info("Unreadable result", "job", klog.KObj(job), "err", err)
 		return nil, nil
 	}
-	return &res, nil
+	return res, nil
 }
 
 // observe counts a finished Job of an object of kind.
