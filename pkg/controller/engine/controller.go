@@ -131,7 +131,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
-	c.engine = &Engine{Kube: cc.Kube, Jobs: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
+	c.engine = &Engine{Kube: cc.Kube, JobControl: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
 		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs}
@@ -264,7 +264,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		c.engine.SetReady(s, metav1.ConditionFalse, reason, msg)
 		return nil
 	}
-	if running, err := c.engine.Running(ctx, s); err != nil || running {
+	if running, err := c.engine.ReportRunning(ctx, s); err != nil || running {
 		return err
 	}
 	in, err := c.render(ctx, s)
@@ -294,7 +294,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 			return err
 		}
 	}
-	c.engine.Applied(s, in.Hash, job, res)
+	c.engine.RecordApplied(s, in.Hash, job, res)
 	return nil
 }
 

@@ -27,5 +27,5 @@ func (c *Controller[T]) QueueForTest() workqueue.TypedRateLimitingInterface[cach
 
 // UseForTest replaces the Job API and the event sink with fakes.
 func (c *Controller[T]) UseForTest(jobs JobControl, recorder record.EventRecorder) {
-	c.engine.Jobs, c.engine.Recorder = jobs, recorder
+	c.engine.JobControl, c.engine.Recorder = jobs, recorder
 }

@@ -180,10 +180,10 @@ func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bo
 	return sec, nil
 }
 
-// applied tells whether obj's infrastructure may exist: its status or its
+// mayHaveInfrastructure tells whether obj's infrastructure may exist: its status or its
 // durable inputs say an apply succeeded. The status alone is not enough:
 // clusterctl move and restores from backups do not carry it.
-func (e *Engine) applied(ctx context.Context, obj Object) (bool, error) {
+func (e *Engine) mayHaveInfrastructure(ctx context.Context, obj Object) (bool, error) {
 	st := obj.WorkspaceStatus()
 	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) {
 		return true, nil
@@ -199,7 +199,7 @@ func (e *Engine) applied(ctx context.Context, obj Object) (bool, error) {
 // finalizer.
 func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
 	obj := r.Obj
-	applied, err := e.applied(ctx, obj)
+	applied, err := e.mayHaveInfrastructure(ctx, obj)
 	if err != nil {
 		return false, false, err
 	}
@@ -340,24 +340,6 @@ func nilIfEmpty[T any](list []T) []T {
 		return nil
 	}
 	return list
-}
-
-// releaseState runs once obj's infrastructure is destroyed: its state
-// Secrets, lock and leftover run inputs go.
-func (e *Engine) releaseState(ctx context.Context, obj Object) error {
-	secrets, runInputs, err := e.objectSecrets(ctx, obj)
-	if err != nil {
-		return err
-	}
-	errs := []error{e.deleteRunInputs(ctx, runInputs)}
-	for _, s := range secrets {
-		errs = append(errs, statestore.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
-	}
-	err = e.Kube.CoordinationV1().Leases(obj.GetNamespace()).Delete(ctx, e.Names(obj).Lock(), metav1.DeleteOptions{})
-	if !apierrors.IsNotFound(err) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }
 
 // abandon keeps state, backups and inputs, labelled so an operator finds
