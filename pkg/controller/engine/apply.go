@@ -74,10 +74,10 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 }
 
 // ReportRunning reports in the status a Job of the object that runs, and
-// says whether one does, unless it is a drift
-// check (which Apply stops for changed inputs): while it runs nothing needs
-// the inputs, and syncs that come with its progress (its pod, Cluster API's
-// status patches) read no Secret or ConfigMap.
+// says whether one does; a drift check does not count (Apply stops it for
+// changed inputs). While a Job runs nothing needs the inputs, and syncs
+// that come with its progress (its pod, Cluster API's status patches) read
+// no Secret or ConfigMap.
 func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
 	active := activeJob(r.Jobs)
 	if active == nil || active.Operation == infrav1.OperationDrift {
