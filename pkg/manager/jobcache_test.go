@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 )
 
 // jobsPerObject is what an object with drift checks on keeps once it has
@@ -31,9 +31,9 @@ func finishedJob(i int) *batchv1.Job {
 	if i%jobsPerObject == 0 {
 		op = infrav1.OperationApply
 	}
-	job := engine.BuildJob(engine.JobSpec{Owner: owner, OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
+	job := workspace.BuildJob(workspace.JobSpec{Owner: owner, OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
 		Operation: op, InputsHash: "a339ee2449a91875", InputsBytes: 208, Attempt: i % jobsPerObject, Image: "captf:v0.1.0",
-		Policy: engine.EffectivePolicy(nil, nil), Backups: 5, RunnerAPI: "https://captf-runner-api.captf-system.svc:9445"})
+		Policy: workspace.EffectivePolicy(nil, nil), Backups: 5, RunnerAPI: "https://captf-runner-api.captf-system.svc:9445"})
 	job.UID = types.UID(fmt.Sprintf("d76ae80b-94e3-43fa-a943-%012d", i))
 	job.ResourceVersion = fmt.Sprint(100000 + i)
 	job.Generation = 1
@@ -71,7 +71,7 @@ func BenchmarkJobCache(b *testing.B) {
 	perJob := heapPerObject(b, wire, func(data []byte) (any, error) {
 		job := &batchv1.Job{}
 		return job, job.Unmarshal(data)
-	}, cacheTransform(newSharedStrings(), engine.CacheJob), engine.JobIndexers)
+	}, cacheTransform(newSharedStrings(), workspace.CacheJob), workspace.JobIndexers)
 	b.ReportMetric(perJob, "B/job")
 }
 

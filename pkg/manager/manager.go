@@ -49,7 +49,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/controller/jobmetrics"
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
@@ -318,26 +318,26 @@ func (m *manager) controllers() []controllerDescriptor {
 		engineController(terraformcluster.Kind, o.ClusterConcurrency),
 		engineController(terraformmachine.Kind, o.MachineConcurrency),
 		engineController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
-		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ engine.Config) (controller.Interface, error) {
+		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
 		}},
-		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, _ engine.Config) (controller.Interface, error) {
+		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
 			return jobmetrics.NewController(ctx, cc)
 		}},
 	}
 }
 
 // engineController describes the engine's controller of kind.
-func engineController[T engine.Object](kind engine.Kind[T], workers int) controllerDescriptor {
-	return controllerDescriptor{kind.Name(), workers, func(ctx context.Context, cc controller.Context, config engine.Config) (controller.Interface, error) {
-		return engine.NewController(ctx, cc, config, kind)
+func engineController[T workspace.Object](kind workspace.Kind[T], workers int) controllerDescriptor {
+	return controllerDescriptor{kind.Name(), workers, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
+		return workspace.NewController(ctx, cc, config, kind)
 	}}
 }
 
 type controllerDescriptor struct {
 	name    string
 	workers int
-	new     func(context.Context, controller.Context, engine.Config) (controller.Interface, error)
+	new     func(context.Context, controller.Context, workspace.Config) (controller.Interface, error)
 }
 
 // runControllers builds the controllers and the informers they ask for, and
@@ -386,23 +386,23 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 // informers makes the clients and shared informer factories the
 // controllers ask from; start starts whatever they asked for, and the stop
 // it returns shuts them down.
-func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config, func(context.Context) func(), error) {
+func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Config, func(context.Context) func(), error) {
 	o := m.options
 	var cc controller.Context
 	var err error
 	if cc.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return cc, engine.Config{}, nil, err
+		return cc, workspace.Config{}, nil, err
 	}
 	if cc.CAPTF, err = versioned.NewForConfig(cfg); err != nil {
-		return cc, engine.Config{}, nil, err
+		return cc, workspace.Config{}, nil, err
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return cc, engine.Config{}, nil, err
+		return cc, workspace.Config{}, nil, err
 	}
 	meta, err := metadata.NewForConfig(cfg)
 	if err != nil {
-		return cc, engine.Config{}, nil, err
+		return cc, workspace.Config{}, nil, err
 	}
 	// --watch-filter: the objects of another instance (a canary, a tenant's
 	// own) are not even cached.
@@ -417,32 +417,32 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, engine.Config
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
 	// never cached, so memory does not grow with state size.
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(cacheTransform(shared, engine.CacheJob)),
+		informers.WithTransform(cacheTransform(shared, workspace.CacheJob)),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
 	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter), shared}
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
 	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
-		func(lo *metav1.ListOptions) { lo.LabelSelector = engine.StateSecretsSelector })
+		func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
 	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
-	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, engine.CacheStateSecret)); err != nil {
-		return cc, engine.Config{}, nil, err
+	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, workspace.CacheStateSecret)); err != nil {
+		return cc, workspace.Config{}, nil, err
 	}
-	access := &engine.RunnerAccess{Client: cc.Kube}
+	access := &workspace.RunnerAccess{Client: cc.Kube}
 	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer()); err != nil {
-		return cc, engine.Config{}, nil, err
+		return cc, workspace.Config{}, nil, err
 	}
 	// The one clock of the controllers' decisions.
 	clk := clock.RealClock{}
-	api := engine.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
-	slots := engine.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, clk)
+	api := workspace.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
+	slots := workspace.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, clk)
 	if slots != nil {
 		if err := slots.Watch(cc.KubeInformers.Batch().V1().Jobs().Informer()); err != nil {
-			return cc, engine.Config{}, nil, err
+			return cc, workspace.Config{}, nil, err
 		}
 	}
-	config := engine.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
-		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &engine.Collector{MaxStateBytes: o.MaxStateBytes},
+	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
+		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
 		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta), Clock: clk}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
@@ -587,10 +587,6 @@ func namespaceOrAll(ns string) string {
 	return ns
 }
 
-// workspace is a Terraform* object that is not a template.
-type workspace interface {
-	WorkspaceStatus() *infrav1.WorkspaceStatus
-}
 
 // newSharedStrings is the pool of the strings the informers' objects
 // share: label keys, and the values of the labels that repeat.
@@ -615,9 +611,9 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		meta.SetManagedFields(nil)
 		shared.Meta(meta)
 		switch o := obj.(type) {
-		case workspace:
+		case workspace.Object: // a Terraform* object that is not a template
 			shared.Conditions(o.WorkspaceStatus().Conditions)
-		case *engine.CachedJob:
+		case *workspace.CachedJob:
 			o.Operation = infrav1.Operation(shared.String(string(o.Operation)))
 			for i := range o.Status.Conditions {
 				c := &o.Status.Conditions[i]
@@ -637,7 +633,7 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 // installed since) or a resource gone (a version no longer served) reads
 // it again, at most once a minute: a tenant's Machine naming kinds that do
 // not exist must not cost the API server a discovery each sync.
-func bootstrapConfigs(kube kubernetes.Interface, meta metadata.Interface) engine.BootstrapConfigReader {
+func bootstrapConfigs(kube kubernetes.Interface, meta metadata.Interface) workspace.BootstrapConfigReader {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 	var mu sync.Mutex
 	var lastReset time.Time

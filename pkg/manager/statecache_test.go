@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/statestore"
 )
@@ -65,7 +65,7 @@ func BenchmarkStateSecretCache(b *testing.B) {
 		id := fmt.Sprintf("%05d", i)
 		wire[i] = []byte(strings.NewReplacer("00000\"", id+"\"", "00000-", id+"-", "000000000000", "0000000"+id).Replace(head))
 	}
-	for name, trim := range map[string]func(any) any{"trimmed": engine.CacheStateSecret, "untrimmed": nil} {
+	for name, trim := range map[string]func(any) any{"trimmed": workspace.CacheStateSecret, "untrimmed": nil} {
 		b.Run(name, func(b *testing.B) {
 			perHead := heapPerObject(b, wire, func(data []byte) (any, error) {
 				m := &metav1.PartialObjectMetadata{}

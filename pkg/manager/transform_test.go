@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/intern"
 	"github.com/captf/captf/pkg/names"
 )
@@ -41,7 +41,7 @@ func TestCacheTransform(t *testing.T) {
 		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
 			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"},
 			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"}}}
-	cachedJob := &engine.CachedJob{
+	cachedJob := &workspace.CachedJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", CreationTimestamp: start,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1", Controller: &yes}}},
 		ObjectUID: "u1", Operation: infrav1.OperationDrift, InputsHash: "h", Attempt: 1, ApprovedPlan: "p", InputsBytes: 100,
@@ -54,20 +54,20 @@ func TestCacheTransform(t *testing.T) {
 		in   any
 		want any
 	}{
-		"a Job keeps what CAPTF reads of it": {trim: engine.CacheJob,
+		"a Job keeps what CAPTF reads of it": {trim: workspace.CacheJob,
 			in: &batchv1.Job{ObjectMeta: jobMeta, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: "runner", Image: "captf"}}}}}, Status: jobStatus},
 			want: cachedJob},
-		"a failed Job keeps why, and its terminating pods": {trim: engine.CacheJob,
+		"a failed Job keeps why, and its terminating pods": {trim: workspace.CacheJob,
 			in: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
 				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"},
 				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}},
-			want: &engine.CachedJob{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
+			want: &workspace.CachedJob{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
 				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}},
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
 			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},
-		"a state head keeps what the checks read": {trim: engine.CacheStateSecret,
+		"a state head keeps what the checks read": {trim: workspace.CacheStateSecret,
 			in: &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{
 				Name: "captf-tfm-m-state", Namespace: "tenant", UID: "s1", ResourceVersion: "9", CreationTimestamp: start,
 				Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: "tfm", names.LabelObjectName: "m",

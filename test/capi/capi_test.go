@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -332,12 +332,12 @@ func machine(t *testing.T, ns, root, instances string) {
 		}
 		c := meta.FindStatusCondition(tmNow.Status.Conditions, infrav1.ConditionDrifted)
 		_, statErr := os.Stat(filepath.Join(instances, "worker-0"))
-		return statErr == nil && c != nil && c.Reason == engine.ReasonConverged && tmNow.Status.Ready, nil
+		return statErr == nil && c != nil && c.Reason == workspace.ReasonConverged && tmNow.Status.Ready, nil
 	})
 	if err != nil {
 		t.Fatalf("the drifted machine did not converge: conditions %+v", tmNow.Status.Conditions)
 	}
-	events, _ := plane.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=worker-0,reason=" + engine.ReasonDriftDetected})
+	events, _ := plane.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=worker-0,reason=" + workspace.ReasonDriftDetected})
 	if len(events.Items) == 0 || !strings.Contains(events.Items[0].Message, "1 to replace") || !strings.Contains(events.Items[0].Message, "remediating with an apply") {
 		t.Errorf("DriftDetected events: %+v", events.Items)
 	}

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 )
 
 // TestDrift: a drift check runs every spec.drift.interval against the
@@ -30,7 +30,7 @@ func TestDrift(t *testing.T) {
 	e.create(tc)
 	e.waitFor("drifty", 2*time.Minute, "a clean drift check", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionDrifted)
-		return isReady(tc) && c != nil && c.Reason == engine.ReasonNoDrift && tc.Status.LastDriftCheckTime != nil
+		return isReady(tc) && c != nil && c.Reason == workspace.ReasonNoDrift && tc.Status.LastDriftCheckTime != nil
 	})
 	changed := time.Now()
 	if err := os.WriteFile(filepath.Join(e.instances, "drifty-0"), []byte("zone=elsewhere\n"), 0o644); err != nil {

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/test/framework"
 )
@@ -102,7 +102,7 @@ func TestDestructivePlanGate(t *testing.T) {
 	applies := len(e.jobs("apply"))
 	e.annotate("gated", infrav1.AnnotationApproveDestructivePlan, h1)
 	tc = waitCondition(e, "gated", infrav1.ConditionDestructivePlanBlocked, "the stale approval refused", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-		return c.Reason == engine.ReasonApprovalForAnotherPlan
+		return c.Reason == workspace.ReasonApprovalForAnotherPlan
 	})
 	if msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message; !strings.Contains(msg, "names "+h1+", which is not the plan waiting") || !strings.Contains(msg, "approve-destructive-plan="+h2) {
 		t.Errorf("after a stale approval the condition says %q", msg)
@@ -161,7 +161,7 @@ func TestApprovedPlanChanged(t *testing.T) {
 	}
 	e.annotate("moving", infrav1.AnnotationApproveDestructivePlan, h1)
 	tc = waitCondition(e, "moving", infrav1.ConditionDestructivePlanBlocked, "re-armed", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-		return c.Reason == engine.ReasonPlanChanged
+		return c.Reason == workspace.ReasonPlanChanged
 	})
 	h2 := tc.Status.LastPlan.Hash
 	msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message

@@ -16,7 +16,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 )
 
@@ -40,7 +40,7 @@ func TestMaxConcurrentJobs(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		active := 0
 		for _, j := range e.jobs("") {
-			if finished, _ := engine.JobFinished(engine.CachedJobFrom(&j)); !finished {
+			if finished, _ := workspace.JobFinished(workspace.CachedJobFrom(&j)); !finished {
 				active++
 			}
 		}
@@ -48,7 +48,7 @@ func TestMaxConcurrentJobs(t *testing.T) {
 		ready := 0
 		for _, name := range names {
 			tc := e.get(name)
-			if c := condition(tc, infrav1.ConditionReady); c != nil && c.Reason == engine.ReasonWaitingForJobSlot {
+			if c := condition(tc, infrav1.ConditionReady); c != nil && c.Reason == workspace.ReasonWaitingForJobSlot {
 				sawWaiting = true
 			}
 			if isReady(tc) {
@@ -104,12 +104,12 @@ func TestDriftYieldsToApply(t *testing.T) {
 	e.create(e.localCloud("long", e.newCluster("long", false), map[string]any{"instances": 1, "sleep_seconds": 20}))
 	e.waitFor("long", time.Minute, "applying", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionReady)
-		return c != nil && c.Reason == engine.ReasonApplying
+		return c != nil && c.Reason == workspace.ReasonApplying
 	})
 	e.create(e.localCloud("late", e.newCluster("late", false), map[string]any{"instances": 1}))
 	e.waitFor("late", 15*time.Second, "waiting for the slot", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionReady)
-		return c != nil && c.Reason == engine.ReasonWaitingForJobSlot
+		return c != nil && c.Reason == workspace.ReasonWaitingForJobSlot
 	})
 	if !isReady(e.get("long")) {
 		e.waitFor("long", time.Minute, "Ready", isReady)
@@ -276,14 +276,14 @@ func TestResourceQuota(t *testing.T) {
 	}
 	quotaExceeded := func(quota string) func(*metav1.Condition, *infrav1.TerraformCluster) bool {
 		return func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-			return c.Status == metav1.ConditionFalse && c.Reason == engine.ReasonQuotaExceeded && strings.Contains(c.Message, "exceeded quota: "+quota)
+			return c.Status == metav1.ConditionFalse && c.Reason == workspace.ReasonQuotaExceeded && strings.Contains(c.Message, "exceeded quota: "+quota)
 		}
 	}
 
 	quota("runner-jobs", corev1.ResourceList{"count/jobs.batch": resource.MustParse("0")})
 	e.create(e.localCloud("quota", e.newCluster("quota", false), map[string]any{"instances": 1}))
-	waitCondition(e, "quota", infrav1.ConditionReady, engine.ReasonQuotaExceeded, quotaExceeded("runner-jobs"))
-	if ev := findEvent(t, e.ns, "quota", engine.ReasonQuotaExceeded); ev == nil || !strings.Contains(ev.Message, "runner-jobs") {
+	waitCondition(e, "quota", infrav1.ConditionReady, workspace.ReasonQuotaExceeded, quotaExceeded("runner-jobs"))
+	if ev := findEvent(t, e.ns, "quota", workspace.ReasonQuotaExceeded); ev == nil || !strings.Contains(ev.Message, "runner-jobs") {
 		t.Errorf("no QuotaExceeded event naming the quota: %+v", ev)
 	}
 	if n := len(e.jobs("")); n != 0 {
@@ -293,7 +293,7 @@ func TestResourceQuota(t *testing.T) {
 	// The Job is allowed now, its pod is not.
 	quota("runner-pods", corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")})
 	unquota("runner-jobs")
-	tc := waitCondition(e, "quota", infrav1.ConditionReady, engine.ReasonQuotaExceeded, quotaExceeded("runner-pods"))
+	tc := waitCondition(e, "quota", infrav1.ConditionReady, workspace.ReasonQuotaExceeded, quotaExceeded("runner-pods"))
 	jobs := e.jobs("apply")
 	if len(jobs) != 1 || !strings.Contains(condition(tc, infrav1.ConditionReady).Message, jobs[0].Name) {
 		t.Errorf("Jobs %d; the message %q should name the one whose pod is refused", len(jobs), condition(tc, infrav1.ConditionReady).Message)

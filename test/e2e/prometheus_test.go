@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -116,7 +116,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	e.create(broken)
 	e.waitFor("drifty", 2*time.Minute, "a clean drift check", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionDrifted)
-		return isReady(tc) && c != nil && c.Reason == engine.ReasonNoDrift
+		return isReady(tc) && c != nil && c.Reason == workspace.ReasonNoDrift
 	})
 	if err := os.WriteFile(filepath.Join(e.instances, "drifty-0"), []byte("zone=elsewhere\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/statestore"
 )
@@ -52,7 +52,7 @@ func TestRestoreState(t *testing.T) {
 	})
 	tc := e.waitFor("restore", time.Minute, "BackupNotFound", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionStateRestored)
-		return c != nil && c.Reason == engine.ReasonBackupNotFound
+		return c != nil && c.Reason == workspace.ReasonBackupNotFound
 	})
 	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, unknown+", which is not a state backup of this object; nothing was changed") || !strings.Contains(msg, oneInstance) {
 		t.Errorf("StateRestored message %q", msg)
@@ -60,7 +60,7 @@ func TestRestoreState(t *testing.T) {
 	if now, _ := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, n.State(), metav1.GetOptions{}); now.ResourceVersion != state.ResourceVersion {
 		t.Errorf("the state Secret changed after a restore of an unknown backup")
 	}
-	if ev := findEvent(t, e.ns, "restore", engine.ReasonBackupNotFound); ev == nil {
+	if ev := findEvent(t, e.ns, "restore", workspace.ReasonBackupNotFound); ev == nil {
 		t.Errorf("no BackupNotFound event")
 	}
 
@@ -71,9 +71,9 @@ func TestRestoreState(t *testing.T) {
 	})
 	tc = e.waitFor("restore", 2*time.Minute, "restored and applied again", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionStateRestored)
-		return c != nil && c.Reason == engine.ReasonRestored && isReady(tc) &&
+		return c != nil && c.Reason == workspace.ReasonRestored && isReady(tc) &&
 			tc.Status.LastRestore != nil && !tc.Status.LastAppliedTime.Before(&tc.Status.LastRestore.Time) &&
-			condition(tc, infrav1.ConditionReady).Reason == engine.ReasonApplied
+			condition(tc, infrav1.ConditionReady).Reason == workspace.ReasonApplied
 	})
 	if _, ok := tc.Annotations[infrav1.AnnotationRestoreState]; ok {
 		t.Errorf("the restore annotation is still there")
@@ -171,9 +171,9 @@ func TestForgedBackupCannotExhaustTheManager(t *testing.T) {
 	}
 	e.waitFor("forged", 5*time.Minute, "restored", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionStateRestored)
-		return c != nil && (c.Reason == engine.ReasonRestored || c.Reason == engine.ReasonRestoreFailed)
+		return c != nil && (c.Reason == workspace.ReasonRestored || c.Reason == workspace.ReasonRestoreFailed)
 	})
-	if c := condition(e.get("forged"), infrav1.ConditionStateRestored); c.Reason != engine.ReasonRestored {
+	if c := condition(e.get("forged"), infrav1.ConditionStateRestored); c.Reason != workspace.ReasonRestored {
 		t.Errorf("StateRestored %s: %s", c.Reason, c.Message)
 	}
 	after := procStatus(t, m.Pid())

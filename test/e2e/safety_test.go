@@ -31,7 +31,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/statestore"
@@ -183,7 +183,7 @@ func TestOneObjectOneState(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.create(e.localCloud(name, e.newCluster(name, false), map[string]any{}))
-		tc := e.waitFor(name, time.Minute, "StateOwnedByOther", readyReason(engine.ReasonStateOwnedByOther))
+		tc := e.waitFor(name, time.Minute, "StateOwnedByOther", readyReason(workspace.ReasonStateOwnedByOther))
 		if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, `records tfc "victim.m1" as its owner`) {
 			t.Errorf("%s: Ready message %q", name, msg)
 		}
@@ -254,7 +254,7 @@ func TestNamespaceDeleteKeepsState(t *testing.T) {
 	if err := plane.Kube.CoreV1().Namespaces().Delete(context.Background(), e.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tc := e.waitFor("doomed", 2*time.Minute, "NamespaceTerminating", readyReason(engine.ReasonNamespaceTerminating))
+	tc := e.waitFor("doomed", 2*time.Minute, "NamespaceTerminating", readyReason(workspace.ReasonNamespaceTerminating))
 	msg := condition(tc, infrav1.ConditionReady).Message
 	for _, want := range []string{"Namespace " + e.ns + " is being deleted", infrav1.AnnotationAbandonInfrastructure + "=true", "kubectl get secrets -n " + e.ns} {
 		if !strings.Contains(msg, want) {
@@ -318,10 +318,10 @@ func TestStateMissing(t *testing.T) {
 	if want := "kubectl annotate terraformcluster -n " + e.ns + " lost " + infrav1.AnnotationRestoreState + "=" + backups[0]; !strings.Contains(msg, want) {
 		t.Errorf("StateMissing message %q lacks %q", msg, want)
 	}
-	if c := condition(tc, infrav1.ConditionReady); c.Reason != engine.ReasonStateMissing {
+	if c := condition(tc, infrav1.ConditionReady); c.Reason != workspace.ReasonStateMissing {
 		t.Errorf("Ready %s: %s", c.Reason, c.Message)
 	}
-	if findEvent(t, e.ns, "lost", engine.ReasonStateMissing) == nil {
+	if findEvent(t, e.ns, "lost", workspace.ReasonStateMissing) == nil {
 		t.Error("no StateMissing event")
 	}
 	if body := e.scrape(m); !strings.Contains(body, `captf_state_missing{kind="TerraformCluster",name="lost",namespace="`+e.ns+`"} 1`) {
@@ -356,7 +356,7 @@ func TestStateMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.deleteTC("lost", metav1.DeletePropagationBackground)
-	e.waitFor("lost", time.Minute, "StateMissing while deleted", readyReason(engine.ReasonStateMissing))
+	e.waitFor("lost", time.Minute, "StateMissing while deleted", readyReason(workspace.ReasonStateMissing))
 	if jobs := e.jobs("destroy"); len(jobs) != 0 {
 		t.Errorf("%d destroy Jobs on a missing state", len(jobs))
 	}
@@ -424,7 +424,7 @@ func TestAbandonWaitsForTheJob(t *testing.T) {
 	// An object of the same name does not take the abandoned state up on its
 	// own; once the label goes, it does, and creates nothing twice.
 	e.create(e.localCloud("quit", cluster, map[string]any{}))
-	tc := e.waitFor("quit", time.Minute, "StateAbandoned", readyReason(engine.ReasonStateAbandoned))
+	tc := e.waitFor("quit", time.Minute, "StateAbandoned", readyReason(workspace.ReasonStateAbandoned))
 	if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, names.LabelAbandoned+"-") {
 		t.Errorf("Ready message %q does not say how to take the state up", msg)
 	}
@@ -469,7 +469,7 @@ func TestGzipBombRestore(t *testing.T) {
 	before := e.stateOf("bomb").instances()
 	e.annotate("bomb", infrav1.AnnotationRestoreState, bomb.Name)
 	tc := waitCondition(e, "bomb", infrav1.ConditionStateRestored, "BackupTooLarge", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-		return c.Reason == engine.ReasonBackupTooLarge
+		return c.Reason == workspace.ReasonBackupTooLarge
 	})
 	if msg := condition(tc, infrav1.ConditionStateRestored).Message; !strings.Contains(msg, "over 134217728 bytes") || !strings.Contains(msg, "nothing was changed") {
 		t.Errorf("StateRestored message %q", msg)
@@ -499,7 +499,7 @@ func TestRestoreKeepsItsBackup(t *testing.T) {
 	}
 	e.annotate("keep", infrav1.AnnotationRestoreState, backups[0])
 	waitCondition(e, "keep", infrav1.ConditionStateRestored, "Restored", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-		return c.Reason == engine.ReasonRestored
+		return c.Reason == workspace.ReasonRestored
 	})
 	if now := backupNames(t, e.ns); !slices.Contains(now, backups[0]) {
 		t.Errorf("backups after the restore %v: the restored %s is gone", now, backups[0])

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/test/framework"
 )
@@ -164,7 +164,7 @@ func exported() map[string]bool {
 	ch := make(chan *prometheus.Desc, 256)
 	go func() {
 		metrics.Describe(ch)
-		(&engine.Collector{}).Describe(ch)
+		(&workspace.Collector{}).Describe(ch)
 		close(ch)
 	}()
 	fq := regexp.MustCompile(`fqName: "([a-zA-Z_:][a-zA-Z0-9_:]*)"`)

@@ -2,7 +2,7 @@
 // leader sees one finish: failures and their reasons, durations, queue
 // times, and what the runner reported (lock waits, force unlocks, backups,
 // unusable states). Gauges are not kept here: they are computed from the
-// caches at each scrape (engine.Collector).
+// caches at each scrape (workspace.Collector).
 package jobmetrics
 
 import (
@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -20,7 +20,7 @@ const ControllerName = "jobmetrics"
 // Controller observes finished runner Jobs.
 type Controller struct {
 	client resultReader
-	jobs   cache.Indexer // of engine.CachedJob
+	jobs   cache.Indexer // of workspace.CachedJob
 	loop   *controller.Loop
 }
 
@@ -47,15 +47,15 @@ func (c *Controller) HasSynced() bool { return c.loop.HasSynced() }
 // counts: Jobs that finished before this manager started, seen as adds,
 // were counted by the one before (or are lost with its counters).
 func (c *Controller) updateJob(old, cur any) {
-	o, ok1 := old.(*engine.CachedJob)
-	j, ok2 := cur.(*engine.CachedJob)
+	o, ok1 := old.(*workspace.CachedJob)
+	j, ok2 := cur.(*workspace.CachedJob)
 	if !ok1 || !ok2 || j.Operation == "" {
 		return
 	}
-	if was, _ := engine.JobFinished(o); was {
+	if was, _ := workspace.JobFinished(o); was {
 		return
 	}
-	if now, _ := engine.JobFinished(j); now {
+	if now, _ := workspace.JobFinished(j); now {
 		c.loop.Queue.Add(cache.MetaObjectToName(j))
 	}
 }

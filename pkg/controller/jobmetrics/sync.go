@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
@@ -37,7 +37,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	job, ok := obj.(*engine.CachedJob)
+	job, ok := obj.(*workspace.CachedJob)
 	if !exists || !ok {
 		klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
 		return nil
@@ -56,7 +56,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 
 // result reads what the runner reported; nil when it reported nothing (a
 // pod killed early) or something unreadable.
-func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *metav1.OwnerReference) (*run.Result, error) {
+func (c *Controller) result(ctx context.Context, job *workspace.CachedJob, owner *metav1.OwnerReference) (*run.Result, error) {
 	n := names.ObjectOf(owner.Kind, owner.Name)
 	sec, err := c.client.Get(ctx, job.Namespace, n.Result(job.Name))
 	if apierrors.IsNotFound(err) {
@@ -74,9 +74,9 @@ func (c *Controller) result(ctx context.Context, job *engine.CachedJob, owner *m
 }
 
 // observe counts a finished Job of an object of kind.
-func observe(job *engine.CachedJob, kind string, res *run.Result) {
+func observe(job *workspace.CachedJob, kind string, res *run.Result) {
 	op := string(job.Operation)
-	finished, succeeded := engine.JobFinished(job)
+	finished, succeeded := workspace.JobFinished(job)
 	if !finished {
 		return
 	}
@@ -97,7 +97,7 @@ func observe(job *engine.CachedJob, kind string, res *run.Result) {
 		start = res.Started.Time
 		metrics.JobQueue.WithLabelValues(kind, op).Observe(nonNegative(start.Sub(job.CreationTimestamp.Time)))
 	}
-	metrics.JobDuration.WithLabelValues(kind, op, result).Observe(nonNegative(engine.FinishTime(job).Sub(start)))
+	metrics.JobDuration.WithLabelValues(kind, op, result).Observe(nonNegative(workspace.FinishTime(job).Sub(start)))
 	if res == nil {
 		return
 	}
@@ -115,7 +115,7 @@ func observe(job *engine.CachedJob, kind string, res *run.Result) {
 	}
 }
 
-func failedReason(job *engine.CachedJob) string {
+func failedReason(job *workspace.CachedJob) string {
 	for _, c := range job.Status.Conditions {
 		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
 			return c.Reason

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
@@ -61,7 +61,7 @@ func TestSync(t *testing.T) {
 	}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, j := range jobs {
-		if err := indexer.Add(engine.CacheJob(j)); err != nil {
+		if err := indexer.Add(workspace.CacheJob(j)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestUpdateJob(t *testing.T) {
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())
 			defer q.ShutDown()
 			c := &Controller{loop: &controller.Loop{Queue: q}}
-			c.updateJob(engine.CacheJob(tc.old), engine.CacheJob(tc.cur))
+			c.updateJob(workspace.CacheJob(tc.old), workspace.CacheJob(tc.cur))
 			if q.Len() != tc.want {
 				t.Errorf("queued %d, want %d", q.Len(), tc.want)
 			}

@@ -15,7 +15,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/run"
 )
@@ -30,13 +30,13 @@ const (
 )
 
 // Kind is what TerraformClusters add to the engine's controller.
-var Kind = engine.Kind[*infrav1.TerraformCluster]{
+var Kind = workspace.Kind[*infrav1.TerraformCluster]{
 	GVK:       infrav1.SchemeGroupVersion.WithKind("TerraformCluster"),
 	Finalizer: infrav1.TerraformClusterFinalizer,
 	Owner:     capi.Cluster,
-	OwnerMissing: engine.Wait{Reason: ReasonWaitingForOwner,
+	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner,
 		Message: "Waiting for a Cluster to own this TerraformCluster: Cluster API sets the owner reference once the Cluster's spec.infrastructureRef names it"},
-	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformCluster] {
+	Client: func(c versioned.Interface, ns string) workspace.Client[*infrav1.TerraformCluster] {
 		return c.InfrastructureV1alpha1().TerraformClusters(ns)
 	},
 	Status: func(tc *infrav1.TerraformCluster) any { return &tc.Status },

@@ -12,7 +12,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/run"
 )
@@ -28,12 +28,12 @@ const (
 )
 
 // Kind is what TerraformMachines add to the engine's controller.
-var Kind = engine.Kind[*infrav1.TerraformMachine]{
+var Kind = workspace.Kind[*infrav1.TerraformMachine]{
 	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
 	Finalizer:    infrav1.TerraformMachineFinalizer,
 	Owner:        capi.Machine,
-	OwnerMissing: engine.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference"},
-	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformMachine] {
+	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference"},
+	Client: func(c versioned.Interface, ns string) workspace.Client[*infrav1.TerraformMachine] {
 		return c.InfrastructureV1alpha1().TerraformMachines(ns)
 	},
 	Status:           func(tm *infrav1.TerraformMachine) any { return &tm.Status },

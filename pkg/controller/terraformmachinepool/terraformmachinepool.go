@@ -13,7 +13,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
-	"github.com/captf/captf/pkg/controller/engine"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/run"
 )
@@ -25,12 +25,12 @@ const ReasonWaitingForOwner = "WaitingForMachinePoolOwner"
 const OutputProviderIDs = "provider_ids"
 
 // Kind is what TerraformMachinePools add to the engine's controller.
-var Kind = engine.Kind[*infrav1.TerraformMachinePool]{
+var Kind = workspace.Kind[*infrav1.TerraformMachinePool]{
 	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachinePool"),
 	Finalizer:    infrav1.TerraformMachinePoolFinalizer,
 	Owner:        capi.MachinePool,
-	OwnerMissing: engine.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference"},
-	Client: func(c versioned.Interface, ns string) engine.Client[*infrav1.TerraformMachinePool] {
+	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference"},
+	Client: func(c versioned.Interface, ns string) workspace.Client[*infrav1.TerraformMachinePool] {
 		return c.InfrastructureV1alpha1().TerraformMachinePools(ns)
 	},
 	Status:           func(p *infrav1.TerraformMachinePool) any { return &p.Status },

@@ -1,0 +1,264 @@
+package workspace
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/run"
+)
+
+// Apply drives the apply of in. It returns the result and Job of an apply of
+// in that succeeded and is not in the status yet, for the caller to read the
+// kind's outputs and then call Applied. Otherwise it returns nil: a Job
+// runs, was started, failed (retried after a backoff) or in is applied.
+func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *CachedJob, error) {
+	if active := activeJob(r.Jobs); active != nil {
+		return nil, nil, e.whileRunning(ctx, r, active, in.Hash)
+	}
+	if err := e.cleanupHistory(ctx, r); err != nil {
+		klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
+	}
+	st := r.Obj.WorkspaceStatus()
+	latest := latestJob(r.Jobs, infrav1.OperationApply, in.Hash)
+	// The state changed under the last apply (a restore, or drift to
+	// remediate): plan and apply again.
+	changed := e.stateChangedAfter(r)
+	if latest != nil && latest.CreationTimestamp.Time.Before(changed) {
+		if _, succeeded := JobFinished(latest); succeeded {
+			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, latest.Attempt+1, in.SecretData())
+		}
+	}
+	// Other inputs were applied after the last Job of these (the spec went
+	// back to earlier inputs): that Job's plan and outputs are of another
+	// infrastructure than today's.
+	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, latest.Attempt+1, in.SecretData())
+	}
+	if st.AppliedInputsHash == in.Hash {
+		// A refresh of the applied inputs: the caller reads its outputs.
+		if res, job, err := e.refreshResult(ctx, r); err != nil || res != nil {
+			return res, job, err
+		}
+	}
+	if latest == nil {
+		if st.AppliedInputsHash != in.Hash || (st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(changed)) {
+			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
+		}
+		// Applied, and its Jobs are gone from history (or the status came
+		// back with a restore).
+		e.upToDate(r)
+		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
+	}
+	if _, succeeded := JobFinished(latest); !succeeded {
+		return nil, nil, e.applyFailed(ctx, r, latest, in)
+	}
+	// A re-apply of applied inputs is new when it finished after the
+	// applied time the status holds.
+	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
+		e.RecordJob(r, latest, run.OutcomeSucceeded)
+		e.upToDate(r)
+		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
+	}
+	return e.applySucceeded(ctx, r, latest, in)
+}
+
+// ReportRunning reports in the status a Job of the object that runs, and
+// says whether one does; a drift check does not count (Apply stops it for
+// changed inputs). While a Job runs nothing needs the inputs, and syncs
+// that come with its progress (its pod, Cluster API's status patches) read
+// no Secret or ConfigMap.
+func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
+	active := activeJob(r.Jobs)
+	if active == nil || active.Operation == infrav1.OperationDrift {
+		return false, nil
+	}
+	return true, e.whileRunning(ctx, r, active, "")
+}
+
+// whileRunning reports the running Job; a drift check never holds up an
+// apply of other inputs: it is stopped.
+func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *CachedJob, hash string) error {
+	op := active.Operation
+	if op == infrav1.OperationDrift && r.Obj.WorkspaceStatus().AppliedInputsHash != hash {
+		if err := e.JobControl.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
+		return nil
+	}
+	e.RecordJob(r, active, "Running")
+	if refused, err := e.podRefused(ctx, r, active); err != nil || refused {
+		return err
+	}
+	if op == infrav1.OperationApply {
+		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
+	}
+	return nil
+}
+
+// stateChangedAfter is when the state last changed under the applied
+// inputs: the last restore, or drift to remediate.
+func (e *Engine) stateChangedAfter(r *Sync) time.Time {
+	after := r.ReapplyAfter
+	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(after) {
+		after = lr.Time.Time
+	}
+	return after
+}
+
+// applySucceeded reads the result of a successful apply Job: a plan held
+// for approval, a plan approved since (planned again), or outputs for the
+// caller.
+func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) (*run.Result, *CachedJob, error) {
+	res, err := e.readResult(ctx, r, job)
+	if errors.Is(err, errNoResult) {
+		// Nothing says what it applied or planned: plan again (an
+		// applied module plans no change).
+		klog.FromContext(ctx).Info("An apply Job's result is gone; planning again", "job", klog.KObj(job))
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, job.Attempt+1, in.SecretData())
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.Outcome != run.OutcomeBlocked || res.Plan == nil {
+		e.noPlanWaiting(r)
+		return res, job, nil
+	}
+	e.RecordJob(r, job, run.OutcomeBlocked)
+	if g := r.Gate; g != nil && g.Needed(res.Plan) == "" {
+		// Approved: plan again, and apply only if the plan is still the
+		// approved one.
+		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanApproved, "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
+		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, job.Attempt+1, in.SecretData())
+	}
+	e.reportBlocked(r, job, res.Plan)
+	return nil, nil, nil
+}
+
+// applyFailed reports a failed apply Job and retries it after a backoff,
+// unless its runner rescued a state that must be looked at first.
+func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) error {
+	attempt, retry := e.failed(ctx, r, job, ReasonApplyFailed, "terraform failed")
+	if !retry {
+		return nil
+	}
+	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
+}
+
+// failed reports a failed Job: Ready False with the runner's reason (else
+// reason) and a warning when that is news. It returns the attempt that
+// retries the Job, and whether that is due now; never while the runner's
+// rescued state waits for a person.
+func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, what string) (int, bool) {
+	e.RecordJob(r, job, run.OutcomeFailed)
+	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
+	if e.holdForRescue(r, job, res) {
+		return 0, false
+	}
+	msg := JobFailureMessage(job)
+	if res != nil && res.Error != "" {
+		msg = fmt.Sprintf("%s in %s (Job %s): %s", what, res.Stage, job.Name, res.Error)
+		reason = cmp.Or(res.Reason, reason)
+	}
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
+	attempt := job.Attempt + 1
+	if wait := Backoff(attempt) - e.Clock.Now().Sub(FinishTime(job)); wait > 0 {
+		r.Requeue = wait
+		return attempt, false
+	}
+	return attempt, true
+}
+
+// RecordApplied records a successful apply (or refresh) in the status.
+func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Result) {
+	st := r.Obj.WorkspaceStatus()
+	st.Outputs = publicOutputs(res.Outputs)
+	if res.Operation == infrav1.OperationRefresh {
+		t := metav1.NewTime(FinishTime(job))
+		st.LastRefreshTime = &t
+		e.RecordJob(r, job, run.OutcomeSucceeded)
+		return
+	}
+	st.AppliedInputsHash = hash
+	if res.Plan != nil {
+		st.AppliedPlanHash = res.Plan.Hash
+		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(FinishTime(job))}
+	}
+	msg := appliedMessage(st)
+	applied := metav1.NewTime(FinishTime(job))
+	st.LastAppliedTime = &applied
+	provisioned := true
+	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
+	st.Ready = true
+	e.RecordJob(r, job, run.OutcomeSucceeded)
+	e.clearDrifted(r.Obj)
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
+	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
+}
+
+// upToDate reports an object whose inputs are applied and need no Job: Ready
+// again after whatever wait came before (an owner, a pause, a restore).
+func (e *Engine) upToDate(r *Sync) {
+	e.noPlanWaiting(r)
+	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
+		return
+	}
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, appliedMessage(r.Obj.WorkspaceStatus()))
+}
+
+// appliedMessage is Ready's message of an applied object.
+func appliedMessage(st *infrav1.WorkspaceStatus) string {
+	if st.LastPlan == nil {
+		return "The module is applied"
+	}
+	return fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, planCounts(st.LastPlan.Summary))
+}
+
+// InvalidOutput reports an output the kind cannot read.
+func (e *Engine) InvalidOutput(r *Sync, err error) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ReasonInvalidOutput, ReasonInvalidOutput, err.Error())
+}
+
+// errNoResult: a finished Job's result is not there (its runner was killed
+// before writing it, or someone deleted it).
+var errNoResult = errors.New("finished without a result")
+
+// readResult reads what the runner of job reported.
+func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*run.Result, error) {
+	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := run.ResultOf(sec.Data)
+	if err != nil {
+		return nil, fmt.Errorf("result of Job %s: %w", job.Name, err)
+	}
+	return res, nil
+}
+
+func publicOutputs(outputs map[string]run.Output) map[string]runtime.RawExtension {
+	out := map[string]runtime.RawExtension{}
+	for k, o := range outputs {
+		if !o.Sensitive {
+			out[k] = runtime.RawExtension{Raw: o.Value}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

@@ -1,0 +1,460 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/controller"
+	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
+)
+
+// Ready reasons of machines and pools: Cluster API's own.
+const (
+	ReasonWaitingForClusterInfrastructureReady = "WaitingForClusterInfrastructureReady"
+	ReasonWaitingForControlPlaneInitialized    = "WaitingForControlPlaneInitialized"
+	ReasonWaitingForBootstrapData              = "WaitingForBootstrapData"
+)
+
+// Kind is what one kind of object adds to the controller every kind shares:
+// its Cluster API owner, its finalizer, its inputs and its outputs.
+type Kind[T Object] struct {
+	GVK       schema.GroupVersionKind
+	Finalizer string
+	// Owner is the Cluster API kind that owns the objects. Objects owned by
+	// a Machine or MachinePool belong to a Cluster: they wait for its
+	// infrastructure and get its job defaults and outputs.
+	Owner capi.Kind
+	// OwnerMissing is the Ready reason and message while Cluster API has
+	// not set the owner reference.
+	OwnerMissing Wait
+	// Client writes the objects of a namespace.
+	Client func(c versioned.Interface, namespace string) Client[T]
+	// Status is a pointer to the object's whole status: a sync writes it
+	// only when it changed.
+	Status func(T) any
+	// Gate, if set, holds plans for the approvals the object asks for.
+	Gate func(T) *approval.Gate
+	// Inputs adds the kind's captf_* inputs read from the owner.
+	Inputs func(owner *unstructured.Unstructured, inputs map[string]any)
+	// Outputs reads the kind's module outputs into the object's spec and
+	// status, and tells whether the spec changed. Before it sets provider
+	// IDs (machines and pools) it claims them: claim fails when another
+	// object holds one, and then nothing is set.
+	Outputs func(obj T, outputs map[string]run.Output, claim func(ids ...string) error) (specChanged bool, err error)
+	// HoldsProviderIDs: the kind's objects hold instances by provider ID
+	// (machines and pools), and no two objects may hold one.
+	HoldsProviderIDs bool
+}
+
+// Client writes objects of one kind: the generated typed clients are ones.
+type Client[T any] interface {
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// Controller reconciles the objects of one Kind: the cache checks, the
+// lifecycle (owner, finalizer, pause, deletion), the apply and the status
+// every kind shares, around what the Kind adds.
+type Controller[T Object] struct {
+	kind         Kind[T]
+	captf        versioned.Interface
+	objects      cache.Indexer
+	providerIDs  []cache.Indexer // machines and pools by provider ID; nil for clusters
+	owners       cache.GenericLister
+	clusters     cache.GenericLister
+	tcs          infralisters.TerraformClusterLister
+	loop         *controller.Loop
+	expectations *controller.Expectations
+	written      *controller.WrittenVersions
+	engine       *Engine
+}
+
+// Name names the controller of the kind in logs, events, metrics and field
+// managers: its kind in lower case.
+func (k Kind[T]) Name() string { return strings.ToLower(k.GVK.Kind) }
+
+// NewController wires a controller of kind to the informers it reads,
+// asking cc's factories for them.
+func NewController[T Object](ctx context.Context, cc controller.Context, config Config, kind Kind[T]) (*Controller[T], error) {
+	logger := klog.FromContext(ctx)
+	objects, err := cc.CAPTFInformers.ForResource(kind.GVK.GroupVersion().WithResource(kind.Name() + "s"))
+	if err != nil {
+		return nil, err
+	}
+	informer := objects.Informer()
+	jobs := cc.KubeInformers.Batch().V1().Jobs().Informer()
+	if _, ok := jobs.GetIndexer().GetIndexers()[JobsByObjectUID]; !ok {
+		if err := jobs.AddIndexers(JobIndexers); err != nil {
+			return nil, err
+		}
+	}
+	var providerIDs []cache.Indexer
+	if kind.HoldsProviderIDs {
+		if providerIDs, err = providerIDIndexes(cc); err != nil {
+			return nil, err
+		}
+	}
+	owners := cc.CAPIInformers.ForResource(kind.Owner.Resource)
+	clusters := cc.CAPIInformers.ForResource(capi.Cluster.Resource)
+	tcs := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters()
+	loop := controller.NewLoop(ctx, kind.Name(), cc.Kube)
+	clk := config.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	c := &Controller[T]{
+		kind: kind, captf: cc.CAPTF,
+		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),
+		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(),
+		providerIDs: providerIDs,
+	}
+	loop.Sync = c.sync
+	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
+	c.engine = &Engine{Kube: cc.Kube, JobControl: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
+		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage,
+		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
+		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs}
+	if config.Slots != nil {
+		config.Slots.OnFree(kind.GVK.Kind, func(o cache.ObjectName) { loop.Queue.Add(o) })
+	}
+	if err := c.engine.WatchStateSecrets(config.StateSecrets, loop); err != nil {
+		return nil, err
+	}
+	if config.Metrics != nil {
+		config.Metrics.add(c.engine, informer.GetIndexer())
+	}
+	handlers := []informerHandler{
+		{informer, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: c.updateObject, DeleteFunc: c.deleteObject}},
+		{jobs, JobEventHandler(logger, kind.GVK.Kind, loop.Queue, c.expectations)},
+		{owners.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.handleOwner, UpdateFunc: func(old, cur any) {
+			if cachedChanged(old, cur) {
+				c.handleOwner(cur)
+			}
+		}}},
+	}
+	if c.belongsToCluster() {
+		loop.Synced = append(loop.Synced, clusters.Informer().HasSynced, tcs.Informer().HasSynced)
+		handlers = append(handlers,
+			informerHandler{clusters.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
+				if cachedChanged(old, cur) {
+					c.handleCluster(cur)
+				}
+			}}},
+			informerHandler{tcs.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: c.handleTerraformCluster}})
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(h.h); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+type informerHandler struct {
+	informer cache.SharedIndexInformer
+	h        cache.ResourceEventHandler
+}
+
+// Run starts workers and blocks until ctx ends.
+func (c *Controller[T]) Run(ctx context.Context, workers int) { c.loop.Run(ctx, workers) }
+
+// HasSynced tells whether every informer the controller reads has synced.
+func (c *Controller[T]) HasSynced() bool { return c.loop.HasSynced() }
+
+// belongsToCluster tells whether the objects are a Cluster's machines or
+// pools, rather than its infrastructure.
+func (c *Controller[T]) belongsToCluster() bool { return c.kind.Owner.ClusterNamePath != nil }
+
+func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
+	logger := klog.FromContext(ctx).WithValues("object", key)
+	ctx = klog.NewContext(ctx, logger)
+	start := c.engine.Clock.Now()
+	defer func() { logger.V(4).Info("Finished syncing", "duration", c.engine.Clock.Since(start)) }()
+
+	o, exists, err := c.objects.GetByKey(key.String())
+	if err != nil {
+		return err
+	}
+	if !exists {
+		c.forget(key)
+		return nil
+	}
+	cached := o.(T)
+	if _, ok := cached.GetAnnotations()[capi.ManagedByAnnotation]; ok {
+		return nil // externally managed: hands off
+	}
+	if c.written.Behind(key, cached.GetResourceVersion()) {
+		// The cache has not caught up with our last write: deciding on it
+		// would write again what is already written.
+		c.loop.Queue.AddAfter(key, 250*time.Millisecond)
+		return nil
+	}
+	if !c.expectations.Satisfied(key) {
+		logger.V(4).Info("Waiting for the informer to see the Jobs created")
+		return nil
+	}
+	obj := cached.DeepCopyObject().(T)
+	s := c.newSync(obj)
+	err = c.reconcile(ctx, s, obj)
+	if serr := c.writeStatus(ctx, obj, cached); serr != nil && !apierrors.IsNotFound(serr) {
+		err = errors.Join(err, serr)
+	}
+	if err == nil && s.Requeue > 0 {
+		c.loop.Queue.AddAfter(key, s.Requeue)
+	}
+	return err
+}
+
+// newSync finds what obj's sync reads besides obj: its owner, its Cluster,
+// the Cluster's TerraformCluster, and its Jobs.
+func (c *Controller[T]) newSync(obj T) *Sync {
+	owner := c.kind.Owner.OwnerOf(obj, c.owners)
+	cluster, tc := owner, (*infrav1.TerraformCluster)(nil)
+	if c.belongsToCluster() {
+		var fallback string
+		if owner != nil {
+			fallback = c.kind.Owner.ClusterName(owner)
+		}
+		cluster, tc = clusterOf(obj, fallback, c.clusters, c.tcs)
+	}
+	var defaults *infrav1.JobPolicy
+	if tc != nil && tc.Spec.Defaults != nil {
+		defaults = tc.Spec.Defaults.Jobs
+	}
+	s := c.engine.NewSync(obj, defaults)
+	s.Owner, s.Cluster, s.TerraformCluster = owner, cluster, tc
+	s.Update = func(ctx context.Context) error { return c.update(ctx, obj) }
+	if c.kind.Gate != nil {
+		s.Gate = c.kind.Gate(obj)
+	}
+	return s
+}
+
+func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
+	l := Lifecycle{Finalizer: c.kind.Finalizer, Render: func() (*Inputs, error) { return c.render(ctx, s) }}
+	if s.Owner == nil {
+		l.OwnerMissing = &c.kind.OwnerMissing
+	}
+	live, err := c.engine.Reconcile(ctx, s, l)
+	if err != nil || !live {
+		return err
+	}
+	if reason, msg := c.waiting(s); reason != "" {
+		c.engine.SetReady(s, metav1.ConditionFalse, reason, msg)
+		return nil
+	}
+	if running, err := c.engine.ReportRunning(ctx, s); err != nil || running {
+		return err
+	}
+	in, err := c.render(ctx, s)
+	if err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			c.engine.InputError(s, ie)
+			return nil
+		}
+		return err
+	}
+	res, job, err := c.engine.Apply(ctx, s, in)
+	if err != nil || res == nil {
+		return err
+	}
+	claim := func(ids ...string) error { return claimedElsewhere(c.providerIDs, obj, ids) }
+	specChanged, err := c.kind.Outputs(obj, res.Outputs, claim)
+	if err != nil {
+		c.engine.InvalidOutput(s, err)
+		return nil
+	}
+	if res.Plan != nil && approval.DropUsed(obj.GetAnnotations(), res.Plan.Hash) {
+		specChanged = true // metadata, written in the same update
+	}
+	if specChanged {
+		if err := s.Update(ctx); err != nil {
+			return err
+		}
+	}
+	c.engine.RecordApplied(s, in.Hash, job, res)
+	return nil
+}
+
+// waiting says what a machine or pool waits for before its first apply,
+// with Cluster API's reasons; a deletion never waits.
+func (c *Controller[T]) waiting(s *Sync) (string, string) {
+	if !c.belongsToCluster() {
+		return "", ""
+	}
+	if s.Cluster == nil {
+		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %q (label %s)", s.Obj.GetLabels()[capi.ClusterNameLabel], capi.ClusterNameLabel)
+	}
+	if !capi.InfrastructureProvisioned(s.Cluster) {
+		return ReasonWaitingForClusterInfrastructureReady, fmt.Sprintf("Waiting for Cluster %s's infrastructure to be provisioned", s.Cluster.GetName())
+	}
+	if c.kind.Owner.BootstrapData(s.Owner) == "" {
+		if !capi.IsControlPlane(s.Owner) && !capi.ControlPlaneInitialized(s.Cluster) {
+			return ReasonWaitingForControlPlaneInitialized, "Waiting for the control plane to be initialized"
+		}
+		return ReasonWaitingForBootstrapData, fmt.Sprintf("Waiting for the bootstrap provider to set %s %s",
+			c.kind.Owner.Kind, strings.Join(c.kind.Owner.BootstrapDataSecretPath, "."))
+	}
+	return "", ""
+}
+
+// render makes the object's inputs: CAPTF's (docs/inputs.md), the kind's,
+// the bootstrap data and the cluster's exports, with the user's variables.
+func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
+	obj := s.Obj
+	inputs := map[string]any{
+		"captf_cluster_name": obj.GetLabels()[capi.ClusterNameLabel],
+		"captf_namespace":    obj.GetNamespace(),
+		"captf_name":         obj.GetName(),
+		"captf_kind":         c.kind.GVK.Kind,
+	}
+	if s.Cluster != nil {
+		inputs["captf_cluster_name"] = s.Cluster.GetName()
+	}
+	if c.belongsToCluster() {
+		inputs["captf_cluster_exports"] = exports(s.TerraformCluster)
+	}
+	if s.Owner != nil && c.kind.Inputs != nil {
+		c.kind.Inputs(s.Owner, inputs)
+		if c.kind.Owner.BootstrapData(s.Owner) != "" {
+			if err := bootstrapInputs(ctx, c.engine.Kube, c.engine.BootstrapConfigs, c.kind.Owner, s.Owner, inputs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return Render(ctx, c.engine.Kube, obj.GetNamespace(), *obj.Workspace(), inputs)
+}
+
+// update writes obj's metadata and spec. obj keeps the status this sync
+// computed and takes the new resourceVersion and generation.
+func (c *Controller[T]) update(ctx context.Context, obj T) error {
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name()})
+	if apierrors.IsNotFound(err) && obj.GetDeletionTimestamp() != nil {
+		return nil // the last finalizer went
+	}
+	if err != nil {
+		return err
+	}
+	obj.SetResourceVersion(updated.GetResourceVersion())
+	obj.SetGeneration(updated.GetGeneration())
+	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())
+	return nil
+}
+
+// writeStatus writes obj's status when the sync changed it.
+func (c *Controller[T]) writeStatus(ctx context.Context, obj, cached T) error {
+	if obj.GetDeletionTimestamp() != nil && !HoldsFinalizer(obj, c.kind.Finalizer) {
+		return nil // gone once the finalizer went
+	}
+	obj.WorkspaceStatus().ObservedGeneration = obj.GetGeneration()
+	if equality.Semantic.DeepEqual(c.kind.Status(obj), c.kind.Status(cached)) {
+		return nil
+	}
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name()})
+	if err != nil {
+		return err
+	}
+	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())
+	return nil
+}
+
+// forget drops what the controller remembers of a deleted object.
+func (c *Controller[T]) forget(key cache.ObjectName) {
+	c.expectations.Delete(key)
+	c.written.Forget(key)
+}
+
+func (c *Controller[T]) enqueue(obj any) {
+	if key, err := cache.ObjectToName(obj); err == nil {
+		c.loop.Queue.Add(key)
+	}
+}
+
+// updateObject skips the object's own status writes: only spec (generation)
+// and metadata changes mean new work. A resync (same resourceVersion, every
+// --sync-period) syncs: inputs read from Secrets and ConfigMaps may have
+// changed.
+func (c *Controller[T]) updateObject(old, cur any) {
+	o, n := old.(T), cur.(T)
+	if o.GetResourceVersion() != n.GetResourceVersion() && !controller.MetadataChanged(o, n) {
+		return
+	}
+	c.enqueue(cur)
+}
+
+func (c *Controller[T]) deleteObject(obj any) {
+	if key, err := cache.DeletionHandlingObjectToName(obj); err == nil {
+		c.forget(key)
+		c.loop.Queue.Add(key)
+	}
+}
+
+// handleOwner enqueues the object an owner's infrastructureRef names: it
+// may have waited for its owner, the owner's bootstrap data, replicas or
+// version changed, or its pause did.
+func (c *Controller[T]) handleOwner(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if key, ok := c.kind.Owner.InfrastructureRef(u, c.kind.GVK.Group, c.kind.GVK.Kind); ok {
+			c.loop.Queue.Add(key)
+		}
+	}
+}
+
+// handleCluster enqueues a Cluster's machines or pools: its infrastructure
+// or control plane may be ready now, or its pause changed.
+func (c *Controller[T]) handleCluster(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		c.enqueueClusterMembers(u.GetNamespace(), u.GetName())
+	}
+}
+
+// handleTerraformCluster enqueues the cluster's machines or pools when its
+// outputs (their exports) or job defaults change.
+func (c *Controller[T]) handleTerraformCluster(old, cur any) {
+	o, n := old.(*infrav1.TerraformCluster), cur.(*infrav1.TerraformCluster)
+	if equality.Semantic.DeepEqual(o.Status.Outputs, n.Status.Outputs) && o.Generation == n.Generation {
+		return
+	}
+	if name := n.Labels[capi.ClusterNameLabel]; name != "" {
+		c.enqueueClusterMembers(n.Namespace, name)
+	}
+}
+
+func (c *Controller[T]) enqueueClusterMembers(namespace, cluster string) {
+	selector := labels.SelectorFromSet(labels.Set{capi.ClusterNameLabel: cluster})
+	if err := cache.ListAllByNamespace(c.objects, namespace, selector, c.enqueue); err != nil {
+		utilruntime.HandleError(fmt.Errorf("listing the %ss of Cluster %s/%s: %w", c.kind.GVK.Kind, namespace, cluster, err))
+	}
+}
+
+// cachedChanged: an update of a Cluster API object changed what CAPTF
+// reads of it (a tombstone or another type always counts).
+func cachedChanged(old, cur any) bool {
+	o, ok1 := old.(*unstructured.Unstructured)
+	n, ok2 := cur.(*unstructured.Unstructured)
+	return !ok1 || !ok2 || capi.CachedChanged(o, n)
+}
+
+func fieldManager(gvk schema.GroupVersionKind) string { return "captf-" + names.ShortKind(gvk.Kind) }

@@ -1,0 +1,799 @@
+package workspace_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/statestore"
+)
+
+func withFinalizer(k kindCase) func(workspace.Object) {
+	return func(o workspace.Object) { o.SetFinalizers([]string{k.finalizer}) }
+}
+
+func deleting(o workspace.Object) {
+	now := metav1.Now()
+	o.SetDeletionTimestamp(&now)
+}
+
+func newObject(k kindCase, mutate ...func(workspace.Object)) workspace.Object {
+	o := k.newObject()
+	for _, m := range mutate {
+		m(o)
+	}
+	return o
+}
+
+// paused: the Cluster the object belongs to is paused.
+func paused(k kindCase) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range k.capi {
+		o = o.DeepCopy()
+		if o.GetKind() == "Cluster" {
+			_ = unstructured.SetNestedField(o.Object, true, "spec", "paused")
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestSync: one sync of each kind, as the API and its informers hold it.
+func TestSync(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		obj := names.Object{Kind: k.short, Name: "prod"}
+		objLabels := names.ObjectLabels(k.kind, "prod", "obj-uid")
+		stateSecret := statestore.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, objLabels)
+		stateSecret.Annotations["captf.io/encoding"] = "gzip"
+		durable := statestore.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
+		durable.Data = map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}
+		fin := withFinalizer(k)
+		// Run inputs a killed runner left: nothing owns them.
+		leftover := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(k.short + "-prod-apply-0123456789abcdef-0"), Namespace: "ns",
+			Labels: names.ObjectLabels(k.kind, "prod", "obj-uid")}}
+		leftover.Labels[names.LabelSecretType] = names.SecretTypeRunInputs
+
+		tests := map[string]struct {
+			obj        workspace.Object
+			capi       []*unstructured.Unstructured
+			objects    []runtime.Object
+			wantWrites []string // prefixes, in order; {res} and {k} name the kind
+			wantReady  string
+			wantEvents []string // prefixes
+			wantNoJob  bool
+			wantArgs   string
+			// wantServiceAcc is the runner pod's ServiceAccount.
+			wantServiceAcc string
+			// wantDurable checks the durable inputs Secret after the sync.
+			wantDurable func(t *testing.T, s *corev1.Secret)
+		}{
+			"no owner: waits, writes only its status": {
+				obj:        newObject(k, func(o workspace.Object) { o.SetOwnerReferences(nil) }),
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  k.ownerWait,
+				wantNoJob:  true,
+			},
+			"new: finalizer, run inputs, runner access, one Job, status": {
+				obj:  newObject(k),
+				capi: k.capi,
+				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
+					"create jobs {k}-prod-apply-", "update {res}/status prod"},
+				wantReady: workspace.ReasonApplying,
+			},
+			"a runner ServiceAccount without the captf.io/runner label: refused": {
+				obj:        newObject(k, func(o workspace.Object) { o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "admin"} }),
+				capi:       k.capi,
+				objects:    []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: "ns"}}},
+				wantWrites: []string{"update {res} prod", "update {res}/status prod"},
+				wantReady:  workspace.ReasonRunnerServiceAccountNotAllowed,
+				wantEvents: []string{"Warning RunnerServiceAccountNotAllowed"},
+				wantNoJob:  true,
+			},
+			"a labelled runner ServiceAccount runs the Job": {
+				obj:  newObject(k, func(o workspace.Object) { o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud"} }),
+				capi: k.capi,
+				objects: []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns",
+					Labels: map[string]string{infrav1.LabelRunnerServiceAccount: "true"}}}},
+				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
+					"create jobs {k}-prod-apply-", "update {res}/status prod"},
+				wantReady:      workspace.ReasonApplying,
+				wantServiceAcc: "cloud",
+			},
+			"paused Cluster: nothing runs": {
+				obj:        newObject(k, fin),
+				capi:       paused(k),
+				wantWrites: []string{"update {res}/status prod"},
+				wantNoJob:  true,
+			},
+			"deleted while paused: nothing runs, the finalizer stays": {
+				obj:        newObject(k, fin, deleting),
+				capi:       paused(k),
+				objects:    []runtime.Object{stateSecret, durable},
+				wantWrites: []string{"update {res}/status prod"},
+				wantNoJob:  true,
+			},
+			"deleted, abandoned: state kept, no destroy": {
+				obj: newObject(k, fin, deleting, func(o workspace.Object) {
+					o.SetAnnotations(map[string]string{infrav1.AnnotationAbandonInfrastructure: "true"})
+				}),
+				capi:       k.capi,
+				objects:    []runtime.Object{stateSecret, durable, leftover},
+				wantWrites: []string{"delete secrets {k}-prod-apply-", "patch secrets {k}-prod-", "patch secrets {k}-prod-", "update {res} prod"},
+				wantEvents: []string{"Normal Abandoned"},
+				wantNoJob:  true,
+				// Listed without their data (a state can be large), the
+				// Secrets are labelled and released, their data kept.
+				wantDurable: func(t *testing.T, s *corev1.Secret) {
+					if s.Labels[names.LabelAbandoned] != "true" || slices.Contains(s.Finalizers, names.StateFinalizer) || len(s.Data) != 2 {
+						t.Errorf("abandoned durable inputs: labels %v, finalizers %v, %d data keys; want abandoned, released, both keys kept", s.Labels, s.Finalizers, len(s.Data))
+					}
+				},
+			},
+			"deleted, never applied: the finalizer goes, and the lock and left run inputs": {
+				obj:     newObject(k, fin, deleting),
+				capi:    k.capi,
+				objects: []runtime.Object{leftover},
+				// The finalizer goes last, once nothing is left.
+				wantWrites: []string{"delete secrets {k}-prod-apply-", "delete leases {k}-prod-lock", "update {res} prod"},
+				wantNoJob:  true,
+			},
+			"deleted after an apply, its state gone: StateMissing, no destroy, the finalizer stays": {
+				obj:        newObject(k, fin, deleting),
+				capi:       k.capi,
+				objects:    []runtime.Object{durable},
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  workspace.ReasonStateMissing,
+				wantEvents: []string{"Warning StateMissing"},
+				wantNoJob:  true,
+			},
+			"applied, its state gone: StateMissing, no apply": {
+				obj:        newObject(k, fin, func(o workspace.Object) { o.WorkspaceStatus().AppliedInputsHash = "another" }),
+				capi:       k.capi,
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  workspace.ReasonStateMissing,
+				wantEvents: []string{"Warning StateMissing"},
+				wantNoJob:  true,
+			},
+			"deleted after an apply: destroy with the durable inputs": {
+				obj:     newObject(k, fin, deleting),
+				capi:    k.capi,
+				objects: []runtime.Object{stateSecret, durable},
+				// The update is clusterctl's block-move annotation, set before the Job.
+				wantWrites: []string{"update {res} prod", "create serviceaccounts captf-runner",
+					"create jobs {k}-prod-destroy-", "update {res}/status prod"},
+				wantReady: workspace.ReasonDestroying,
+				wantArgs:  "--durable-inputs",
+			},
+		}
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, k, tc.obj, tc.capi, append(slices.Clone(k.kube), tc.objects...)...)
+				f.sync()
+				f.wantPrefixes("writes", f.writes(), tc.wantWrites)
+				f.wantPrefixes("events", f.drainEvents(), tc.wantEvents)
+				if tc.wantReady != "" {
+					if r := f.readyReason(); r != tc.wantReady {
+						t.Errorf("Ready reason = %q, want %q", r, tc.wantReady)
+					}
+				}
+				jobs := f.createdJobs()
+				if tc.wantNoJob && len(jobs) > 0 {
+					t.Errorf("created Job %s", jobs[0].Name)
+				}
+				if tc.wantServiceAcc != "" && (len(jobs) != 1 || jobs[0].Spec.Template.Spec.ServiceAccountName != tc.wantServiceAcc) {
+					t.Errorf("Jobs %v, want one running as %s", jobNames(jobs), tc.wantServiceAcc)
+				}
+				if tc.wantArgs != "" && (len(jobs) != 1 || !slices.Contains(jobs[0].Spec.Template.Spec.Containers[0].Args, tc.wantArgs)) {
+					t.Errorf("Jobs %v, want one with %s", jobNames(jobs), tc.wantArgs)
+				}
+				if tc.wantDurable != nil {
+					s, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), obj.DurableInputs(), metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					tc.wantDurable(t, s)
+				}
+			})
+		}
+	})
+}
+
+// TestApplyOutputs: a successful apply's outputs reach the object; ones the
+// kind cannot read make InvalidOutput, once.
+func TestApplyOutputs(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		if r := f.readyReason(); r != workspace.ReasonApplied {
+			t.Fatalf("Ready reason %q after the apply", r)
+		}
+		k.applied(t, f.object())
+		f.wantPrefixes("events", f.drainEvents(), []string{"Normal Applied"})
+		if st := f.object().WorkspaceStatus(); st.Initialization == nil || !*st.Initialization.Provisioned || !st.Ready {
+			t.Errorf("not provisioned: %+v", st)
+		}
+
+		f = newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.badOutputs})
+		f.sync()
+		if r := f.readyReason(); r != workspace.ReasonInvalidOutput {
+			t.Fatalf("Ready reason %q with outputs %v", r, k.badOutputs)
+		}
+		f.wantPrefixes("events", f.drainEvents(), []string{"Warning InvalidOutput"})
+		f.observe()
+		f.sync()
+		f.wantPrefixes("writes of a sync that changes nothing", f.writes(), nil)
+		f.wantPrefixes("events of a sync that changes nothing", f.drainEvents(), nil)
+	})
+}
+
+// TestProviderIDHeldElsewhere: a module output claiming an instance another
+// machine or pool of its namespace already holds is InvalidOutput naming
+// the holder, and the spec keeps no provider ID. A holder in another
+// namespace blocks nothing and is not named (issue 30, item 7): Cluster API
+// ties provider IDs to Nodes of the Machine's own Cluster.
+func TestProviderIDHeldElsewhere(t *testing.T) {
+	for _, tc := range []struct {
+		holderNamespace string
+		wantReady       string
+	}{
+		{"ns", workspace.ReasonInvalidOutput},
+		{"another-tenant", workspace.ReasonApplied},
+	} {
+		forKinds(t, func(t *testing.T, k kindCase) {
+			if k.kind == "TerraformCluster" {
+				return
+			}
+			f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+			holder := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: tc.holderNamespace, UID: "uid-holder"}}
+			holder.Spec.ProviderIDList = []string{"aws:///a/i-1", "p://2"}
+			if err := f.informers().Infrastructure().V1alpha1().TerraformMachinePools().Informer().GetIndexer().Add(holder); err != nil {
+				t.Fatal(err)
+			}
+			f.sync()
+			f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+			f.sync()
+			c := f.condition(infrav1.ConditionReady)
+			if c == nil || c.Reason != tc.wantReady {
+				t.Fatalf("holder in %s: Ready = %+v, want %s", tc.holderNamespace, c, tc.wantReady)
+			}
+			if tc.wantReady == workspace.ReasonApplied {
+				if strings.Contains(c.Message, "holder") {
+					t.Errorf("the message names another namespace's holder: %s", c.Message)
+				}
+				return
+			}
+			if !strings.Contains(c.Message, "already held by TerraformMachinePool holder in this namespace") {
+				t.Errorf("Ready message %q does not name the holder", c.Message)
+			}
+			switch o := f.object().(type) {
+			case *infrav1.TerraformMachine:
+				if o.Spec.ProviderID != "" {
+					t.Errorf("spec.providerID = %q", o.Spec.ProviderID)
+				}
+			case *infrav1.TerraformMachinePool:
+				if len(o.Spec.ProviderIDList) != 0 {
+					t.Errorf("spec.providerIDList = %v", o.Spec.ProviderIDList)
+				}
+			}
+		})
+	}
+}
+
+// TestInputErrorOnce: a variable from a missing Secret is a condition and
+// one event; the checks that follow every minute write nothing new.
+func TestInputErrorOnce(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		obj := newObject(k, withFinalizer(k), func(o workspace.Object) {
+			o.Workspace().Variables = []infrav1.Variable{{Name: "token", ValueFrom: &infrav1.VariableSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "missing"}, Key: "token"}}}}
+		})
+		f := newFixture(t, k, obj, k.capi, k.kube...)
+		f.sync()
+		if r := f.readyReason(); r != workspace.ReasonVariableUnavailable {
+			t.Fatalf("Ready reason %q", r)
+		}
+		f.wantPrefixes("events", f.drainEvents(), []string{"Warning " + workspace.ReasonVariableUnavailable})
+		for range 3 {
+			f.observe()
+			f.sync()
+			f.wantPrefixes("writes of a repeated check", f.writes(), nil)
+			f.wantPrefixes("events of a repeated check", f.drainEvents(), nil)
+		}
+	})
+}
+
+// TestWaiting: machines and pools wait for what Cluster API says they wait
+// for, with its reasons.
+func TestWaiting(t *testing.T) {
+	for _, k := range kinds[1:] {
+		t.Run(k.kind, func(t *testing.T) {
+			owner := k.capi[0]
+			withoutData := owner.DeepCopy()
+			unstructured.RemoveNestedField(withoutData.Object, capi.Machine.BootstrapDataSecretPath...)
+			unstructured.RemoveNestedField(withoutData.Object, capi.MachinePool.BootstrapDataSecretPath...)
+			controlPlane := withoutData.DeepCopy()
+			controlPlane.SetLabels(map[string]string{capi.ControlPlaneLabel: ""})
+			cluster := func(provisioned, initialized bool) *unstructured.Unstructured {
+				c := readyCluster("work")
+				c.Object["status"] = map[string]any{"initialization": map[string]any{"infrastructureProvisioned": provisioned, "controlPlaneInitialized": initialized}}
+				return c
+			}
+			tests := map[string]struct {
+				capi []*unstructured.Unstructured
+				want string
+			}{
+				"no Cluster":                       {capi: []*unstructured.Unstructured{owner}, want: workspace.ReasonWaitingForClusterInfrastructureReady},
+				"Cluster infrastructure not ready": {capi: []*unstructured.Unstructured{owner, cluster(false, false)}, want: workspace.ReasonWaitingForClusterInfrastructureReady},
+				"worker before the control plane":  {capi: []*unstructured.Unstructured{withoutData, cluster(true, false)}, want: workspace.ReasonWaitingForControlPlaneInitialized},
+				"worker after the control plane":   {capi: []*unstructured.Unstructured{withoutData, cluster(true, true)}, want: workspace.ReasonWaitingForBootstrapData},
+				"control plane without data":       {capi: []*unstructured.Unstructured{controlPlane, cluster(true, false)}, want: workspace.ReasonWaitingForBootstrapData},
+				"ready to apply":                   {capi: []*unstructured.Unstructured{owner, cluster(true, false)}, want: workspace.ReasonApplying},
+			}
+			for name, tc := range tests {
+				t.Run(name, func(t *testing.T) {
+					f := newFixture(t, k, newObject(k, withFinalizer(k)), tc.capi, k.kube...)
+					f.sync()
+					if r := f.readyReason(); r != tc.want {
+						t.Errorf("Ready reason %q, want %q", r, tc.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestInputs: the captf_* inputs of each kind, with the bootstrap data and
+// the cluster's exports.
+func TestInputs(t *testing.T) {
+	want := map[string][]string{
+		"TerraformCluster": {`"captf_cluster_name": "owner"`, `"captf_kind": "TerraformCluster"`, `"captf_name": "prod"`, `"captf_namespace": "ns"`},
+		"TerraformMachine": {`"captf_bootstrap_data": "#cloud-config"`, `"captf_bootstrap_format": "cloud-config"`, `"captf_control_plane": false`,
+			`"captf_machine_name": "owner"`, `"captf_cluster_name": "work"`, `"vpc_id": "vpc-1"`},
+		"TerraformMachinePool": {`"captf_bootstrap_data": "#cloud-config"`, `"captf_replicas": 2`, `"captf_machine_pool_name": "owner"`, `"vpc_id": "vpc-1"`},
+	}
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		// The Cluster's TerraformCluster, whose outputs machines and pools get.
+		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work-infra", Namespace: "ns"},
+			Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Outputs: map[string]runtime.RawExtension{"vpc_id": {Raw: []byte(`"vpc-1"`)}}}}}
+		if err := f.capi["clusters"].Update(withInfrastructure(f.k, "work-infra")); err != nil {
+			t.Fatal(err)
+		}
+		f.addTerraformCluster(tc)
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 {
+			t.Fatalf("Jobs %v", jobNames(jobs))
+		}
+		sec, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), names.Object{Kind: k.short, Name: "prod"}.RunInputs(jobs[0].Name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No owner: clusterctl move would copy it, and fail when the runner
+		// deletes it meanwhile.
+		if len(sec.OwnerReferences) != 0 {
+			t.Errorf("run inputs owned by %v, want no owner", sec.OwnerReferences)
+		}
+		vars := string(sec.Data["terraform.tfvars.json"])
+		for _, w := range want[k.kind] {
+			if !strings.Contains(vars, w) {
+				t.Errorf("inputs lack %s:\n%s", w, vars)
+			}
+		}
+	})
+}
+
+// withInfrastructure is the kind's Cluster, with a TerraformCluster named
+// name as its infrastructure.
+func withInfrastructure(k kindCase, name string) *unstructured.Unstructured {
+	var c *unstructured.Unstructured
+	for _, o := range k.capi {
+		if o.GetKind() == "Cluster" {
+			c = o.DeepCopy()
+		}
+	}
+	_ = unstructured.SetNestedStringMap(c.Object, map[string]string{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": name}, "spec", "infrastructureRef")
+	return c
+}
+
+// TestNoSecondJobOnALaggingCache: until the informer shows the Job it
+// created, the controller creates nothing, however often it syncs.
+func TestNoSecondJobOnALaggingCache(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k), k.capi, k.kube...)
+		for range 3 {
+			f.sync()
+		}
+		// Attempts, not Jobs: a second create answered AlreadyExists is a
+		// duplicate all the same.
+		if creates := jobCreates(f.writes()); len(creates) != 1 {
+			t.Fatalf("Job creates over 3 syncs: %q, want 1", creates)
+		}
+		// Once the informer shows it, the controller waits for it: still one.
+		job := f.jobs.created[0].DeepCopy()
+		workspace.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(workspace.CacheJob(job), false)
+		if err := f.c.EngineForTest().JobIndex.Add(workspace.CacheJob(job)); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		if creates := jobCreates(f.writes()); len(creates) != 1 {
+			t.Fatalf("Job creates: %q, want 1", creates)
+		}
+	})
+}
+
+// jobCreates are the attempts to create a Job among writes.
+func jobCreates(writes []string) []string {
+	var out []string
+	for _, w := range writes {
+		if strings.HasPrefix(w, "create jobs ") {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// TestResultGonePlansAgain: an apply Job whose result Secret is deleted
+// before the manager read it (by hand, by a cleanup tool) is planned again
+// with the next attempt, not taken as applied and not retried forever.
+func TestResultGonePlansAgain(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		job := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: f.k.outputs})
+		result := names.Object{Kind: k.short, Name: "prod"}.Result(job.Name)
+		if err := f.kube.CoreV1().Secrets("ns").Delete(context.Background(), result, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || jobs[0].Labels[names.LabelAttempt] != "1" || jobs[0].Labels[names.LabelOperation] != string(infrav1.OperationApply) {
+			t.Fatalf("created %v, want the apply's next attempt", jobNames(jobs))
+		}
+		if st := f.object().WorkspaceStatus(); st.AppliedInputsHash != "" {
+			t.Errorf("applied inputs %q recorded without a result", st.AppliedInputsHash)
+		}
+	})
+}
+
+// TestHandlers: resyncs and spec or metadata changes sync; the controller's
+// own status writes do not; a delete syncs and forgets the object.
+func TestHandlers(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		base := newObject(k)
+		base.SetResourceVersion("1")
+		variant := func(mutate func(workspace.Object)) workspace.Object {
+			o := base.DeepCopyObject().(workspace.Object)
+			o.SetResourceVersion("2")
+			mutate(o)
+			return o
+		}
+		tests := map[string]struct {
+			cur  workspace.Object
+			want int
+		}{
+			"resync":             {cur: base, want: 1},
+			"own status write":   {cur: variant(func(o workspace.Object) { o.WorkspaceStatus().Ready = true }), want: 0},
+			"spec change":        {cur: variant(func(o workspace.Object) { o.SetGeneration(2) }), want: 1},
+			"annotation changed": {cur: variant(func(o workspace.Object) { o.SetAnnotations(map[string]string{"a": "b"}) }), want: 1},
+		}
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, k, newObject(k), k.capi)
+				f.c.UpdateObjectForTest(base, tc.cur)
+				if got := f.c.QueueForTest().Len(); got != tc.want {
+					t.Errorf("queued %d, want %d", got, tc.want)
+				}
+			})
+		}
+		t.Run("delete", func(t *testing.T) {
+			f := newFixture(t, k, newObject(k), k.capi)
+			f.c.WrittenForTest().Wrote(key, "10")
+			f.c.ExpectationsForTest().ExpectJob(key, "job")
+			f.c.DeleteObjectForTest(base)
+			if f.c.QueueForTest().Len() != 1 || f.c.WrittenForTest().Behind(key, "5") || !f.c.ExpectationsForTest().Satisfied(key) {
+				t.Errorf("after the delete: queued %d, still waits for a write or a Job", f.c.QueueForTest().Len())
+			}
+		})
+	})
+}
+
+// TestDriftNeverHoldsUpAnApply: a drift check is due after the interval
+// and plans with the durable inputs; a spec change while it runs stops it
+// and the apply follows.
+func TestDriftNeverHoldsUpAnApply(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), func(o workspace.Object) {
+			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+		}), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		if r := f.readyReason(); r != workspace.ReasonApplied {
+			t.Fatalf("Ready reason %q", r)
+		}
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 0 {
+			t.Fatalf("a drift check before its time: %v", jobNames(jobs))
+		}
+		later := time.Now().Add(2 * time.Minute) // past the interval and its jitter
+		f.c.EngineForTest().Clock = testingclock.NewFakePassiveClock(later)
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") {
+			t.Fatalf("due: created %v, want a drift check", jobNames(jobs))
+		}
+		drift := jobs[0]
+		if !slices.Contains(drift.Spec.Template.Spec.Containers[0].Args, "--durable-inputs") {
+			t.Errorf("the drift check does not plan with the durable inputs: %v", drift.Spec.Template.Spec.Containers[0].Args)
+		}
+		f.observe(drift)
+
+		// The spec changes while the check runs: the check is stopped.
+		f.change(func(o workspace.Object) {
+			o.Workspace().Module.Inline += "\n# changed"
+			o.SetGeneration(o.GetGeneration() + 1)
+		})
+		f.sync()
+		if !slices.Equal(f.jobs.deleted, []string{drift.Name}) || len(f.createdJobs()) != 0 {
+			t.Fatalf("with a check running and the spec changed: deleted %v, created %v; want the check deleted and no Job yet", f.jobs.deleted, jobNames(f.createdJobs()))
+		}
+		if err := f.c.EngineForTest().JobIndex.Delete(workspace.CacheJob(drift)); err != nil {
+			t.Fatal(err)
+		}
+		f.observe()
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-apply-") {
+			t.Fatalf("after the check went: created %v, want the apply", jobNames(jobs))
+		}
+	})
+}
+
+// TestRemediation: a drifted object whose policy remediates applies again;
+// a TerraformCluster's apply goes through its gate, a machine's never.
+func TestRemediation(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), func(o workspace.Object) {
+			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Hour}, Remediation: infrav1.DriftRemediationApply}
+		}), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+
+		// A drift check after the apply found a replacement.
+		f.change(func(o workspace.Object) {
+			st := o.WorkspaceStatus()
+			checked := metav1.NewTime(time.Now().Add(time.Minute)) // after the apply Job
+			st.LastDriftCheckTime = &checked
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: infrav1.ConditionDrifted, Status: metav1.ConditionTrue, Reason: workspace.ReasonDriftDetected})
+		})
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || !strings.HasSuffix(jobs[0].Name, "-1") {
+			t.Fatalf("remediation created %v, want attempt 1 of the apply", jobNames(jobs))
+		}
+		gated := slices.Contains(jobs[0].Spec.Template.Spec.Containers[0].Args, "--gate=Destructive")
+		if want := k.kind == "TerraformCluster"; gated != want {
+			t.Errorf("remediation gated: %v, want %v (%v)", gated, want, jobs[0].Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+}
+
+// addTerraformCluster puts a TerraformCluster into the informer machines
+// and pools read it from.
+func (f *fixture) addTerraformCluster(tc *infrav1.TerraformCluster) {
+	f.t.Helper()
+	inf, err := f.informers().ForResource(infrav1.SchemeGroupVersion.WithResource("terraformclusters"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := inf.Informer().GetIndexer().Add(tc); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestDocumentedReasons: what the troubleshooting guide says a user sees,
+// for each kind.
+func TestDocumentedReasons(t *testing.T) {
+	applied := func(f *fixture) {
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: f.k.outputs})
+		f.sync()
+		f.observe()
+	}
+	// later makes the engine's clock d ahead.
+	later := func(f *fixture, d time.Duration) {
+		t := time.Now().Add(d)
+		f.c.EngineForTest().Clock = testingclock.NewFakePassiveClock(t)
+	}
+	tests := map[string]struct {
+		mutate    func(workspace.Object)
+		run       func(f *fixture)
+		condition string // Ready unless set
+		want      string
+		// wantEvent is the reason of the one warning event.
+		wantEvent string
+		wantNoJob bool
+	}{
+		"a module ConfigMap that does not exist": {
+			mutate: func(o workspace.Object) {
+				o.Workspace().Module = infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "missing"}}
+			},
+			run:  func(f *fixture) { f.sync() },
+			want: workspace.ReasonModuleUnavailable, wantEvent: workspace.ReasonModuleUnavailable, wantNoJob: true,
+		},
+		"inputs larger than a Secret holds": {
+			mutate: func(o workspace.Object) {
+				big, _ := json.Marshal(strings.Repeat("x", workspace.MaxInputBytes))
+				o.Workspace().Variables = []infrav1.Variable{{Name: "big", Value: &runtime.RawExtension{Raw: big}}}
+			},
+			run:  func(f *fixture) { f.sync() },
+			want: workspace.ReasonInputsTooLarge, wantEvent: workspace.ReasonInputsTooLarge, wantNoJob: true,
+		},
+		"a privileged runner pod, admitted before the rule": {
+			mutate: func(o workspace.Object) {
+				o.Workspace().Jobs = &infrav1.JobPolicy{SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true)}}
+			},
+			run:  func(f *fixture) { f.sync() },
+			want: workspace.ReasonRunnerPodNotAllowed, wantEvent: workspace.ReasonRunnerPodNotAllowed, wantNoJob: true,
+		},
+		"drift checks disabled: none, however late": {
+			mutate: func(o workspace.Object) {
+				o.Workspace().Drift = &infrav1.DriftPolicy{Enabled: ptrTo(false), Interval: &metav1.Duration{Duration: time.Minute}}
+			},
+			run: func(f *fixture) {
+				applied(f)
+				later(f, time.Hour)
+				f.sync()
+			},
+			want: workspace.ReasonApplied, wantNoJob: true,
+		},
+		"a drift check that fails": {
+			mutate: func(o workspace.Object) {
+				o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+			},
+			run: func(f *fixture) {
+				applied(f)
+				later(f, 2*time.Minute)
+				f.sync()
+				f.failJob(run.Result{Operation: infrav1.OperationDrift, Stage: run.StagePlan, Error: "provider unreachable"})
+				f.sync()
+			},
+			condition: infrav1.ConditionDrifted, want: workspace.ReasonDriftCheckFailed, wantEvent: workspace.ReasonDriftCheckFailed,
+		},
+		"a destroy that fails: reported, retried after a backoff": {
+			run: func(f *fixture) {
+				applied(f)
+				f.change(deleting)
+				f.sync()
+				f.failJob(run.Result{Operation: infrav1.OperationDestroy, Stage: string(infrav1.OperationDestroy), Error: "instance is protected"})
+				f.sync()
+			},
+			want: workspace.ReasonDestroyFailed, wantNoJob: true,
+		},
+		"a Job a ResourceQuota refuses": {
+			run: func(f *fixture) {
+				f.jobs.refuse = apierrors.NewForbidden(batchv1.Resource("jobs"), "x",
+					errors.New("exceeded quota: runner-jobs, requested: count/jobs.batch=1, used: count/jobs.batch=2, limited: count/jobs.batch=2"))
+				f.sync()
+				if msg := f.condition(infrav1.ConditionReady).Message; !strings.Contains(msg, "exceeded quota: runner-jobs") {
+					f.t.Errorf("Ready message %q does not name the quota", msg)
+				}
+			},
+			want: workspace.ReasonQuotaExceeded, wantEvent: workspace.ReasonQuotaExceeded, wantNoJob: true,
+		},
+		"a runner pod a ResourceQuota refuses": {
+			run: func(f *fixture) {
+				f.sync()
+				job := f.createdJobs()[0].DeepCopy()
+				job.UID = "job-uid"
+				job.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute))
+				job.Status.StartTime = &job.CreationTimestamp // the Job controller tried its pod
+				f.observe(job)
+				ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "job.1", Namespace: "ns"}, Reason: "FailedCreate", Type: corev1.EventTypeWarning,
+					InvolvedObject: corev1.ObjectReference{Kind: "Job", Name: job.Name, UID: job.UID}, LastTimestamp: metav1.Now(),
+					Message: `Error creating: pods "x" is forbidden: exceeded quota: runner-cpu, requested: requests.cpu=500m, used: requests.cpu=2, limited: requests.cpu=2`}
+				if _, err := f.kube.CoreV1().Events("ns").Create(context.Background(), ev, metav1.CreateOptions{}); err != nil {
+					f.t.Fatal(err)
+				}
+				f.sync()
+				if msg := f.condition(infrav1.ConditionReady).Message; !strings.Contains(msg, "exceeded quota: runner-cpu") || !strings.Contains(msg, job.Name) {
+					f.t.Errorf("Ready message %q does not name the Job and the quota", msg)
+				}
+			},
+			want: workspace.ReasonQuotaExceeded, wantEvent: workspace.ReasonQuotaExceeded, wantNoJob: true,
+		},
+		"a restore asked while a Job runs waits for it": {
+			run: func(f *fixture) {
+				f.sync() // the first apply's Job runs
+				f.observe(f.jobs.created...)
+				f.annotate(infrav1.AnnotationRestoreState, "some-backup")
+				f.sync()
+			},
+			condition: infrav1.ConditionStateRestored, want: workspace.ReasonRestoreWaiting, wantNoJob: true,
+		},
+		"a restore of a backup that is not there": {
+			run: func(f *fixture) {
+				applied(f)
+				f.annotate(infrav1.AnnotationRestoreState, "no-such-backup")
+				f.sync()
+			},
+			condition: infrav1.ConditionStateRestored, want: workspace.ReasonBackupNotFound, wantEvent: workspace.ReasonBackupNotFound,
+		},
+		"a restore the API server refuses: reported, the annotation kept for a retry": {
+			run: func(f *fixture) {
+				applied(f)
+				backup := f.backupState()
+				f.kube.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, errors.New("admission webhook denied the request")
+				})
+				f.annotate(infrav1.AnnotationRestoreState, backup)
+				if err := f.trySync(); err == nil || !strings.Contains(err.Error(), "denied") {
+					f.t.Fatalf("sync error = %v, want the refusal", err)
+				}
+				if _, ok := f.object().GetAnnotations()[infrav1.AnnotationRestoreState]; !ok {
+					f.t.Error("the restore annotation is gone after a failed restore")
+				}
+			},
+			condition: infrav1.ConditionStateRestored, want: workspace.ReasonRestoreFailed, wantEvent: workspace.ReasonRestoreFailed,
+		},
+	}
+	forKinds(t, func(t *testing.T, k kindCase) {
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				mutate := []func(workspace.Object){withFinalizer(k)}
+				if tc.mutate != nil {
+					mutate = append(mutate, tc.mutate)
+				}
+				f := newFixture(t, k, newObject(k, mutate...), k.capi, k.kube...)
+				tc.run(f)
+				condition := cmp.Or(tc.condition, infrav1.ConditionReady)
+				if c := f.condition(condition); c == nil || c.Reason != tc.want {
+					t.Fatalf("%s = %+v, want reason %s", condition, c, tc.want)
+				}
+				var warnings []string
+				for _, e := range f.drainEvents() {
+					if strings.HasPrefix(e, "Warning ") {
+						warnings = append(warnings, e)
+					}
+				}
+				if tc.wantEvent != "" {
+					f.wantPrefixes("warnings", warnings, []string{"Warning " + tc.wantEvent + " "})
+				}
+				if tc.wantNoJob && len(f.createdJobs()) > 0 {
+					t.Errorf("created %v", jobNames(f.createdJobs()))
+				}
+			})
+		}
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,133 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/statestore"
+)
+
+// Destroy drives the destroy of the object's infrastructure, with the inputs
+// of its last successful apply (or, when a first apply failed half-way, with
+// what render gives). It returns true once nothing is left to destroy and
+// the object's state is released, or the object is abandoned: the caller
+// then removes its finalizer.
+func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, error)) (bool, error) {
+	obj := r.Obj
+	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
+		// A Job still running would write state after the abandon: stop
+		// it, and wait until its pod is gone.
+		if running := unfinishedJob(r.Jobs); running != nil {
+			if running.DeletionTimestamp == nil {
+				if err := e.JobControl.Delete(ctx, running, metav1.DeletePropagationForeground); err != nil {
+					return false, err
+				}
+			}
+			e.SetReady(r, metav1.ConditionFalse, ReasonAbandoning, fmt.Sprintf("Stopping Job %s before abandoning: the state it writes is kept", running.Name))
+			return false, nil
+		}
+		if err := e.abandon(ctx, obj); err != nil {
+			return false, err
+		}
+		e.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonAbandoned, "Deleted without destroy (%s): state and backups are kept with label %s=true",
+			infrav1.AnnotationAbandonInfrastructure, names.LabelAbandoned)
+		return true, nil
+	}
+	if active := activeJob(r.Jobs); active != nil {
+		e.RecordJob(r, active, "Running")
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Waiting for Job %s to finish before destroying", active.Name))
+		return false, nil
+	}
+	if destroySucceeded(r.Jobs) {
+		// Destroyed; only releasing the state (or the finalizer) failed.
+		return e.release(ctx, r)
+	}
+	n := e.Names(obj)
+	secrets := e.Kube.CoreV1().Secrets(obj.GetNamespace())
+	durable, err := secrets.Get(ctx, n.DurableInputs(), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	hasDurable := err == nil
+	var hash string
+	var data map[string][]byte
+	if hasDurable {
+		hash = HashSecretData(durable.Data)
+	} else {
+		head, err := secrets.Get(ctx, n.State(), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		if err != nil || !statestore.HasState(head) {
+			if ok, _, err := e.checkState(ctx, r); err != nil || !ok {
+				return false, err // applied, and the state is gone
+			}
+			return true, e.releaseState(ctx, obj) // never applied: nothing to destroy
+		}
+		in, err := render()
+		if err != nil {
+			e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, "No inputs to destroy with: "+err.Error())
+			r.Requeue = time.Minute
+			return false, nil
+		}
+		hash, data = in.Hash, in.SecretData()
+	}
+	attempt := 0
+	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
+		var retry bool
+		if attempt, retry = e.failed(ctx, r, latest, ReasonDestroyFailed, "terraform destroy failed"); !retry {
+			return false, nil
+		}
+	}
+	return false, e.start(ctx, r, infrav1.OperationDestroy, hash, attempt, data)
+}
+
+// release releases the state of an object whose destroy succeeded.
+func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
+	if err := e.releaseState(ctx, r.Obj); err != nil {
+		return false, fmt.Errorf("releasing the state of a destroyed object: %w", err)
+	}
+	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonDestroyed, "The module's infrastructure is destroyed")
+	return true, nil
+}
+
+// destroySucceeded tells whether the newest destroy Job succeeded after
+// every apply.
+func destroySucceeded(jobs []*CachedJob) bool {
+	for _, j := range jobs { // newest first
+		switch j.Operation {
+		case infrav1.OperationApply, infrav1.OperationRefresh:
+			return false
+		case infrav1.OperationDestroy:
+			_, succeeded := JobFinished(j)
+			return succeeded
+		}
+	}
+	return false
+}
+
+// releaseState runs once obj's infrastructure is destroyed: its state
+// Secrets, lock and leftover run inputs go.
+func (e *Engine) releaseState(ctx context.Context, obj Object) error {
+	secrets, runInputs, err := e.objectSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	errs := []error{e.deleteRunInputs(ctx, runInputs)}
+	for _, s := range secrets {
+		errs = append(errs, statestore.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
+	}
+	err = e.Kube.CoordinationV1().Leases(obj.GetNamespace()).Delete(ctx, e.Names(obj).Lock(), metav1.DeleteOptions{})
+	if !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

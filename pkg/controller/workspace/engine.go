@@ -1,0 +1,161 @@
+// Package engine is what every controller that runs Terraform shares:
+// rendering inputs into runner Jobs, one at a time, with deterministic names
+// and expectations; reading results; retries with backoff; destroy with the
+// durable inputs; abandon; and the conditions that report all of it.
+package workspace
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerpod"
+)
+
+// Ready reasons every kind uses, besides Cluster API's.
+const (
+	ReasonApplying      = "Applying"
+	ReasonApplied       = "Applied"
+	ReasonApplyFailed   = "ApplyFailed"
+	ReasonDestroying    = "Destroying"
+	ReasonDestroyFailed = "DestroyFailed"
+	ReasonInvalidOutput = "InvalidOutput"
+	ReasonNotPaused     = "NotPaused"
+	ReasonPaused        = "Paused"
+	// ReasonNamespaceTerminating: no Job can be created in the namespace.
+	ReasonNamespaceTerminating = "NamespaceTerminating"
+	ReasonAbandoning           = "Abandoning"
+)
+
+// Event reasons, besides the Ready reasons above.
+const (
+	ReasonPlanApproved  = "PlanApproved"
+	ReasonAbandoned     = "Abandoned"
+	ReasonDestroyed     = "Destroyed"
+	ReasonRefreshFailed = "RefreshFailed"
+)
+
+// Object is a Terraform* object the engine runs Terraform for.
+type Object interface {
+	metav1.Object
+	runtime.Object
+	Workspace() *infrav1.WorkspaceSpec
+	WorkspaceStatus() *infrav1.WorkspaceStatus
+}
+
+// Config is what the manager tells every controller that runs Terraform.
+type Config struct {
+	Access               *RunnerAccess
+	RunnerAPI            RunnerAPI
+	RunnerPods           runnerpod.Rules
+	RunnerImage          string
+	StateBackups         int
+	DriftDefaultInterval time.Duration
+	// MaxStateBytes bounds every state and backup read (manager and runner).
+	MaxStateBytes int64
+	// StateSecrets is the metadata of state and durable-inputs Secrets
+	// (StateSecretsSelector): the checks before every Job read it, and its
+	// events bring a missing state to light at once. Nil: read on demand.
+	StateSecrets informers.GenericInformer
+	// Metrics, if set, reports every controller's objects at each scrape.
+	Metrics *Collector
+	// Slots, if set, caps the Jobs that run at once.
+	Slots *JobSlots
+	// BootstrapConfigs reads the bootstrap configs Machines name; nil:
+	// bootstrap data is read only from Secrets its Machine controls or
+	// that are labelled as bootstrap data.
+	BootstrapConfigs BootstrapConfigReader
+	// Clock is the controllers' time; nil is the real one.
+	Clock clock.PassiveClock
+}
+
+// Engine runs Terraform for the objects of one kind.
+type Engine struct {
+	Kube          kubernetes.Interface
+	JobControl    JobControl
+	JobIndex      cache.Indexer
+	Recorder      record.EventRecorder
+	Expectations  *controller.Expectations
+	Access        *RunnerAccess
+	RunnerAPI     RunnerAPI
+	RunnerPods    runnerpod.Rules
+	GVK           schema.GroupVersionKind
+	RunnerImage   string
+	StateBackups  int
+	MaxStateBytes int64
+	// StateSecrets lists the metadata of state and durable-inputs Secrets;
+	// nil reads them on demand.
+	StateSecrets cache.GenericLister
+	// DriftDefaultInterval is the drift check interval of objects that
+	// set none.
+	DriftDefaultInterval time.Duration
+	// Clock is the time of every decision (backoff, drift, grace).
+	Clock clock.PassiveClock
+	// Slots caps the Jobs that run at once; nil: no cap.
+	Slots *JobSlots
+	// BootstrapConfigs reads bootstrap configs (Config.BootstrapConfigs).
+	BootstrapConfigs BootstrapConfigReader
+}
+
+// Sync is what one sync of one object knows and decides.
+type Sync struct {
+	Obj    Object // a copy: safe to change
+	Key    cache.ObjectName
+	Policy Policy
+	Jobs   []*CachedJob // of this object, newest first
+	// Gate holds a TerraformCluster's approval policy and approvals; nil
+	// for machines and pools, which are never gated.
+	Gate *approval.Gate
+	// ReapplyAfter asks for an apply of inputs already applied when the
+	// last apply Job was created before it: drift to remediate.
+	ReapplyAfter time.Time
+	// Requeue asks for a sync after this long.
+	Requeue time.Duration
+	// Update writes the object's metadata and spec, and keeps the status
+	// being built.
+	Update func(context.Context) error
+	// Owner is the object's Cluster API owner (a Cluster, Machine or
+	// MachinePool), nil until Cluster API sets it.
+	Owner *unstructured.Unstructured
+	// Cluster is the Cluster the object belongs to, and TerraformCluster
+	// that Cluster's infrastructure when it is one.
+	Cluster          *unstructured.Unstructured
+	TerraformCluster *infrav1.TerraformCluster
+}
+
+// requeueWithin asks for a sync after wait at the latest.
+func (r *Sync) requeueWithin(wait time.Duration) {
+	if r.Requeue == 0 || wait < r.Requeue {
+		r.Requeue = wait
+	}
+}
+
+// NewSync starts a sync of obj; clusterDefaults is the cluster's
+// spec.defaults.jobs for machines and pools, nil for clusters.
+func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
+	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+		ReapplyAfter: e.remediationTime(obj)}
+	r.Jobs = objectJobs(e.JobIndex, obj)
+	return r
+}
+
+// Names names the object's Secrets, Lease and Jobs.
+func (e *Engine) Names(obj metav1.Object) names.Object {
+	return names.ObjectOf(e.GVK.Kind, obj.GetName())
+}
+
+func (e *Engine) fieldManager() string { return fieldManager(e.GVK) }

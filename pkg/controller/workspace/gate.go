@@ -1,0 +1,88 @@
+package workspace
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/run"
+)
+
+// Reasons of the approval conditions.
+const (
+	ReasonAwaitingApproval       = "AwaitingApproval"
+	ReasonApprovalForAnotherPlan = "ApprovalForAnotherPlan"
+	ReasonPlanChanged            = "PlanChanged"
+	ReasonNoPlanAwaitingApproval = "NoPlanAwaitingApproval"
+)
+
+// reportBlocked reports a plan that waits for an approval: the condition of its
+// kind says what it would do and the exact command that approves it.
+func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *run.Plan) {
+	obj, g := r.Obj, r.Gate
+	needed := approval.Gate{Policy: g.Policy}.Needed(plan)
+	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
+	what := "changes resources"
+	if needed == infrav1.AnnotationApproveDestructivePlan {
+		condType, other = other, condType
+		what = "deletes or replaces resources"
+	}
+	reason := ReasonAwaitingApproval
+	var prefix string
+	given := obj.GetAnnotations()[needed]
+	switch approved := job.ApprovedPlan; {
+	case approved != "" && approved != plan.Hash:
+		reason, prefix = ReasonPlanChanged, fmt.Sprintf("The approved plan %s is no longer what terraform plans. ", approved)
+	case given != "" && given != plan.Hash:
+		reason, prefix = ReasonApprovalForAnotherPlan, fmt.Sprintf("%s names %s, which is not the plan waiting. ", needed, given)
+	}
+	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
+		prefix, plan.Hash, what, PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
+	st := obj.WorkspaceStatus()
+	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
+	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(FinishTime(job))}
+	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		// What is provisioned keeps serving while a change waits.
+		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change waits for approval (%s)", st.AppliedPlanHash, condType))
+		return
+	}
+	e.SetReady(r, metav1.ConditionFalse, condType, msg)
+}
+
+// noPlanWaiting clears the approval conditions of a gated object.
+func (e *Engine) noPlanWaiting(r *Sync) {
+	if r.Gate == nil {
+		return
+	}
+	SetCondition(r.Obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	SetCondition(r.Obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+}
+
+// planCounts is a plan's counts, with forgets and imports when it has any.
+func planCounts(s infrav1.PlanSummary) string {
+	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
+	if s.Forget > 0 {
+		text += fmt.Sprintf(", %d to forget (they stay in the cloud, unmanaged)", s.Forget)
+	}
+	if s.Import > 0 {
+		text += fmt.Sprintf(", %d to import", s.Import)
+	}
+	return text
+}
+
+// PlanSummaryText is a plan's counts and the addresses it names.
+func PlanSummaryText(s infrav1.PlanSummary) string {
+	text := planCounts(s)
+	var parts []string
+	for _, r := range s.Resources {
+		parts = append(parts, r.Action+" "+r.Address)
+	}
+	if len(parts) > 0 {
+		text += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return text
+}

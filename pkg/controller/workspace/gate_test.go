@@ -1,0 +1,102 @@
+package workspace_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
+)
+
+// TestGateSequence walks a destructive plan through the gate: blocked,
+// a stale approval (nothing runs), the right approval (attempt 1 with the
+// approval), a plan that changed meanwhile (re-armed), then applied.
+func TestGateSequence(t *testing.T) {
+	k := kinds[0]
+	f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi)
+	f.sync()
+	if jobs := f.createdJobs(); len(jobs) != 1 {
+		t.Fatalf("first sync created %v", jobNames(jobs))
+	}
+	destroyOne := infrav1.PlanSummary{Destroy: 1, Resources: []infrav1.PlannedResource{{Address: "terraform_data.instance[1]", Action: "destroy"}}}
+	first := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: "gate",
+		Plan: &run.Plan{Hash: "1111111111111111", Summary: destroyOne}})
+
+	f.sync()
+	c := f.condition(infrav1.ConditionDestructivePlanBlocked)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != workspace.ReasonAwaitingApproval ||
+		!strings.Contains(c.Message, "kubectl annotate terraformcluster -n ns prod captf.io/approve-destructive-plan=1111111111111111 --overwrite") {
+		t.Fatalf("blocked: DestructivePlanBlocked = %+v", c)
+	}
+	if jobs := f.createdJobs(); len(jobs) != 0 {
+		t.Fatalf("a blocked plan started %v", jobNames(jobs))
+	}
+
+	f.observe()
+	f.annotate(infrav1.AnnotationApproveDestructivePlan, "2222222222222222")
+	f.sync()
+	if c := f.condition(infrav1.ConditionDestructivePlanBlocked); c.Reason != workspace.ReasonApprovalForAnotherPlan {
+		t.Errorf("approval of another plan: %+v", c)
+	}
+	if jobs := f.createdJobs(); len(jobs) != 0 {
+		t.Fatalf("an approval of another plan started %v", jobNames(jobs))
+	}
+
+	f.observe()
+	f.annotate(infrav1.AnnotationApproveDestructivePlan, "1111111111111111")
+	f.sync()
+	jobs := jobNames(f.createdJobs())
+	if len(jobs) != 1 || !strings.HasSuffix(jobs[0], "-1") || strings.TrimSuffix(jobs[0], "-1") != strings.TrimSuffix(first.Name, "-0") {
+		t.Fatalf("the approval started %v, want attempt 1 of %s", jobs, first.Name)
+	}
+	approved := f.createdJobs()[0]
+	if approved.Labels[names.LabelApprovedPlan] != "1111111111111111" ||
+		!slices.Contains(approved.Spec.Template.Spec.Containers[0].Args, "--approved-destructive-plan=1111111111111111") {
+		t.Errorf("approved Job labels %v args %v", approved.Labels, approved.Spec.Template.Spec.Containers[0].Args)
+	}
+
+	// Meanwhile the plan changed: the gate re-arms with the new hash.
+	f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: "gate",
+		Plan: &run.Plan{Hash: "3333333333333333", Summary: destroyOne}})
+	f.sync()
+	if c := f.condition(infrav1.ConditionDestructivePlanBlocked); c.Reason != workspace.ReasonPlanChanged ||
+		!strings.Contains(c.Message, "The approved plan 1111111111111111 is no longer what terraform plans") || !strings.Contains(c.Message, "=3333333333333333") {
+		t.Errorf("changed plan: %+v", c)
+	}
+	if jobs := f.createdJobs(); len(jobs) != 0 {
+		t.Fatalf("a changed plan started %v", jobNames(jobs))
+	}
+
+	f.observe()
+	f.annotate(infrav1.AnnotationApproveDestructivePlan, "3333333333333333")
+	f.sync()
+	if jobs := jobNames(f.createdJobs()); len(jobs) != 1 || !strings.HasSuffix(jobs[0], "-2") {
+		t.Fatalf("the second approval started %v, want attempt 2", jobs)
+	}
+	f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded,
+		Plan:    &run.Plan{Hash: "3333333333333333", Summary: destroyOne},
+		Outputs: map[string]run.Output{"x": {Value: json.RawMessage("1")}}})
+	f.sync()
+	if c := f.condition(infrav1.ConditionDestructivePlanBlocked); c.Status != metav1.ConditionFalse {
+		t.Errorf("after the apply: %+v", c)
+	}
+	if r := f.readyReason(); r != workspace.ReasonApplied {
+		t.Errorf("Ready reason %q after the apply", r)
+	}
+	// Applied once (issue 30, item 4): the used approval is gone, so no
+	// later plan that hashes alike applies on it.
+	if _, ok := f.object().GetAnnotations()[infrav1.AnnotationApproveDestructivePlan]; ok {
+		t.Errorf("the used approval is still on the object: %v", f.object().GetAnnotations())
+	}
+	f.observe()
+	f.sync()
+	if jobs := f.createdJobs(); len(jobs) != 0 {
+		t.Errorf("an applied approval started %v", jobNames(jobs))
+	}
+}

@@ -1,0 +1,109 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// deletePreviousRunSecrets deletes the run Secrets of the Job that ran op
+// before job: once a newer Job of the operation runs, nothing reads them
+// again. (The runner deletes its inputs itself when it is done; these are
+// what a killed runner left.) Each object so keeps at most the result of the
+// latest Job of each operation, not two Secrets per Job of its history.
+func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
+	n := e.Names(r.Obj)
+	for _, prev := range r.Jobs { // newest first
+		if prev.Name == job.Name || prev.Operation != job.Operation {
+			continue
+		}
+		for _, name := range []string{n.RunInputs(prev.Name), n.Result(prev.Name)} {
+			if err := e.Kube.CoreV1().Secrets(prev.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				klog.FromContext(ctx).Error(err, "Deleting a run Secret of an earlier Job", "secret", klog.KRef(prev.Namespace, name))
+			}
+		}
+		return
+	}
+}
+
+// cleanupHistory keeps the newest finished Jobs of each operation within
+// the policy's limits. Their run Secrets went when the next Job of their
+// operation started.
+func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
+	kept := map[string]int32{}
+	var errs []error
+	for _, job := range r.Jobs { // newest first
+		finished, succeeded := JobFinished(job)
+		if !finished || job.DeletionTimestamp != nil {
+			continue
+		}
+		limit := r.Policy.FailedJobsHistoryLimit
+		if succeeded {
+			limit = r.Policy.SuccessfulJobsHistoryLimit
+		}
+		k := string(job.Operation) + strconv.FormatBool(succeeded)
+		if kept[k] < limit {
+			kept[k]++
+			continue
+		}
+		if err := e.JobControl.Delete(ctx, job, metav1.DeletePropagationBackground); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unfinishedJob is a Job that may still run a pod, being deleted or not.
+func unfinishedJob(jobs []*CachedJob) *CachedJob {
+	for _, j := range jobs {
+		if finished, _ := JobFinished(j); !finished {
+			return j
+		}
+	}
+	return nil
+}
+
+func activeJob(jobs []*CachedJob) *CachedJob {
+	for _, j := range jobs {
+		if finished, _ := JobFinished(j); !finished && j.DeletionTimestamp == nil {
+			return j
+		}
+	}
+	return nil
+}
+
+// latestJob is the newest attempt of op for hash.
+func latestJob(jobs []*CachedJob, op infrav1.Operation, hash string) *CachedJob {
+	var latest *CachedJob
+	for _, j := range jobs {
+		if j.Operation != op || j.InputsHash != hash {
+			continue
+		}
+		if latest == nil || j.Attempt > latest.Attempt {
+			latest = j
+		}
+	}
+	return latest
+}
+
+// FinishTime is when job finished (its creation while it runs).
+func FinishTime(job *CachedJob) time.Time {
+	if job.Status.CompletionTime != nil {
+		return job.Status.CompletionTime.Time
+	}
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return job.CreationTimestamp.Time
+}

@@ -1,0 +1,357 @@
+package workspace
+
+import (
+	"cmp"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerpod"
+)
+
+// Policy is a job policy with every default filled in.
+type Policy struct {
+	infrav1.JobPolicy
+	ActiveDeadlineSeconds      int64
+	LockTimeout                time.Duration
+	SuccessfulJobsHistoryLimit int32
+	FailedJobsHistoryLimit     int32
+}
+
+// EffectivePolicy merges the object's policy over its cluster's defaults
+// over CAPTF's defaults, field by field.
+func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
+	p := Policy{ActiveDeadlineSeconds: 3600, LockTimeout: 5 * time.Minute, SuccessfulJobsHistoryLimit: 3, FailedJobsHistoryLimit: 3}
+	p.Resources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+	}
+	for _, src := range []*infrav1.JobPolicy{clusterDefaults, own} {
+		if src == nil {
+			continue
+		}
+		if src.Resources != nil {
+			p.Resources = src.Resources.DeepCopy()
+		}
+		if src.ActiveDeadlineSeconds != nil {
+			p.ActiveDeadlineSeconds = *src.ActiveDeadlineSeconds
+		}
+		if src.LockTimeout != nil {
+			p.LockTimeout = src.LockTimeout.Duration
+		}
+		if src.SuccessfulJobsHistoryLimit != nil {
+			p.SuccessfulJobsHistoryLimit = *src.SuccessfulJobsHistoryLimit
+		}
+		if src.FailedJobsHistoryLimit != nil {
+			p.FailedJobsHistoryLimit = *src.FailedJobsHistoryLimit
+		}
+		if src.PodSecurityContext != nil {
+			p.PodSecurityContext = src.PodSecurityContext.DeepCopy()
+		}
+		if src.SecurityContext != nil {
+			p.SecurityContext = src.SecurityContext.DeepCopy()
+		}
+		if src.NodeSelector != nil {
+			p.NodeSelector = src.NodeSelector
+		}
+		if src.Tolerations != nil {
+			p.Tolerations = src.Tolerations
+		}
+		if src.Env != nil {
+			p.Env = src.Env
+		}
+		if src.EnvFrom != nil {
+			p.EnvFrom = src.EnvFrom
+		}
+		if src.ServiceAccountName != "" {
+			p.ServiceAccountName = src.ServiceAccountName
+		}
+	}
+	return p
+}
+
+// JobSpec is what one runner Job does.
+type JobSpec struct {
+	Owner      metav1.Object
+	OwnerGVK   schema.GroupVersionKind
+	Operation  infrav1.Operation
+	InputsHash string
+	// InputsBytes is the size of the rendered inputs; 0 when the Job runs
+	// with the durable inputs.
+	InputsBytes int
+	Attempt     int
+	Image       string
+	Policy      Policy
+	Backups     int
+	DurableOnly bool // run with the durable inputs (destroy)
+	// ExpectState: the object was applied; the runner refuses a missing
+	// state.
+	ExpectState   bool
+	MaxStateBytes int64
+	// RunnerAPI is the URL of the manager's runner API, RunnerAPICA the
+	// PEM bundle that signs its certificate.
+	RunnerAPI, RunnerAPICA string
+	// RunnerPods fills in what the Pod Security level needs.
+	RunnerPods runnerpod.Rules
+	// Gate is the approval policy of an apply and the plan hashes the
+	// object's approvals name (TerraformCluster only).
+	Gate                                  infrav1.ApprovalPolicy
+	ApprovedPlan, ApprovedDestructivePlan string
+}
+
+// runnerTokenSeconds is the life of a runner pod's token: the shortest the
+// API server issues; the kubelet renews it while the pod runs.
+const runnerTokenSeconds = 600
+
+// RunnerCommand is the runner's entrypoint in the image.
+const RunnerCommand = "/captf"
+
+// BuildJob makes the runner Job. Its pod meets the Pod Security level of
+// s.RunnerPods once the policy passed its Check.
+func BuildJob(s JobSpec) *batchv1.Job {
+	obj := names.ObjectOf(s.OwnerGVK.Kind, s.Owner.GetName())
+	name := obj.Job(string(s.Owner.GetUID()), string(s.Operation), s.InputsHash, s.Attempt)
+	labels := names.ObjectLabels(s.OwnerGVK.Kind, s.Owner.GetName(), s.Owner.GetUID())
+	labels[names.LabelOperation] = string(s.Operation)
+	labels[names.LabelInputsHash] = s.InputsHash
+	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)
+	sa := names.RunnerServiceAccount
+	if s.Policy.ServiceAccountName != "" {
+		sa = s.Policy.ServiceAccountName
+	}
+	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
+	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
+		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: "/workspace",
+		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
+		MaxStateBytes: s.MaxStateBytes}
+	if s.Gate != "" {
+		if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); approved != "" {
+			labels[names.LabelApprovedPlan] = approved
+		}
+		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
+	}
+	args := append([]string{"runner"}, spec.Args()...)
+	env := []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
+	if s.RunnerAPI != "" {
+		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})
+	}
+	if s.RunnerAPICA != "" {
+		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
+	}
+	env = append(env, s.Policy.Env...)
+	var annotations map[string]string
+	if s.InputsBytes > 0 {
+		annotations = map[string]string{names.AnnotationInputsBytes: strconv.Itoa(s.InputsBytes)}
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: s.Owner.GetNamespace(), Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(s.Owner, s.OwnerGVK)},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr(int32(0)), // the manager retries, with backoff and a new name
+			ActiveDeadlineSeconds: &s.Policy.ActiveDeadlineSeconds,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: sa,
+					// No token the API server accepts: the pod runs the
+					// user's module code. It reaches its state through the
+					// runner API with a token only that API takes.
+					AutomountServiceAccountToken: ptr(false),
+					RestartPolicy:                corev1.RestartPolicyNever,
+					// Time for terraform to stop gracefully and write its state.
+					TerminationGracePeriodSeconds: ptr(int64(120)),
+					SecurityContext:               podSC,
+					NodeSelector:                  s.Policy.NodeSelector,
+					Tolerations:                   s.Policy.Tolerations,
+					Containers: []corev1.Container{{
+						Name:                     "runner",
+						Image:                    s.Image,
+						Command:                  []string{RunnerCommand},
+						Args:                     args,
+						Env:                      env,
+						EnvFrom:                  s.Policy.EnvFrom,
+						WorkingDir:               "/workspace",
+						Resources:                *s.Policy.Resources,
+						SecurityContext:          sc,
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
+							{Name: "runner-token", MountPath: filepath.Dir(run.TokenFile), ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+							Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+								Audience: names.RunnerTokenAudience, ExpirationSeconds: ptr(int64(runnerTokenSeconds)), Path: filepath.Base(run.TokenFile)}}},
+						}}}},
+				},
+			},
+		},
+	}
+}
+
+// JobFinished returns whether job is done and whether it succeeded.
+func JobFinished(job *CachedJob) (finished, succeeded bool) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, true
+		case batchv1.JobFailed:
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// JobFailureMessage says why a finished Job failed.
+func JobFailureMessage(job *CachedJob) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("Job %s failed: %s: %s", job.Name, c.Reason, c.Message)
+		}
+	}
+	return "Job " + job.Name + " failed"
+}
+
+// SortJobs orders Jobs newest first.
+func SortJobs(jobs []*CachedJob) {
+	sort.Slice(jobs, func(i, j int) bool {
+		ti, tj := jobs[i].CreationTimestamp, jobs[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return tj.Before(&ti)
+		}
+		return jobs[i].Name > jobs[j].Name
+	})
+}
+
+// Backoff is the wait before retrying after failures consecutive failed
+// attempts: 10s doubling, at most 10m.
+func Backoff(failures int) time.Duration {
+	d := 10 * time.Second
+	for i := 1; i < failures && d < 10*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Minute)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// CachedJob is what the Job informer keeps of a runner Job: what CAPTF
+// reads of it. A finished Job's metadata and status took 2.1 KB in the
+// cache (its label and annotation maps, two conditions with their
+// messages), this 1.1 KB (BenchmarkJobCache), and a fleet with drift checks
+// keeps up to six Jobs an object.
+type CachedJob struct {
+	// Name, namespace, UID, resource version, times and the controller
+	// reference; no labels, annotations or other owners.
+	metav1.ObjectMeta
+	ObjectUID    types.UID         // names.LabelObjectUID
+	Operation    infrav1.Operation // names.LabelOperation
+	InputsHash   string            // names.LabelInputsHash
+	Attempt      int               // names.LabelAttempt
+	ApprovedPlan string            // names.LabelApprovedPlan
+	InputsBytes  int               // names.AnnotationInputsBytes; 0 when absent
+	// The pod counts, start and completion, and the condition that ended
+	// the Job (the message only when it failed).
+	Status batchv1.JobStatus
+}
+
+// CacheJob is the Job informer's transform: a Job becomes a CachedJob.
+func CacheJob(obj any) any {
+	if job, ok := obj.(*batchv1.Job); ok {
+		return CachedJobFrom(job)
+	}
+	return obj
+}
+
+// CachedJobFrom is what the cache keeps of job.
+func CachedJobFrom(job *batchv1.Job) *CachedJob {
+	meta := metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, UID: job.UID, ResourceVersion: job.ResourceVersion,
+		CreationTimestamp: job.CreationTimestamp, DeletionTimestamp: job.DeletionTimestamp}
+	labels := job.Labels
+	c := &CachedJob{ObjectUID: types.UID(labels[names.LabelObjectUID]), Operation: infrav1.Operation(labels[names.LabelOperation]),
+		InputsHash: labels[names.LabelInputsHash], ApprovedPlan: labels[names.LabelApprovedPlan]}
+	if owner := metav1.GetControllerOf(job); owner != nil {
+		ref := *owner
+		ref.BlockOwnerDeletion = nil
+		meta.OwnerReferences = []metav1.OwnerReference{ref}
+		if ref.UID == c.ObjectUID {
+			c.ObjectUID = ref.UID // one string for both
+		}
+	}
+	c.ObjectMeta = meta
+	c.Attempt, _ = strconv.Atoi(labels[names.LabelAttempt])
+	c.InputsBytes, _ = strconv.Atoi(job.Annotations[names.AnnotationInputsBytes])
+	st := job.Status
+	c.Status = batchv1.JobStatus{StartTime: st.StartTime, CompletionTime: st.CompletionTime, Active: st.Active, Succeeded: st.Succeeded, Failed: st.Failed}
+	if st.Terminating != nil && *st.Terminating > 0 {
+		c.Status.Terminating = st.Terminating
+	}
+	for _, cond := range st.Conditions {
+		if (cond.Type == batchv1.JobComplete || cond.Type == batchv1.JobFailed) && cond.Status == corev1.ConditionTrue {
+			cond.LastProbeTime = metav1.Time{}
+			if cond.Type == batchv1.JobComplete {
+				cond.Message = ""
+			}
+			c.Status.Conditions = []batchv1.JobCondition{cond}
+			break
+		}
+	}
+	return c
+}
+
+// objectJobs are the cached Jobs of obj, newest first: those its label
+// names, in its namespace and controlled by it. The label alone is anyone's
+// to write: a Job in another namespace naming this object's UID (with a
+// result Secret of its own there) would otherwise be read as its run.
+func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
+	var jobs []*CachedJob
+	objs, _ := index.ByIndex(JobsByObjectUID, string(obj.GetUID())) // an error: no such index, no Jobs
+	for _, o := range objs {
+		job, ok := o.(*CachedJob)
+		if !ok || job.Namespace != obj.GetNamespace() {
+			continue
+		}
+		if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != obj.GetUID() {
+			continue
+		}
+		jobs = append(jobs, job)
+	}
+	SortJobs(jobs)
+	return jobs
+}
+
+// JobsByObjectUID indexes runner Jobs by the UID of their Terraform* object.
+const JobsByObjectUID = "captf-object-uid"
+
+// JobIndexers are the indexers the controllers need on the Job informer.
+var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error) {
+	job, ok := obj.(*CachedJob)
+	if !ok {
+		return nil, nil
+	}
+	if job.ObjectUID != "" {
+		return []string{string(job.ObjectUID)}, nil
+	}
+	return nil, nil
+}}

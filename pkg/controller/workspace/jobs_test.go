@@ -1,0 +1,231 @@
+package workspace
+
+import (
+	"context"
+	"flag"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
+)
+
+func TestEffectivePolicy(t *testing.T) {
+	deadline, three := int64(600), int32(3)
+	zero := int32(0)
+	tests := map[string]struct {
+		own, defaults *infrav1.JobPolicy
+		check         func(Policy) string
+	}{
+		"CAPTF defaults": {check: func(p Policy) string {
+			if p.ActiveDeadlineSeconds != 3600 || p.LockTimeout != 5*time.Minute || p.SuccessfulJobsHistoryLimit != 3 || p.FailedJobsHistoryLimit != 3 ||
+				p.Resources.Requests.Cpu().String() != "250m" || p.Resources.Requests.Memory().String() != "512Mi" ||
+				p.Resources.Limits.Memory().String() != "2Gi" || !p.Resources.Limits.Cpu().IsZero() {
+				return "defaults are not 1h, 5m, 3+3, 250m/512Mi, 2Gi, no CPU limit"
+			}
+			return ""
+		}},
+		"cluster defaults apply": {defaults: &infrav1.JobPolicy{ActiveDeadlineSeconds: &deadline}, check: func(p Policy) string {
+			if p.ActiveDeadlineSeconds != 600 || p.LockTimeout != 5*time.Minute {
+				return "the cluster's deadline did not apply, or replaced other fields"
+			}
+			return ""
+		}},
+		"own values win, field by field": {
+			defaults: &infrav1.JobPolicy{ActiveDeadlineSeconds: &deadline, FailedJobsHistoryLimit: &three},
+			own:      &infrav1.JobPolicy{FailedJobsHistoryLimit: &zero, LockTimeout: &metav1.Duration{Duration: time.Minute}},
+			check: func(p Policy) string {
+				if p.ActiveDeadlineSeconds != 600 || p.FailedJobsHistoryLimit != 0 || p.LockTimeout != time.Minute {
+					return "own values did not win over the cluster's, or the cluster's were lost"
+				}
+				return ""
+			}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if msg := tc.check(EffectivePolicy(tc.own, tc.defaults)); msg != "" {
+				t.Errorf("%s: %+v", msg, EffectivePolicy(tc.own, tc.defaults))
+			}
+		})
+	}
+}
+
+func TestRender(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ns"}, Data: map[string][]byte{"token": []byte("s3cret"), "tags": []byte(`{"a":1}`)}},
+	)
+	ws := func(vars ...infrav1.Variable) infrav1.WorkspaceSpec {
+		return infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: "x"}, Variables: vars}
+	}
+	val := func(name, raw string) infrav1.Variable {
+		return infrav1.Variable{Name: name, Value: &runtime.RawExtension{Raw: []byte(raw)}}
+	}
+	fromSecret := func(name, key string, format infrav1.ValueFormat) infrav1.Variable {
+		return infrav1.Variable{Name: name, ValueFrom: &infrav1.VariableSource{Format: format,
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: key}}}
+	}
+	tests := map[string]struct {
+		ws         infrav1.WorkspaceSpec
+		wantVars   []string
+		wantReason string
+		// wantSensitive are the variables the runner keeps out of logs.
+		wantSensitive []string
+	}{
+		"values and CAPTF inputs":       {ws: ws(val("region", `"eu-1"`)), wantVars: []string{`"region": "eu-1"`, `"captf_name": "prod"`}},
+		"a Secret key as a string":      {ws: ws(fromSecret("token", "token", "")), wantVars: []string{`"token": "s3cret"`}, wantSensitive: []string{"token"}},
+		"a Secret key as JSON":          {ws: ws(fromSecret("tags", "tags", infrav1.ValueFormatJSON)), wantVars: []string{"\"tags\": {\n    \"a\": 1"}, wantSensitive: []string{"tags"}},
+		"a missing key":                 {ws: ws(fromSecret("x", "nope", "")), wantReason: "VariableUnavailable"},
+		"value and valueFrom both":      {ws: ws(infrav1.Variable{Name: "x", Value: &runtime.RawExtension{Raw: []byte("1")}, ValueFrom: &infrav1.VariableSource{}}), wantReason: "InvalidVariable"},
+		"JSON format, not JSON content": {ws: ws(fromSecret("token", "token", infrav1.ValueFormatJSON)), wantReason: "InvalidVariable"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			in, err := Render(ctx, client, "ns", tc.ws, map[string]any{"captf_name": "prod"})
+			if tc.wantReason != "" {
+				ie, ok := err.(*InputError)
+				if !ok || ie.Reason != tc.wantReason {
+					t.Fatalf("err = %v, want an InputError %s", err, tc.wantReason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.wantVars {
+				if !strings.Contains(string(in.Variables), w) {
+					t.Errorf("tfvars %s do not contain %s", in.Variables, w)
+				}
+			}
+			if !slices.Equal(in.Sensitive, tc.wantSensitive) {
+				t.Errorf("sensitive %q, want %q", in.Sensitive, tc.wantSensitive)
+			}
+		})
+	}
+
+	a, _ := Render(ctx, client, "ns", ws(val("a", "1"), val("b", "2")), nil)
+	b, _ := Render(ctx, client, "ns", ws(val("b", "2"), val("a", "1")), nil)
+	c, _ := Render(ctx, client, "ns", ws(val("a", "1"), val("b", "3")), nil)
+	if a.Hash != b.Hash {
+		t.Error("the order of variables changed the hash")
+	}
+	if a.Hash == c.Hash {
+		t.Error("a changed value kept the hash")
+	}
+	// Marked sensitive late (issue 30, item 9): the next apply must carry
+	// the new list to the durable inputs, so the hash changes.
+	secret := ws(val("a", "1"), val("b", "2"))
+	secret.Variables[1].Sensitive = true
+	d, _ := Render(ctx, client, "ns", secret, nil)
+	if a.Hash == d.Hash {
+		t.Error("marking a variable sensitive kept the hash")
+	}
+	if got := HashSecretData(d.SecretData()); got == HashSecretData(a.SecretData()) {
+		t.Error("stored inputs that differ in what is sensitive hash alike")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for failures, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 4: 80 * time.Second, 7: 10 * time.Minute, 30: 10 * time.Minute} {
+		if got := Backoff(failures); got != want {
+			t.Errorf("Backoff(%d) = %s, want %s", failures, got, want)
+		}
+	}
+}
+
+// TestObjectJobs: an object's Jobs are those its UID label names, in its
+// namespace and controlled by it; a Job another tenant labels with the UID,
+// in its own namespace or controlled by something else, is not one of them.
+func TestObjectJobs(t *testing.T) {
+	obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "a", UID: "u1"}}
+	owner := func(uid types.UID) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: "c", UID: uid, Controller: ptr(true)}}
+	}
+	job := func(ns, name string, refs []metav1.OwnerReference) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{names.LabelObjectUID: "u1"}, OwnerReferences: refs}}
+	}
+	index := cache.NewIndexer(cache.MetaNamespaceKeyFunc, JobIndexers)
+	for _, j := range []*batchv1.Job{
+		job("a", "own", owner("u1")),
+		job("b", "other-namespace", owner("u1")),
+		job("a", "other-owner", owner("u2")),
+		job("a", "no-owner", nil),
+	} {
+		if err := index.Add(CacheJob(j)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, j := range objectJobs(index, obj) {
+		got = append(got, j.Namespace+"/"+j.Name)
+	}
+	if len(got) != 1 || got[0] != "a/own" {
+		t.Errorf("the object's Jobs: %v, want [a/own]", got)
+	}
+}
+
+// TestBuildJobTellsTheRunner: the container's args, read by the runner's
+// own flags, say what the manager decided: the object, the operation, the
+// Job, the gate and its approvals, the state's limits.
+func TestBuildJobTellsTheRunner(t *testing.T) {
+	owner := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", UID: "obj-uid"}}
+	gvk := infrav1.SchemeGroupVersion.WithKind("TerraformCluster")
+	policy := EffectivePolicy(nil, nil)
+	policy.LockTimeout = 7 * time.Minute
+	tests := map[string]struct {
+		spec JobSpec
+		want func(s *run.Spec)
+	}{
+		"an apply behind a gate": {
+			spec: JobSpec{Operation: infrav1.OperationApply, InputsHash: "0123456789abcdef", Attempt: 2, Backups: 4, ExpectState: true, MaxStateBytes: 1 << 20,
+				Gate: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: "1111111111111111"},
+			want: func(s *run.Spec) {
+				s.Operation, s.StateBackups, s.ExpectState, s.MaxStateBytes = infrav1.OperationApply, 4, true, 1<<20
+				s.Gate, s.ApprovedDestructivePlan = infrav1.ApprovalPolicyDestructive, "1111111111111111"
+			},
+		},
+		"a destroy with the durable inputs": {
+			spec: JobSpec{Operation: infrav1.OperationDestroy, InputsHash: "0123456789abcdef", Backups: 5, DurableOnly: true, ExpectState: true},
+			want: func(s *run.Spec) {
+				s.Operation, s.StateBackups, s.UseDurableInputs, s.ExpectState = infrav1.OperationDestroy, 5, true, true
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.spec.Owner, tc.spec.OwnerGVK, tc.spec.Policy, tc.spec.Image = owner, gvk, policy, "captf:test"
+			job := BuildJob(tc.spec)
+			c := job.Spec.Template.Spec.Containers[0]
+			if len(c.Args) == 0 || c.Args[0] != "runner" {
+				t.Fatalf("args %q: want the runner subcommand first", c.Args)
+			}
+			t.Setenv("POD_NAMESPACE", "elsewhere")
+			fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+			var got run.Spec
+			got.AddFlags(fs)
+			if err := fs.Parse(c.Args[1:]); err != nil {
+				t.Fatalf("the runner's flags refuse %q: %v", c.Args, err)
+			}
+			if err := got.Complete(); err != nil {
+				t.Fatal(err)
+			}
+			want := run.Spec{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "prod", ObjectUID: "obj-uid", ObjectAPIVersion: gvk.GroupVersion().String(),
+				Job: job.Name, WorkDir: "/workspace", LockTimeout: 7 * time.Minute, MaxStateBytes: run.DefaultMaxStateBytes}
+			tc.want(&want)
+			if got != want {
+				t.Errorf("the runner reads\n%+v, want\n%+v", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package workspace
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+)
+
+// Lifecycle is what a kind adds to the part of a sync every kind shares, in
+// Cluster API's order: the owner, the finalizer, pause, deletion.
+type Lifecycle struct {
+	Finalizer string
+	// OwnerMissing is set, with CAPI's reason and a message, while Cluster
+	// API has not made the object's owner yet.
+	OwnerMissing *Wait
+	// Render renders the inputs a destroy falls back on when no durable
+	// inputs were saved.
+	Render func() (*Inputs, error)
+}
+
+// Wait is why an object waits: a Ready reason and message.
+type Wait struct{ Reason, Message string }
+
+// Reconcile runs the shared part of a sync. It returns true when the object
+// is owned, unpaused, not being deleted and carries its finalizer: the
+// caller goes on with its own work.
+func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, error) {
+	obj := r.Obj
+	deleting := obj.GetDeletionTimestamp() != nil
+	if l.OwnerMissing != nil && !deleting {
+		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
+		return false, nil
+	}
+	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
+	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
+		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
+		if !paused {
+			// A first apply follows: block clusterctl move in the same
+			// write.
+			setBlockMove(obj, true)
+		}
+		if err := r.Update(ctx); err != nil {
+			return false, err
+		}
+	} else if unfinishedJob(r.Jobs) == nil {
+		// clusterctl move, paused, waits for this: it runs even when paused.
+		if err := e.blockMove(ctx, r, false); err != nil {
+			return false, err
+		}
+	}
+	// Pause comes before deletion: clusterctl move pauses, then deletes and
+	// strips finalizers; that must never destroy anything.
+	if paused {
+		SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionTrue, ReasonPaused, why)
+		return false, nil
+	}
+	SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
+	if !deleting {
+		return e.restore(ctx, r)
+	}
+	if !HoldsFinalizer(obj, l.Finalizer) {
+		return false, nil
+	}
+	// A state restored while deleting is what the destroy needs when the
+	// state went missing.
+	if ok, err := e.restore(ctx, r); err != nil || !ok {
+		return false, err
+	}
+	done, err := e.Destroy(ctx, r, l.Render)
+	if err != nil || !done {
+		return false, err
+	}
+	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
+	return false, r.Update(ctx)
+}
+
+// blockMove sets (before a Job is created) or removes (once no Job of the
+// object may still run) clusterctl's block-move annotation: a move copies the
+// state Secrets, and must not copy a state a Job is still changing.
+func (e *Engine) blockMove(ctx context.Context, r *Sync, block bool) error {
+	if !setBlockMove(r.Obj, block) {
+		return nil
+	}
+	return r.Update(ctx)
+}
+
+// setBlockMove sets or removes the annotation on obj and tells whether that
+// changed it.
+func setBlockMove(obj Object, block bool) bool {
+	annotations := obj.GetAnnotations()
+	if _, ok := annotations[capi.BlockMoveAnnotation]; ok == block {
+		return false
+	}
+	annotations = maps.Clone(annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if block {
+		annotations[capi.BlockMoveAnnotation] = "captf: a Job may change the state"
+	} else {
+		delete(annotations, capi.BlockMoveAnnotation)
+	}
+	obj.SetAnnotations(annotations)
+	return true
+}
+
+// HoldsFinalizer tells whether obj carries finalizer, or the name an earlier
+// release gave it.
+func HoldsFinalizer(obj metav1.Object, finalizer string) bool {
+	return slices.Contains(obj.GetFinalizers(), finalizer)
+}

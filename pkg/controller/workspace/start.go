@@ -1,0 +1,170 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+)
+
+// start creates the run-inputs Secret (unless data is nil: destroy with the
+// durable inputs) and the Job of one attempt.
+func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
+	obj := r.Obj
+	if e.rescueHeld(r) {
+		return nil
+	}
+	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
+		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
+		return nil
+	}
+	if err := e.Access.CheckServiceAccount(ctx, obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			e.InputError(r, ie)
+			return nil
+		}
+		return err
+	}
+	ok, expectState, err := e.checkState(ctx, r)
+	if err != nil || !ok {
+		return err
+	}
+	ca, err := e.RunnerAPI.ca()
+	if err != nil {
+		return err
+	}
+	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
+		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
+		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods}
+	if g := r.Gate; g != nil && op == infrav1.OperationApply {
+		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
+	}
+	job := BuildJob(spec)
+	created := false // the Job exists: its slot is taken until it finishes
+	if e.Slots != nil {
+		key := cache.MetaObjectToName(job)
+		ok, why := e.Slots.take(r.Key, key, e.GVK.Kind, op, e.Clock.Now())
+		if !ok {
+			e.waitForSlot(r, op, why)
+			return nil
+		}
+		defer func() {
+			if !created {
+				e.Slots.release(key)
+			}
+		}()
+	}
+	if err := e.blockMove(ctx, r, true); err != nil {
+		return err
+	}
+	if data != nil {
+		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
+			if e.refusedByQuota(r, op, "inputs Secret", err) {
+				return nil
+			}
+			return e.terminating(r, err)
+		}
+	}
+	if err := e.Access.Ensure(ctx, job.Namespace); err != nil {
+		return e.terminating(r, err)
+	}
+	e.Expectations.ExpectJob(r.Key, job.Name)
+	err = e.JobControl.Create(ctx, job)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		e.Expectations.JobObserved(r.Key, job.Name)
+		return e.terminating(r, err)
+	}
+	made := CachedJobFrom(job)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Ours: the name is deterministic. The informer will show it.
+	case err != nil:
+		e.Expectations.JobObserved(r.Key, job.Name)
+		if e.refusedByQuota(r, op, "Job", err) {
+			return nil
+		}
+		return fmt.Errorf("creating Job %s: %w", job.Name, err)
+	default:
+		klog.FromContext(ctx).V(2).Info("Created Job", "job", klog.KObj(job))
+		e.deletePreviousRunSecrets(ctx, r, made)
+	}
+	created = true
+	e.RecordJob(r, made, "Running")
+	switch op {
+	case infrav1.OperationDestroy:
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
+	case infrav1.OperationApply:
+		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
+	}
+	return nil
+}
+
+// waitForSlot retries the Job later: an apply or destroy says so in Ready;
+// a drift check or refresh waits without a word (the object is as Ready as
+// it was).
+func (e *Engine) waitForSlot(r *Sync, op infrav1.Operation, why string) {
+	r.Requeue = slotRetry
+	if op == infrav1.OperationApply || op == infrav1.OperationDestroy {
+		e.SetReady(r, metav1.ConditionFalse, ReasonWaitingForJobSlot, fmt.Sprintf("The %s Job waits for a slot: %s", op, why))
+	}
+}
+
+// terminating turns the API server's refusal to create anything in a
+// namespace being deleted into a condition; other errors pass through.
+func (e *Engine) terminating(r *Sync, err error) error {
+	if !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return err
+	}
+	obj := r.Obj
+	ns, kind := obj.GetNamespace(), strings.ToLower(e.GVK.Kind)
+	msg := fmt.Sprintf("Namespace %s is being deleted and Kubernetes creates no Job in it, so CAPTF cannot run terraform for this object. "+
+		"Its state and backups stay (finalizer %s), and so does the namespace, until you decide: "+
+		"to keep the infrastructure, save the state (kubectl get secrets -n %s -l %s=%s,%s=%s -o yaml > %s-state.yaml), then kubectl annotate %s -n %s %s %s=true; "+
+		"to destroy it, see \"NamespaceTerminating\" in CAPTF's troubleshooting guide.",
+		ns, names.StateFinalizer, ns, names.LabelKind, e.Names(obj).Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), obj.GetName(),
+		kind, ns, obj.GetName(), infrav1.AnnotationAbandonInfrastructure)
+	e.stopped(r, ReasonNamespaceTerminating, msg)
+	r.Requeue = time.Minute
+	return nil
+}
+
+// secretSize is the size of a Secret's data.
+func secretSize(data map[string][]byte) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.Job, data map[string][]byte) error {
+	labels := names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
+	labels[names.LabelSecretType] = names.SecretTypeRunInputs
+	labels[names.LabelOperation] = job.Labels[names.LabelOperation]
+	// No owner: clusterctl move copies what the objects it moves own, and
+	// would fail when the runner deletes these during the move. The runner
+	// deletes them when it is done, the next Job of the operation does
+	// otherwise, and releasing or abandoning the state does last.
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: e.Names(obj).RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels},
+		Data:       data,
+	}
+	_, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // same name, same hash: the same inputs
+	}
+	return err
+}

@@ -1,0 +1,395 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/statestore"
+)
+
+// Reasons of the state checks made before every Job.
+const (
+	ReasonStateMissing      = "StateMissing"
+	ReasonStatePresent      = "StatePresent"
+	ReasonStateOwnedByOther = "StateOwnedByOther"
+	ReasonStateRescued      = "StateRescued"
+	ReasonStateAbandoned    = "StateAbandoned"
+)
+
+func (e *Engine) stateStore(obj Object) *statestore.StateStore {
+	return &statestore.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: e.Names(obj),
+		Labels: names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups, MaxBytes: e.MaxStateBytes}
+}
+
+// stateSecrets lists the Secrets that outlive obj: state, chunks, backups,
+// durable inputs. They are found by kind and name, not by UID: a restored
+// or moved object has a new UID and the same state.
+func (e *Engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret, error) {
+	state, _, err := e.objectSecrets(ctx, obj)
+	return state, err
+}
+
+// secretsPage is how many of an object's Secrets one list request reads:
+// chunks hold up to a MiB each, and module code can make a state (or a
+// forged backup) as big as --max-state-bytes.
+const secretsPage = 8
+
+// objectSecrets lists obj's state Secrets, and apart its run inputs (the
+// results go with the object, their owner): their metadata only, a page at
+// a time, so that the manager never holds more than a few chunks of a
+// state.
+func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInputs []corev1.Secret, err error) {
+	sel := labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: e.Names(obj).Kind,
+		names.LabelObjectName: names.LabelValue(obj.GetName())}.String()
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: secretsPage}
+	for {
+		list, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).List(ctx, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range list.Items {
+			s := familyMetadata(&s)
+			switch s.Labels[names.LabelSecretType] {
+			case names.SecretTypeRunInputs:
+				if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
+					runInputs = append(runInputs, s)
+				}
+				continue
+			case names.SecretTypeResult:
+				continue
+			}
+			if n, ok := s.Annotations[names.AnnotationObjectName]; ok && n != obj.GetName() {
+				continue // another object whose name hashes to the same label
+			}
+			state = append(state, s)
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return state, runInputs, nil
+		}
+	}
+}
+
+// deleteRunInputs deletes run inputs left over (a runner killed before it
+// deleted its own): they have no owner to take them with the object.
+func (e *Engine) deleteRunInputs(ctx context.Context, secrets []corev1.Secret) error {
+	var errs []error
+	for _, s := range secrets {
+		if err := e.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listBackups names obj's backups (rescued states included), newest first.
+func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(secrets, func(a, b corev1.Secret) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(b.Name, a.Name)
+	})
+	var out []string
+	for _, s := range secrets {
+		if s.Labels[names.LabelSecretType] == names.SecretTypeBackup {
+			out = append(out, s.Name)
+		}
+	}
+	return out, nil
+}
+
+// StateSecretsSelector selects the Secrets whose metadata the manager
+// caches: state heads and durable inputs, one each per object.
+var StateSecretsSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "," +
+	names.LabelSecretType + " in (" + names.SecretTypeState + "," + names.SecretTypeDurableInput + ")"
+
+// cachedStateAnnotations are the annotations CacheStateSecret keeps.
+var cachedStateAnnotations = append([]string{names.AnnotationObjectName}, statestore.HeadSummaryAnnotations...)
+
+// CacheStateSecret is the state Secrets' metadata informer's transform: a
+// state head or durable inputs keeps only what the checks before every Job
+// and the state size metric read (not even its type: every object of the
+// informer is a Secret). Its other annotations (the backups list, sums,
+// the lock holder) and labels are most of its cached size.
+func CacheStateSecret(obj any) any {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj
+	}
+	keep := func(in map[string]string, keys ...string) map[string]string {
+		var out map[string]string
+		for _, k := range keys {
+			if v, ok := in[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+		Labels:          keep(m.Labels, names.LabelKind, names.LabelAbandoned),
+		Annotations:     keep(m.Annotations, cachedStateAnnotations...),
+		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}}
+}
+
+// secretMeta reads a state or durable-inputs Secret's metadata: from the
+// cache when there is one, else from the API server. nil when not found.
+func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (metav1.Object, error) {
+	if e.StateSecrets != nil && !live {
+		o, err := e.StateSecrets.ByNamespace(namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return o.(metav1.Object), nil
+	}
+	sec, err := e.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sec, nil
+}
+
+// mayHaveInfrastructure tells whether obj's infrastructure may exist: its status or its
+// durable inputs say an apply succeeded. The status alone is not enough:
+// clusterctl move and restores from backups do not carry it.
+func (e *Engine) mayHaveInfrastructure(ctx context.Context, obj Object) (bool, error) {
+	st := obj.WorkspaceStatus()
+	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) {
+		return true, nil
+	}
+	durable, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).DurableInputs(), false)
+	return durable != nil, err
+}
+
+// checkState runs before every Job. It returns whether a Job may run and
+// whether the runner must find a state (the object was applied). A missing
+// state of an applied object stops everything: an apply would create every
+// resource a second time, a destroy would destroy nothing and drop the
+// finalizer.
+func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
+	obj := r.Obj
+	applied, err := e.mayHaveInfrastructure(ctx, obj)
+	if err != nil {
+		return false, false, err
+	}
+	n := e.Names(obj)
+	head, err := e.secretMeta(ctx, obj.GetNamespace(), n.State(), false)
+	if err != nil {
+		return false, false, err
+	}
+	if applied && (head == nil || !statestore.HasState(head)) && e.StateSecrets != nil {
+		// Before saying so, make sure it is not the cache lagging.
+		if head, err = e.secretMeta(ctx, obj.GetNamespace(), n.State(), true); err != nil {
+			return false, false, err
+		}
+	}
+	present := head != nil && statestore.HasState(head)
+	if head != nil {
+		if name, ok := head.GetAnnotations()[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.GetLabels()[names.LabelKind] != n.Kind) {
+			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
+				n.State(), head.GetLabels()[names.LabelKind], name)
+			e.stopped(r, ReasonStateOwnedByOther, msg)
+			return false, false, nil
+		}
+		if head.GetLabels()[names.LabelAbandoned] == "true" {
+			msg := fmt.Sprintf("State Secret %s is the abandoned state of a former %s of this name: CAPTF does not take it up on its own, as it describes infrastructure left in place on purpose. "+
+				"To manage that infrastructure with this object: kubectl label secrets -n %s -l %s=%s,%s=%s %s-. To start afresh instead, save and delete those Secrets.",
+				n.State(), e.GVK.Kind, obj.GetNamespace(), names.LabelKind, n.Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), names.LabelAbandoned)
+			e.stopped(r, ReasonStateAbandoned, msg)
+			return false, false, nil
+		}
+		if len(head.GetOwnerReferences()) > 0 || !slices.Contains(head.GetFinalizers(), names.StateFinalizer) {
+			// Written by a release that let garbage collection take it, or
+			// restored by a backup tool that reset its metadata.
+			if err := e.protectState(ctx, obj); err != nil {
+				return false, false, err
+			}
+		}
+	}
+	if applied && !present {
+		backups, err := e.listBackups(ctx, obj)
+		if err != nil {
+			return false, false, err
+		}
+		msg := fmt.Sprintf("State Secret %s is missing, yet this object was applied: CAPTF applies and destroys nothing until a state is back, "+
+			"else it would create every resource a second time, or destroy nothing. ", n.State())
+		if len(backups) == 0 {
+			msg += "No backup of this object is left: put the state Secret back (from a backup of the namespace), or import the resources."
+		} else {
+			msg += fmt.Sprintf("Backups, newest first: %s. Restore one: kubectl annotate %s -n %s %s %s=%s",
+				strings.Join(backups, ", "), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationRestoreState, backups[0])
+		}
+		e.SetReady(r, metav1.ConditionFalse, ReasonStateMissing, msg)
+		e.warnOnChange(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
+		return false, false, nil
+	}
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing); c != nil && c.Status != metav1.ConditionFalse {
+		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
+	}
+	return true, applied, nil
+}
+
+// protectState takes the owner references off obj's state Secrets and puts
+// StateFinalizer on them.
+func (e *Engine) protectState(ctx context.Context, obj Object) error {
+	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
+		if len(s.OwnerReferences) == 0 && slices.Contains(s.Finalizers, names.StateFinalizer) && s.Annotations[names.AnnotationObjectName] == obj.GetName() {
+			return false
+		}
+		s.OwnerReferences = nil
+		if !slices.Contains(s.Finalizers, names.StateFinalizer) {
+			s.Finalizers = append(s.Finalizers, names.StateFinalizer)
+		}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[names.AnnotationObjectName] = obj.GetName()
+		return true
+	})
+}
+
+// updateStateSecrets applies change to each of obj's state Secrets and
+// writes those it changed.
+func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func(*corev1.Secret) bool) error {
+	secrets, err := e.stateSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	return e.updateSecrets(ctx, secrets, change)
+}
+
+// familyMetadata is what objectSecrets keeps of a Secret of an object's
+// family: no data, and of its labels and annotations (which module code
+// may fill up to the API server's limit) only CAPTF's.
+func familyMetadata(s *corev1.Secret) corev1.Secret {
+	m := s.ObjectMeta
+	kept := corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers,
+		Labels: map[string]string{}, Annotations: map[string]string{}}}
+	for k, v := range m.Labels {
+		if strings.HasPrefix(k, "captf.io/") || k == names.LabelManagedBy {
+			kept.Labels[k] = v
+		}
+	}
+	if v, ok := m.Annotations[names.AnnotationObjectName]; ok {
+		kept.Annotations[names.AnnotationObjectName] = v
+	}
+	return kept
+}
+
+// updateSecrets applies change to the metadata of each of secrets (listed
+// by objectSecrets) and writes the owner references and finalizers of those
+// it changed, and adds their labels and annotations (a merge patch removes
+// none), to the version that was read or not at all.
+func (e *Engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, change func(*corev1.Secret) bool) error {
+	for i := range secrets {
+		s := &secrets[i]
+		if !change(s) {
+			continue
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": s.ResourceVersion, // the change is to what was read
+			"ownerReferences": nilIfEmpty(s.OwnerReferences), "finalizers": nilIfEmpty(s.Finalizers),
+			"labels": s.Labels, "annotations": s.Annotations,
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = e.Kube.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager()})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("updating state secret %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// nilIfEmpty is nil for an empty list: a merge patch removes the field.
+func nilIfEmpty[T any](list []T) []T {
+	if len(list) == 0 {
+		return nil
+	}
+	return list
+}
+
+// abandon keeps state, backups and inputs, labelled so an operator finds
+// them, and no longer protected: they are the operator's now.
+func (e *Engine) abandon(ctx context.Context, obj Object) error {
+	secrets, runInputs, err := e.objectSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	if err := e.deleteRunInputs(ctx, runInputs); err != nil {
+		return err
+	}
+	return e.updateSecrets(ctx, secrets, func(s *corev1.Secret) bool {
+		s.OwnerReferences = nil
+		s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == names.StateFinalizer })
+		s.Labels[names.LabelAbandoned] = "true"
+		return true
+	})
+}
+
+// WatchStateSecrets reads state metadata from inf and syncs an object when
+// its state or durable inputs appear, go, or change hands (labels).
+func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *controller.Loop) error {
+	if inf == nil {
+		return nil
+	}
+	e.StateSecrets = inf.Lister()
+	l.Synced = append(l.Synced, inf.Informer().HasSynced)
+	kind := names.ShortKind(e.GVK.Kind)
+	enqueue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		o, ok := obj.(metav1.Object)
+		if !ok || o.GetLabels()[names.LabelKind] != kind {
+			return
+		}
+		if name, ok := o.GetAnnotations()[names.AnnotationObjectName]; ok {
+			l.Queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: name})
+		}
+	}
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(old, cur any) {
+			// State writes change data and annotations: no sync for those.
+			if !maps.Equal(old.(metav1.Object).GetLabels(), cur.(metav1.Object).GetLabels()) {
+				enqueue(cur)
+			}
+		},
+		DeleteFunc: enqueue,
+	})
+	return err
+}

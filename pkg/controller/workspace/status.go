@@ -1,0 +1,73 @@
+package workspace
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+)
+
+// stopped sets Ready False for what stops every Job of the object until a
+// person acts, with a warning event when that is news.
+func (e *Engine) stopped(r *Sync, reason, msg string) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
+}
+
+// InputError reports a problem the user must fix, and checks again later:
+// the Secrets and ConfigMaps inputs read are not watched.
+func (e *Engine) InputError(r *Sync, ie *InputError) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ie.Reason, ie.Reason, ie.Message)
+	r.Requeue = time.Minute
+}
+
+// SetReady sets the Ready condition.
+func (e *Engine) SetReady(r *Sync, status metav1.ConditionStatus, reason, message string) {
+	SetCondition(r.Obj, infrav1.ConditionReady, status, reason, message)
+}
+
+// warnOnChange sets a condition, and sends a warning event named
+// eventReason when that changed the condition: syncs repeat, events should
+// not.
+func (e *Engine) warnOnChange(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, condType); c == nil || c.Status != status || c.Reason != reason || c.Message != msg {
+		e.Recorder.Event(obj, corev1.EventTypeWarning, eventReason, msg)
+	}
+	SetCondition(obj, condType, status, reason, msg)
+}
+
+// SetCondition sets a condition of obj at its generation.
+func SetCondition(obj Object, t string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&obj.WorkspaceStatus().Conditions, metav1.Condition{Type: t, Status: status,
+		Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration()})
+}
+
+// setApplying keeps Ready True while a provisioned object takes a change.
+func (e *Engine) setApplying(r *Sync, message string) {
+	status := metav1.ConditionFalse
+	if init := r.Obj.WorkspaceStatus().Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		status = metav1.ConditionTrue
+	}
+	e.SetReady(r, status, ReasonApplying, message)
+}
+
+// RecordJob notes the latest Job of its operation in the status.
+func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string) {
+	st := r.Obj.WorkspaceStatus()
+	ref := infrav1.JobReference{Operation: job.Operation, Name: job.Name, Outcome: outcome}
+	// Times are recorded once the Job is done: a running Job's status
+	// changes must not cost a status write each.
+	if finished, _ := JobFinished(job); finished {
+		t := metav1.NewTime(FinishTime(job))
+		ref.StartTime, ref.CompletionTime = job.Status.StartTime, &t
+	}
+	for i := range st.LastJobs {
+		if st.LastJobs[i].Operation == ref.Operation {
+			st.LastJobs[i] = ref
+			return
+		}
+	}
+	st.LastJobs = append(st.LastJobs, ref)
+}
