@@ -49,12 +49,12 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/controller/jobmetrics"
 	"github.com/captf/captf/pkg/controller/terraformcluster"
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	"github.com/captf/captf/pkg/intern"
@@ -586,7 +586,6 @@ func namespaceOrAll(ns string) string {
 	}
 	return ns
 }
-
 
 // newSharedStrings is the pool of the strings the informers' objects
 // share: label keys, and the values of the labels that repeat.
