@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 
+	"k8s.io/utils/clock"
+
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +25,16 @@ type Context struct {
 	CAPTFInformers externalversions.SharedInformerFactory
 	// CAPIInformers hold Cluster API's objects, unstructured.
 	CAPIInformers dynamicinformer.DynamicSharedInformerFactory
+	// Clock is the controllers' one clock; nil is the real one.
+	Clock clock.WithTicker
+}
+
+// ClockOrReal is cc's clock, the real one when none was given.
+func (cc Context) ClockOrReal() clock.WithTicker {
+	if cc.Clock == nil {
+		return clock.RealClock{}
+	}
+	return cc.Clock
 }
 
 // Interface is a controller the manager runs.

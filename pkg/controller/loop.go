@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -31,12 +33,13 @@ type Loop struct {
 	Sync func(ctx context.Context, key cache.ObjectName) error
 
 	kube        kubernetes.Interface
+	clock       clock.PassiveClock
 	broadcaster record.EventBroadcaster
 }
 
 // NewLoop makes the queue (named, so it has workqueue metrics) and the
 // event recorder of controller name.
-func NewLoop(ctx context.Context, name string, kube kubernetes.Interface) *Loop {
+func NewLoop(ctx context.Context, name string, cc Context) *Loop {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	metrics.ReconcileErrors.WithLabelValues(name) // from zero
 	return &Loop{
@@ -44,7 +47,8 @@ func NewLoop(ctx context.Context, name string, kube kubernetes.Interface) *Loop 
 		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: name}),
 		Recorder:    broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: "captf-manager"}),
-		kube:        kube,
+		kube:        cc.Kube,
+		clock:       cc.ClockOrReal(),
 		broadcaster: broadcaster,
 	}
 }
@@ -83,9 +87,9 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer l.Queue.Done(key)
-	start := time.Now()
+	start := l.clock.Now()
 	err := l.Sync(ctx, key)
-	metrics.ReconcileDuration.WithLabelValues(l.Name).Observe(time.Since(start).Seconds())
+	metrics.ReconcileDuration.WithLabelValues(l.Name).Observe(l.clock.Since(start).Seconds())
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone wrote the object since the cache saw it: the next

@@ -27,7 +27,7 @@ func TestLoopRetries(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			l := NewLoop(ctx, "test-"+name, fake.NewClientset())
+			l := NewLoop(ctx, "test-"+name, Context{Kube: fake.NewClientset()})
 			defer l.Queue.ShutDown()
 			var synced []cache.ObjectName
 			l.Sync = func(_ context.Context, k cache.ObjectName) error {

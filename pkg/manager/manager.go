@@ -190,20 +190,21 @@ func Main(args []string) error {
 		}
 		o.RunnerAPIURL = fmt.Sprintf("https://%s.%s.svc:%d", names.RunnerAPIService, podNamespace, o.RunnerAPIPort)
 	}
-	m := &manager{options: o}
+	m := &manager{options: o, clock: clock.RealClock{}}
 	// On every replica, like the webhook: a runner reaches whichever the
 	// Service picks.
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes})
+	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock})
+	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	if err := m.runnerAPI.Start(ctx); err != nil {
 		return err
 	}
 	if o.WebhookPort != 0 {
-		if m.webhook, err = startWebhook(ctx, o, cfg, podNamespace, serviceAccount); err != nil {
+		if m.webhook, err = startWebhook(ctx, o, cfg, podNamespace, serviceAccount, m.clock); err != nil {
 			return err
 		}
 	}
@@ -266,10 +267,12 @@ type manager struct {
 	webhook *webhook.Server // nil with --webhook-port=0
 	// runnerAPI serves runner pods (package runnerapi).
 	runnerAPI *webhook.Server
+	// clock is the one clock of everything the manager runs.
+	clock clock.WithTicker
 }
 
 // startWebhook serves the validating webhook; it runs on every replica.
-func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace, serviceAccount string) (*webhook.Server, error) {
+func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace, serviceAccount string, clk clock.PassiveClock) (*webhook.Server, error) {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -306,6 +309,7 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 		h.ManagerUser = "system:serviceaccount:" + podNamespace + ":" + serviceAccount
 	}
 	srv := webhook.NewServer(fmt.Sprintf(":%d", o.WebhookPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, h.Mux())
+	srv.Clock = clk
 	return srv, srv.Start(ctx)
 }
 
@@ -388,7 +392,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 // it returns shuts them down.
 func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Config, func(context.Context) func(), error) {
 	o := m.options
-	var cc controller.Context
+	cc := controller.Context{Clock: m.clock}
 	var err error
 	if cc.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return cc, workspace.Config{}, nil, err
@@ -432,10 +436,8 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer()); err != nil {
 		return cc, workspace.Config{}, nil, err
 	}
-	// The one clock of the controllers' decisions.
-	clk := clock.RealClock{}
 	api := workspace.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
-	slots := workspace.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, clk)
+	slots := workspace.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, m.clock)
 	if slots != nil {
 		if err := slots.Watch(cc.KubeInformers.Batch().V1().Jobs().Informer()); err != nil {
 			return cc, workspace.Config{}, nil, err
@@ -443,7 +445,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	}
 	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta), Clock: clk}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock)}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())
@@ -540,13 +542,14 @@ func (m *manager) serveMetrics(ctx context.Context, kube kubernetes.Interface) e
 		mux.Handle("/metrics", h)
 		return serve(ctx, "metrics", o.MetricsBindAddress, mux)
 	}
-	authz := &metrics.Authorizer{Kube: kube}
+	authz := &metrics.Authorizer{Kube: kube, Clock: m.clock}
 	mux.Handle("/metrics", authz.Wrap(h))
 	// Go's profiles, for callers the API server lets get /debug/pprof/...
 	// (not captf-metrics-reader): where the manager's memory and CPU go.
 	mux.Handle("/debug/pprof/", authz.Wrap(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/profile", authz.Wrap(http.HandlerFunc(pprof.Profile)))
 	srv := webhook.NewServer(o.MetricsBindAddress, cmp.Or(o.MetricsCertDir, o.WebhookCertDir), o.MetricsCertName, o.MetricsKeyName, mux)
+	srv.Clock = m.clock
 	srv.Name = "metrics"
 	return srv.Start(ctx)
 }
@@ -558,7 +561,7 @@ func serve(ctx context.Context, name, addr string, h http.Handler) error {
 	select {
 	case err := <-errCh:
 		return fmt.Errorf("%s server on %s: %w", name, addr, err)
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(100 * time.Millisecond): // a listen error comes at once, if at all
 	}
 	go func() {
 		<-ctx.Done()
@@ -632,17 +635,17 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 // installed since) or a resource gone (a version no longer served) reads
 // it again, at most once a minute: a tenant's Machine naming kinds that do
 // not exist must not cost the API server a discovery each sync.
-func bootstrapConfigs(kube kubernetes.Interface, meta metadata.Interface) workspace.BootstrapConfigReader {
+func bootstrapConfigs(kube kubernetes.Interface, meta metadata.Interface, clk clock.PassiveClock) workspace.BootstrapConfigReader {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 	var mu sync.Mutex
 	var lastReset time.Time
 	stale := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if time.Since(lastReset) < time.Minute {
+		if clk.Since(lastReset) < time.Minute {
 			return false
 		}
-		lastReset = time.Now()
+		lastReset = clk.Now()
 		mapper.Reset()
 		return true
 	}

@@ -14,6 +14,8 @@ import (
 	"net/url"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
@@ -78,6 +80,8 @@ func ConnectionCut(err error) bool {
 // as its pod lives (the Job's deadline), for a run that stopped because the
 // manager was away would leave half an apply behind.
 type Backoff struct {
+	// Clock times the waits; nil is the real one.
+	Clock clock.Clock
 	delay time.Duration
 }
 
@@ -89,10 +93,17 @@ func (b *Backoff) Next() time.Duration {
 // Sleep waits the next delay; false when ctx ends first.
 func (b *Backoff) Sleep(ctx context.Context) bool {
 	select {
-	case <-time.After(b.Next()):
+	case <-b.clock().After(b.Next()):
 	case <-ctx.Done():
 		return false
 	}
 	b.delay = min(2*b.Next(), 5*time.Second)
 	return true
+}
+
+func (b *Backoff) clock() clock.Clock {
+	if b.Clock == nil {
+		return clock.RealClock{}
+	}
+	return b.Clock
 }

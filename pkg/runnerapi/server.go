@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +91,8 @@ var forwardedQuery = []string{"resourceVersion", "fieldManager", "fieldValidatio
 type Server struct {
 	Kube   kubernetes.Interface
 	Config *rest.Config
+	// Clock times the cached token reviews; nil is the real one.
+	Clock clock.PassiveClock
 	// StateBackups and MaxStateBytes are the manager's --state-backups and
 	// --max-state-bytes: a runner creates no more of its object's state
 	// family than they let a run make.
@@ -241,7 +245,7 @@ func (s *Server) give(pod types.UID) {
 // authenticate turns a token into the identity of its pod.
 func (s *Server) authenticate(ctx context.Context, token, source string) (*Identity, error) {
 	key := sha256.Sum256([]byte(token))
-	now := time.Now()
+	now := s.now()
 	s.mu.Lock()
 	c, known := s.identities[key]
 	s.mu.Unlock()
@@ -752,4 +756,11 @@ func first(v authenticationv1.ExtraValue) string {
 		return ""
 	}
 	return v[0]
+}
+
+func (s *Server) now() time.Time {
+	if s.Clock == nil {
+		return time.Now()
+	}
+	return s.Clock.Now()
 }

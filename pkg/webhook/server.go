@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"k8s.io/klog/v2"
 )
 
@@ -31,6 +33,8 @@ type Server struct {
 	CertFile string
 	KeyFile  string
 	Handler  http.Handler
+	// Clock times the certificate's re-reads; nil is the real one.
+	Clock clock.PassiveClock
 
 	certs   certificate
 	serving atomic.Bool
@@ -49,7 +53,7 @@ func (s *Server) Ready() error {
 	if !s.serving.Load() {
 		return fmt.Errorf("%s server not listening", s.Name)
 	}
-	if _, err := s.certs.get(); err != nil {
+	if _, err := s.certs.get(s.now()); err != nil {
 		return fmt.Errorf("%s certificate: %w", s.Name, err)
 	}
 	return nil
@@ -60,7 +64,7 @@ func (s *Server) Ready() error {
 // Ready says why until it appears.
 func (s *Server) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName(s.Name)
-	if _, err := s.certs.get(); err != nil {
+	if _, err := s.certs.get(s.now()); err != nil {
 		logger.Info("Warning: no certificate yet; serving once it appears", "err", err)
 	}
 	ln, err := net.Listen("tcp", s.Addr)
@@ -80,7 +84,7 @@ func (s *Server) Start(ctx context.Context) error {
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				c, err := s.certs.get()
+				c, err := s.certs.get(s.now())
 				if err != nil {
 					logger.Error(err, "No certificate to serve")
 				}
@@ -118,16 +122,16 @@ type certificate struct {
 	lastError error
 }
 
-func (c *certificate) get() (*tls.Certificate, error) {
+func (c *certificate) get(now time.Time) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.checked) < certRecheck && (c.cert != nil || c.lastError != nil) {
+	if now.Sub(c.checked) < certRecheck && (c.cert != nil || c.lastError != nil) {
 		if c.cert != nil {
 			return c.cert, nil
 		}
 		return nil, c.lastError
 	}
-	c.checked = time.Now()
+	c.checked = now
 	certPEM, err := os.ReadFile(c.certFile)
 	if err == nil {
 		var keyPEM []byte
@@ -149,4 +153,11 @@ func (c *certificate) get() (*tls.Certificate, error) {
 		return c.cert, nil
 	}
 	return nil, err
+}
+
+func (s *Server) now() time.Time {
+	if s.Clock == nil {
+		return time.Now()
+	}
+	return s.Clock.Now()
 }

@@ -27,7 +27,7 @@ type Controller struct {
 // NewController watches the runner Jobs the manager's factory caches.
 func NewController(ctx context.Context, cc controller.Context) (*Controller, error) {
 	jobs := cc.KubeInformers.Batch().V1().Jobs()
-	loop := controller.NewLoop(ctx, ControllerName, cc.Kube)
+	loop := controller.NewLoop(ctx, ControllerName, cc)
 	c := &Controller{client: apiResults{cc.Kube}, jobs: jobs.Informer().GetIndexer(), loop: loop}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{jobs.Informer().HasSynced}

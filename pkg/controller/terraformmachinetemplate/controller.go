@@ -29,7 +29,7 @@ type Controller struct {
 // NewController wires the controller to its informer.
 func NewController(ctx context.Context, cc controller.Context) (*Controller, error) {
 	informer := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformMachineTemplates()
-	c := &Controller{captf: cc.CAPTF, lister: informer.Lister(), loop: controller.NewLoop(ctx, ControllerName, cc.Kube)}
+	c := &Controller{captf: cc.CAPTF, lister: informer.Lister(), loop: controller.NewLoop(ctx, ControllerName, cc)}
 	c.loop.Synced = []cache.InformerSynced{informer.Informer().HasSynced}
 	c.loop.Sync = c.sync
 	enqueue := func(obj any) {

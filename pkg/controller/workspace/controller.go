@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,11 +116,8 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	owners := cc.CAPIInformers.ForResource(kind.Owner.Resource)
 	clusters := cc.CAPIInformers.ForResource(capi.Cluster.Resource)
 	tcs := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters()
-	loop := controller.NewLoop(ctx, kind.Name(), cc.Kube)
-	clk := config.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
+	loop := controller.NewLoop(ctx, kind.Name(), cc)
+	clk := cc.ClockOrReal()
 	c := &Controller[T]{
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),

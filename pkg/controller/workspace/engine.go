@@ -79,8 +79,6 @@ type Config struct {
 	// bootstrap data is read only from Secrets its Machine controls or
 	// that are labelled as bootstrap data.
 	BootstrapConfigs BootstrapConfigReader
-	// Clock is the controllers' time; nil is the real one.
-	Clock clock.PassiveClock
 }
 
 // Engine runs Terraform for the objects of one kind.
