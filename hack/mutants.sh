@@ -64,13 +64,13 @@ mutant written-never-behind pkg/controller/written.go \
 
 # A second Job for the same object and hash: the create not expected, so a
 # sync on a cache that has not seen it yet creates it again.
-mutant second-job-created pkg/controller/engine/engine.go \
+mutant second-job-created pkg/controller/workspace/start.go \
 	'	e.Expectations.ExpectJob(r.Key, job.Name)
 	err = e.Jobs.Create(ctx, job)' '	err = e.Jobs.Create(ctx, job)'
 
 # The run's inputs written after its Job: the runner may start before they
 # exist.
-mutant run-inputs-after-job pkg/controller/engine/engine.go \
+mutant run-inputs-after-job pkg/controller/workspace/start.go \
 	'	if data != nil {
 		if err := e.createRunInputs(ctx, obj, job, data); err != nil {' '	if false {
 		if err := e.createRunInputs(ctx, obj, job, data); err != nil {' \
@@ -97,18 +97,22 @@ mutant conflict-reread-and-overwritten pkg/statestore/state.go \
 
 # An approval of the plan applied last passed on: it would approve any later
 # plan that hashes alike.
-mutant gate-keeps-applied-approval pkg/controller/engine/gate.go \
-	'if v := obj.GetAnnotations()[key]; v != applied {' 'if v := obj.GetAnnotations()[key]; v != applied || true {'
+mutant gate-keeps-applied-approval pkg/approval/approval.go \
+	'if v := annotations[key]; v != appliedPlan {' 'if v := annotations[key]; v != appliedPlan || true {'
 
 # Inputs whose values the runner must keep out of logs and outputs.
-mutant secret-variable-not-sensitive pkg/controller/engine/inputs.go \
+mutant secret-variable-not-sensitive pkg/controller/workspace/inputs.go \
 	'if v.ValueFrom.SecretKeyRef != nil {' 'if v.ValueFrom.SecretKeyRef != nil && false {'
-mutant bootstrap-data-not-sensitive pkg/controller/engine/inputs.go \
+mutant bootstrap-data-not-sensitive pkg/controller/workspace/inputs.go \
 	'range []string{"captf_bootstrap_data", "captf_bootstrap_format"}' 'range []string{}'
 
 # The runner applies a plan the gate holds for an approval.
 mutant runner-applies-while-gate-waits pkg/runner/runner.go \
-	'r.Config.ApprovedDestructivePlan); needed != "" {' 'r.Config.ApprovedDestructivePlan); needed != "" && false {'
+	'if needed := gate.Needed(res.Plan); needed != "" {' 'if needed := gate.Needed(res.Plan); needed != "" && false {'
+
+# A flag the manager means and the runner never reads.
+mutant runner-not-told-state-expected pkg/run/spec.go \
+	'func(s *Spec) bool { return s.ExpectState }}' 'func(s *Spec) bool { return false }}'
 
 # The lock of a holder whose pod is gone is taken before its Lease lapsed:
 # a force-deleted runner may still be running.

@@ -351,12 +351,17 @@ func TestClusterctl(t *testing.T) {
 	}
 
 	// Nothing was destroyed or applied again.
-	time.Sleep(5 * time.Second)
-	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
-		t.Errorf("instances changed after clusterctl delete:\nbefore %v\nafter  %v", before, got)
-	}
-	if got := jobNames(t, target.plane, "demo"); !slices.Equal(got, jobs) {
-		t.Errorf("Jobs changed after clusterctl delete: before %v, after %v", jobs, got)
+	err = framework.Consistently(5*time.Second, func() error {
+		if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
+			return fmt.Errorf("instances changed after clusterctl delete:\nbefore %v\nafter  %v", before, got)
+		}
+		if got := jobNames(t, target.plane, "demo"); !slices.Equal(got, jobs) {
+			return fmt.Errorf("jobs changed after clusterctl delete: before %v, after %v", jobs, got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 
@@ -471,18 +476,23 @@ func (s *suite) upgrade(t *testing.T, e *env, before map[string]string) {
 		t.Errorf("the apply that ran through the upgrade did not make demo-1: %v", slices.Sorted(maps.Keys(after)))
 	}
 	before["demo-1"] = after["demo-1"]
-	time.Sleep(5 * time.Second)
 	// The machines apply the cluster's new exports (its instances output lists demo-1):
 	// inputs none of their Jobs had. A Job that repeats an operation on
 	// inputs already run (the name less its attempt) would be the upgrade's.
-	for _, name := range jobs() {
-		run := name[:strings.LastIndex(name, "-")]
-		if !strings.HasPrefix(name, "tfm-demo-") || !strings.Contains(name, "-apply-") || slices.ContainsFunc(ran, func(n string) bool { return strings.HasPrefix(n, run+"-") }) {
-			t.Errorf("Job %s created during or after the upgrade, not a machine's apply of new inputs (Jobs before: %v)", name, ran)
+	err = framework.Consistently(5*time.Second, func() error {
+		for _, name := range jobs() {
+			run := name[:strings.LastIndex(name, "-")]
+			if !strings.HasPrefix(name, "tfm-demo-") || !strings.Contains(name, "-apply-") || slices.ContainsFunc(ran, func(n string) bool { return strings.HasPrefix(n, run+"-") }) {
+				return fmt.Errorf("job %s created during or after the upgrade, not a machine's apply of new inputs (Jobs before: %v)", name, ran)
+			}
 		}
-	}
-	if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
-		t.Errorf("instances changed by the upgrade:\nbefore %v\nafter  %v", before, got)
+		if got := instanceFiles(t, s.instances); !maps.Equal(got, before) {
+			return fmt.Errorf("instances changed by the upgrade:\nbefore %v\nafter  %v", before, got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	plan, err := e.plane.Clusterctl(ctx, s.config, nil, "upgrade", "plan")
 	if err != nil {
@@ -569,12 +579,17 @@ func (s *suite) move(t *testing.T, from, to *env, ns, instances string, before m
 	if got := stateSecrets(t, to.plane, ns); !slices.Equal(got, states) {
 		t.Errorf("state Secrets in the target %v, want the source's %v", got, states)
 	}
-	time.Sleep(5 * time.Second)
-	if got := instanceFiles(t, instances); !maps.Equal(got, before) {
-		t.Errorf("instances changed by the move:\nbefore %v\nafter  %v", before, got)
-	}
-	if added := sourceJobs(); len(added) != 0 {
-		t.Errorf("Jobs created in the source during or after the move: %v", added)
+	err = framework.Consistently(5*time.Second, func() error {
+		if got := instanceFiles(t, instances); !maps.Equal(got, before) {
+			return fmt.Errorf("instances changed by the move:\nbefore %v\nafter  %v", before, got)
+		}
+		if added := sourceJobs(); len(added) != 0 {
+			return fmt.Errorf("jobs created in the source during or after the move: %v", added)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	targetJobs := jobNames(t, to.plane, ns)
 	t.Logf("Jobs in the target after the move: %v", targetJobs)

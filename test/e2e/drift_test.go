@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/workspace"
@@ -49,13 +52,19 @@ func TestDrift(t *testing.T) {
 	if !isReady(tc) {
 		t.Errorf("drift made the cluster not Ready: %+v", condition(tc, infrav1.ConditionReady))
 	}
-	// No remediation for the cluster: the instance stays as it was changed.
-	time.Sleep(12 * time.Second)
-	if b, _ := os.ReadFile(filepath.Join(e.instances, "drifty-0")); string(b) != "zone=elsewhere\n" {
-		t.Errorf("the instance was changed back (%q) with remediation None", b)
-	}
-	if n := len(e.jobs("apply")); n != 1 {
-		t.Errorf("%d apply Jobs, want only the first: drift checks change nothing", n)
+	// No remediation for the cluster: through the next drift check (the
+	// third in all), the instance stays as it was changed.
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if b, _ := os.ReadFile(filepath.Join(e.instances, "drifty-0")); string(b) != "zone=elsewhere\n" {
+			return false, fmt.Errorf("the instance was changed back (%q) with remediation None", b)
+		}
+		if n := len(e.jobs("apply")); n != 1 {
+			return false, fmt.Errorf("%d apply Jobs, want only the first: drift checks change nothing", n)
+		}
+		return finished(e.jobs("drift")) >= 3, nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	metrics := e.scrape(m)
 	if !strings.Contains(metrics, `captf_drifted{kind="TerraformCluster",name="drifty",namespace="`+e.ns+`"} 1`) {
@@ -116,4 +125,15 @@ func TestRefreshKeepsOutputsCurrent(t *testing.T) {
 	if n := len(e.jobs("refresh")); n != 1 {
 		t.Errorf("%d refresh Jobs, want 1", n)
 	}
+}
+
+// finished counts the Jobs that have ended.
+func finished(jobs []batchv1.Job) int {
+	n := 0
+	for _, j := range jobs {
+		if j.Status.CompletionTime != nil || j.Status.Failed > 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -107,13 +107,15 @@ func TestDestructivePlanGate(t *testing.T) {
 	if msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message; !strings.Contains(msg, "names "+h1+", which is not the plan waiting") || !strings.Contains(msg, "approve-destructive-plan="+h2) {
 		t.Errorf("after a stale approval the condition says %q", msg)
 	}
-	time.Sleep(3 * time.Second)
-	if n := len(e.jobs("apply")); n != applies {
-		t.Errorf("a stale approval started %d apply Jobs", n-applies)
-	}
-	if files := e.instanceFiles(); len(files) != 2 {
-		t.Errorf("instances %v after a stale approval, want both kept", files)
-	}
+	e.never(3*time.Second, func() error {
+		if n := len(e.jobs("apply")); n != applies {
+			return fmt.Errorf("a stale approval started %d apply Jobs", n-applies)
+		}
+		if files := e.instanceFiles(); len(files) != 2 {
+			return fmt.Errorf("instances %v after a stale approval, want both kept", files)
+		}
+		return nil
+	})
 
 	// Approving the waiting plan applies it, once.
 	e.annotate("gated", infrav1.AnnotationApproveDestructivePlan, h2)
@@ -128,13 +130,15 @@ func TestDestructivePlanGate(t *testing.T) {
 	if len(files) != 1 || strings.TrimSpace(string(content)) != "zone=zone-x" {
 		t.Errorf("instances %v (gated-0: %q), want gated-0 alone, in zone-x", files, content)
 	}
-	time.Sleep(3 * time.Second)
-	if n := approvedJobs(e.jobs("apply"), h2); n != 1 {
-		t.Errorf("%d apply Jobs ran with the approval of %s, want 1", n, h2)
-	}
-	if n := len(e.jobs("apply")); n != applies+1 {
-		t.Errorf("%d apply Jobs after the approval, want %d", n, applies+1)
-	}
+	e.never(3*time.Second, func() error {
+		if n := approvedJobs(e.jobs("apply"), h2); n != 1 {
+			return fmt.Errorf("%d apply Jobs ran with the approval of %s, want 1", n, h2)
+		}
+		if n := len(e.jobs("apply")); n != applies+1 {
+			return fmt.Errorf("%d apply Jobs after the approval, want %d", n, applies+1)
+		}
+		return nil
+	})
 	if ev := findEvent(t, e.ns, "gated", "PlanApproved"); ev == nil {
 		t.Errorf("no PlanApproved event")
 	}

@@ -203,6 +203,25 @@ func (e *env) update(name string, change func(*infrav1.TerraformCluster)) {
 	}
 }
 
+// never fails the test if check reports anything during d, checking all
+// along: a "nothing happens" check that also catches what happens early,
+// where a sleep and one look catch only what is there at the end.
+func (e *env) never(d time.Duration, check func() error) {
+	e.t.Helper()
+	if err := framework.Consistently(d, check); err != nil {
+		e.t.Error(err)
+	}
+}
+
+// observed waits until the manager has synced the TerraformCluster's
+// current spec: it says so in status.observedGeneration.
+func (e *env) observed(name string) {
+	e.t.Helper()
+	e.waitFor(name, time.Minute, "its spec observed", func(tc *infrav1.TerraformCluster) bool {
+		return tc != nil && tc.Status.ObservedGeneration == tc.Generation
+	})
+}
+
 // waitFor polls the TerraformCluster until ok says so.
 func (e *env) waitFor(name string, timeout time.Duration, what string, ok func(*infrav1.TerraformCluster) bool) *infrav1.TerraformCluster {
 	e.t.Helper()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -34,8 +35,11 @@ func TestAbandon(t *testing.T) {
 	if files := e.instanceFiles(); len(files) != 1 {
 		t.Errorf("instance files = %v, want the one instance kept", files)
 	}
-	// Give the garbage collector time to (wrongly) collect them.
-	time.Sleep(3 * time.Second)
+	// The garbage collector must not (wrongly) collect them.
+	e.never(3*time.Second, func() error {
+		_, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), "tfc-keep-state", metav1.GetOptions{})
+		return err
+	})
 	state, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), "tfc-keep-state", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the state Secret is gone: %v", err)
@@ -58,19 +62,13 @@ func TestPaused(t *testing.T) {
 	if msg := condition(tc, infrav1.ConditionPaused).Message; msg != "Cluster spec.paused is set to true" {
 		t.Errorf("Paused message = %q", msg)
 	}
-	time.Sleep(3 * time.Second)
-	if n := len(e.jobs("")); n != 0 {
-		t.Fatalf("%d Jobs ran while paused", n)
-	}
+	e.never(3*time.Second, func() error { return noJobs(e.jobs(""), "while paused") })
 
 	// Delete while paused, then strip the finalizer as clusterctl move does.
 	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), "frozen", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
-	if n := len(e.jobs("")); n != 0 {
-		t.Fatalf("%d Jobs ran for a delete while paused", n)
-	}
+	e.never(3*time.Second, func() error { return noJobs(e.jobs(""), "for a delete while paused") })
 	e.update("frozen", func(tc *infrav1.TerraformCluster) { tc.Finalizers = nil })
 	e.waitFor("frozen", time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool { return tc == nil })
 }
@@ -93,10 +91,7 @@ func TestDeleteWhilePausedKeepsInfrastructure(t *testing.T) {
 	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), "moved", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
-	if n := len(e.jobs("destroy")); n != 0 {
-		t.Fatalf("%d destroy Jobs ran while paused", n)
-	}
+	e.never(3*time.Second, func() error { return noJobs(e.jobs("destroy"), "while paused") })
 	e.update("moved", func(tc *infrav1.TerraformCluster) { tc.Finalizers = nil })
 	e.waitFor("moved", time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool { return tc == nil })
 	if files := e.instanceFiles(); len(files) != 1 {
@@ -152,4 +147,16 @@ func TestExternallyManaged(t *testing.T) {
 	}
 	e.update("external", func(tc *infrav1.TerraformCluster) { delete(tc.Annotations, "cluster.x-k8s.io/managed-by") })
 	e.waitFor("external", 2*time.Minute, "Ready once handed back", isReady)
+}
+
+// noJobs is an error naming jobs, when there are any.
+func noJobs(jobs []batchv1.Job, when string) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	var names []string
+	for _, j := range jobs {
+		names = append(names, j.Name)
+	}
+	return fmt.Errorf("Jobs ran %s: %v", when, names)
 }

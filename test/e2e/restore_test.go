@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -92,10 +93,12 @@ func TestRestoreState(t *testing.T) {
 	}
 	// Once: no further restore or apply.
 	applies := len(e.jobs("apply"))
-	time.Sleep(3 * time.Second)
-	if now := e.get("restore"); now.Status.LastRestore.Time != tc.Status.LastRestore.Time || len(e.jobs("apply")) != applies {
-		t.Errorf("the restore or its apply ran again")
-	}
+	e.never(3*time.Second, func() error {
+		if now := e.get("restore"); now.Status.LastRestore.Time != tc.Status.LastRestore.Time || len(e.jobs("apply")) != applies {
+			return errors.New("the restore or its apply ran again")
+		}
+		return nil
+	})
 }
 
 // TestDefaultBackupsKept: with the manager's defaults, every apply that

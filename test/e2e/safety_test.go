@@ -261,10 +261,13 @@ func TestNamespaceDeleteKeepsState(t *testing.T) {
 			t.Errorf("Ready message %q lacks %q", msg, want)
 		}
 	}
-	time.Sleep(5 * time.Second) // the namespace controller's retries: nothing may go
-	if files := e.instanceFiles(); len(files) != 2 {
-		t.Errorf("instances %v, want both", files)
-	}
+	// The namespace controller retries: nothing may go meanwhile.
+	e.never(5*time.Second, func() error {
+		if files := e.instanceFiles(); len(files) != 2 {
+			return fmt.Errorf("instances %v, want both", files)
+		}
+		return nil
+	})
 	if n := e.stateOf("doomed").instances(); n != 2 {
 		t.Errorf("state holds %d instances, want 2", n)
 	}
@@ -327,10 +330,12 @@ func TestStateMissing(t *testing.T) {
 	if body := e.scrape(m); !strings.Contains(body, `captf_state_missing{kind="TerraformCluster",name="lost",namespace="`+e.ns+`"} 1`) {
 		t.Errorf("no captf_state_missing series:\n%s", grepLines(body, "captf_state"))
 	}
-	time.Sleep(3 * time.Second)
-	if n := len(e.jobs("apply")); n != applies {
-		t.Fatalf("%d apply Jobs, want %d: an apply ran on a missing state", n, applies)
-	}
+	e.never(3*time.Second, func() error {
+		if n := len(e.jobs("apply")); n != applies {
+			return fmt.Errorf("%d apply Jobs, want %d: an apply ran on a missing state", n, applies)
+		}
+		return nil
+	})
 
 	// Restored, the change applies on the state it was made for.
 	e.annotate("lost", infrav1.AnnotationRestoreState, backups[0])
@@ -681,22 +686,28 @@ func TestRescuedState(t *testing.T) {
 	if n := parseState(t, rescued).instances(); n != 1 {
 		t.Errorf("the rescued state holds %d instances, want the one created", n)
 	}
-	time.Sleep(15 * time.Second) // past the first retry's backoff
-	if jobs := e.jobs("apply"); len(jobs) != 1 {
-		t.Errorf("%d apply Jobs: a retry on the state that lacks the instance", len(jobs))
-	}
-	if files := e.instanceFiles(); len(files) != 1 {
-		t.Errorf("instances %v, want 1", files)
-	}
+	// Past the first retry's backoff (10 s).
+	e.never(15*time.Second, func() error {
+		if jobs := e.jobs("apply"); len(jobs) != 1 {
+			return fmt.Errorf("%d apply Jobs: a retry on the state that lacks the instance", len(jobs))
+		}
+		if files := e.instanceFiles(); len(files) != 1 {
+			return fmt.Errorf("instances %v, want 1", files)
+		}
+		return nil
+	})
 	// Changed inputs do not get around the hold: their apply would run on
 	// the state that lacks the instance too.
 	e.update("rescue", func(tc *infrav1.TerraformCluster) {
 		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"state_padding_kib": 15, "instance_dir": e.instances})
 	})
-	time.Sleep(5 * time.Second)
-	if jobs := e.jobs("apply"); len(jobs) != 1 {
-		t.Errorf("%d apply Jobs after a spec change: an apply on the state that lacks the instance", len(jobs))
-	}
+	e.observed("rescue")
+	e.never(3*time.Second, func() error {
+		if jobs := e.jobs("apply"); len(jobs) != 1 {
+			return fmt.Errorf("%d apply Jobs after a spec change: an apply on the state that lacks the instance", len(jobs))
+		}
+		return nil
+	})
 	if r := condition(e.get("rescue"), infrav1.ConditionReady).Reason; r != "StateRescued" {
 		t.Errorf("Ready reason %q after a spec change, want StateRescued", r)
 	}

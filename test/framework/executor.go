@@ -75,8 +75,9 @@ type Executor struct {
 	sandboxes map[types.UID]*podSandbox
 	// cutOff are pods whose node is cut off from the API server: closed
 	// when it is back.
-	cutOff  map[cache.ObjectName]chan struct{}
-	cgroups memoryCgroups
+	cutOff     map[cache.ObjectName]chan struct{}
+	cgroups    memoryCgroups
+	cgroupsErr error // why containers get no memory limits
 }
 
 // unpackedImage is an image's root filesystem, unpacked once and shared
@@ -115,9 +116,8 @@ func (cp *ControlPlane) StartExecutor(ctx context.Context, opts ExecutorOptions)
 
 		sandboxes: map[types.UID]*podSandbox{},
 	}
-	var err error
-	if e.cgroups, err = findMemoryCgroups(); err != nil {
-		klog.FromContext(ctx).Info("Containers from images run without memory limits", "err", err)
+	if e.cgroups, e.cgroupsErr = findMemoryCgroups(); e.cgroupsErr != nil {
+		klog.FromContext(ctx).Info("Containers from images run without memory limits", "err", e.cgroupsErr)
 	}
 	enqueue := func(obj any) {
 		if name, err := cache.DeletionHandlingObjectToName(obj); err == nil {

@@ -83,6 +83,6 @@ func (m memoryCgroups) remove(dir string) {
 	}
 }
 
-// MemoryLimits tells whether containers run from images get their memory
-// limits.
-func (e *Executor) MemoryLimits() bool { return e.cgroups.base != "" }
+// MemoryLimits says why containers run from images get no memory limits
+// on this machine; nil when they get them.
+func (e *Executor) MemoryLimits() error { return e.cgroupsErr }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -162,4 +163,16 @@ func Consistently(d time.Duration, check func() error) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// CannotCheck reports a check this machine cannot make, and why: on CI
+// (CI set, as .ci/run sets it) that fails the test, for a check that
+// should run must not pass by being skipped; elsewhere it is logged.
+func CannotCheck(t testing.TB, what string, why error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Errorf("%s cannot be checked on this CI machine: %v", what, why)
+		return
+	}
+	t.Logf("NOT CHECKED: %s, on this machine: %v (with CI set this fails)", what, why)
 }
