@@ -66,18 +66,18 @@ mutant written-never-behind pkg/controller/written.go \
 # sync on a cache that has not seen it yet creates it again.
 mutant second-job-created pkg/controller/workspace/start.go \
 	'	e.Expectations.ExpectJob(r.Key, job.Name)
-	err = e.Jobs.Create(ctx, job)' '	err = e.Jobs.Create(ctx, job)'
+	err := e.JobControl.Create(ctx, job)' '	err := e.JobControl.Create(ctx, job)'
 
 # The run's inputs written after its Job: the runner may start before they
 # exist.
 mutant run-inputs-after-job pkg/controller/workspace/start.go \
 	'	if data != nil {
-		if err := e.createRunInputs(ctx, obj, job, data); err != nil {' '	if false {
-		if err := e.createRunInputs(ctx, obj, job, data); err != nil {' \
-	'	err = e.Jobs.Create(ctx, job)
-' '	err = e.Jobs.Create(ctx, job)
+		if err := e.createRunInputs(ctx, r.Obj, job, data); err != nil {' '	if false {
+		if err := e.createRunInputs(ctx, r.Obj, job, data); err != nil {' \
+	'	err := e.JobControl.Create(ctx, job)
+' '	err := e.JobControl.Create(ctx, job)
 	if data != nil {
-		_ = e.createRunInputs(ctx, obj, job, data)
+		_ = e.createRunInputs(ctx, r.Obj, job, data)
 	}
 '
 

@@ -20,39 +20,64 @@ import (
 )
 
 // start creates the run-inputs Secret (unless data is nil: destroy with the
-// durable inputs) and the Job of one attempt.
+// durable inputs) and the Job of one attempt, in three steps: the checks a
+// Job must pass, the Job, and its creation (with its slot and its inputs).
 func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
-	obj := r.Obj
-	if e.rescueHeld(r) {
-		return nil
-	}
-	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
-		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
-		return nil
-	}
-	if err := e.Access.CheckServiceAccount(ctx, obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
-		var ie *InputError
-		if errors.As(err, &ie) {
-			e.InputError(r, ie)
-			return nil
-		}
-		return err
-	}
-	ok, expectState, err := e.checkState(ctx, r)
+	expectState, ok, err := e.mayStart(ctx, r)
 	if err != nil || !ok {
 		return err
 	}
-	ca, err := e.RunnerAPI.ca()
+	job, err := e.buildJob(r, op, hash, attempt, data, expectState)
 	if err != nil {
 		return err
 	}
-	spec := JobSpec{Owner: obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
+	return e.createJob(ctx, r, op, job, data)
+}
+
+// mayStart makes the checks every Job passes before it is created: no
+// rescued state waits, the runner pod keeps the operator's rules, its
+// ServiceAccount may run it, the state is as the object expects. A check
+// that fails is reported in the status (ok false). expectState: the object
+// was applied, its runner must find a state.
+func (e *Engine) mayStart(ctx context.Context, r *Sync) (expectState, ok bool, err error) {
+	if e.rescueHeld(r) {
+		return false, false, nil
+	}
+	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
+		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
+		return false, false, nil
+	}
+	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			e.InputError(r, ie)
+			return false, false, nil
+		}
+		return false, false, err
+	}
+	ok, expectState, err = e.checkState(ctx, r)
+	return expectState, ok, err
+}
+
+// buildJob is the Job of one attempt of op, with the approvals of an apply.
+func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte, expectState bool) (*batchv1.Job, error) {
+	ca, err := e.RunnerAPI.ca()
+	if err != nil {
+		return nil, err
+	}
+	spec := JobSpec{Owner: r.Obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
 		Image: e.RunnerImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
 		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
-	job := BuildJob(spec)
+	return BuildJob(spec), nil
+}
+
+// createJob takes a slot for job, blocks clusterctl move, writes the run's
+// inputs and then creates job, expected before it is created so that a sync
+// on a cache that has not seen it yet creates nothing twice.
+func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, job *batchv1.Job, data map[string][]byte) error {
 	created := false // the Job exists: its slot is taken until it finishes
 	if e.Slots != nil {
 		key := cache.MetaObjectToName(job)
@@ -71,7 +96,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		return err
 	}
 	if data != nil {
-		if err := e.createRunInputs(ctx, obj, job, data); err != nil {
+		if err := e.createRunInputs(ctx, r.Obj, job, data); err != nil {
 			if e.refusedByQuota(r, op, "inputs Secret", err) {
 				return nil
 			}
@@ -82,7 +107,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 		return e.terminating(r, err)
 	}
 	e.Expectations.ExpectJob(r.Key, job.Name)
-	err = e.JobControl.Create(ctx, job)
+	err := e.JobControl.Create(ctx, job)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		e.Expectations.JobObserved(r.Key, job.Name)
 		return e.terminating(r, err)
