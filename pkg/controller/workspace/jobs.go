@@ -133,29 +133,11 @@ func BuildJob(s JobSpec) *batchv1.Job {
 		sa = s.Policy.ServiceAccountName
 	}
 	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
-	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
-		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: "/workspace",
-		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
-		MaxStateBytes: s.MaxStateBytes}
-	if s.Gate != "" {
-		if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); approved != "" {
-			labels[names.LabelApprovedPlan] = approved
-		}
-		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
+	if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); s.Gate != "" && approved != "" {
+		labels[names.LabelApprovedPlan] = approved
 	}
-	args := append([]string{"runner"}, spec.Args()...)
-	env := []corev1.EnvVar{
-		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
-		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-	}
-	if s.RunnerAPI != "" {
-		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})
-	}
-	if s.RunnerAPICA != "" {
-		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
-	}
-	env = append(env, s.Policy.Env...)
+	args := append([]string{"runner"}, runnerSpec(s, name).Args()...)
+	env := runnerEnv(s)
 	var annotations map[string]string
 	if s.InputsBytes > 0 {
 		annotations = map[string]string{names.AnnotationInputsBytes: strconv.Itoa(s.InputsBytes)}
@@ -205,6 +187,35 @@ func BuildJob(s JobSpec) *batchv1.Job {
 			},
 		},
 	}
+}
+
+// runnerSpec is what the Job named name tells its runner.
+func runnerSpec(s JobSpec, name string) run.Spec {
+	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
+		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: "/workspace",
+		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
+		MaxStateBytes: s.MaxStateBytes}
+	if s.Gate != "" {
+		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
+	}
+	return spec
+}
+
+// runnerEnv is the runner container's environment: its pod, where the
+// runner API is and the CA that signs it, then the user's.
+func runnerEnv(s JobSpec) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
+	if s.RunnerAPI != "" {
+		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})
+	}
+	if s.RunnerAPICA != "" {
+		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
+	}
+	return append(env, s.Policy.Env...)
 }
 
 // JobFinished returns whether job is done and whether it succeeded.
