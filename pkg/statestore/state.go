@@ -297,36 +297,9 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 	}
 	var dropped []string
 	if HasState(current) && !s.backedUp && (s.Backups > 0 || replacing) {
-		name, err := s.backup(ctx, current)
-		if err != nil && replacing {
+		if backups, dropped, err = s.backUpAndRotate(ctx, current, head, backups, replacing); err != nil {
 			dropNew()
-			return fmt.Errorf("backing up the current state before replacing it: %w", err)
-		}
-		if err != nil {
-			// The new state matters more than a copy of the old one: a
-			// quota on Secrets or a terminating namespace (which refuses
-			// creates, not updates) must not cost it.
-			logger.Error(err, "Backing up the previous state; writing the new state without a backup")
-			s.BackupErrors++
-		} else {
-			s.LastBackup = name
-			backups = append([]string{name}, backups...)
-			if head.Annotations[AnnotationApplied] == "true" {
-				head.Annotations[annotationLastGood] = name
-			}
-		}
-		// Rotation keeps the backup being restored, and the last state a
-		// run ended well with: a run failing again and again changes the
-		// state each time, and must not rotate the good one away.
-		keep := []string{s.Keep, head.Annotations[annotationLastGood]}
-		if replacing {
-			keep = append(keep, s.LastBackup)
-		}
-		for i := len(backups) - 1; len(backups) > s.Backups && i >= 0; i-- {
-			if !slices.Contains(keep, backups[i]) {
-				dropped = append(dropped, backups[i])
-				backups = slices.Delete(backups, i, i+1)
-			}
+			return err
 		}
 	}
 	delete(head.Annotations, AnnotationApplied) // not known good until its run ends well
@@ -354,8 +327,15 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 	}
 	s.head = updated
 	s.backedUp = true
-	// The state Secret no longer points at these; failing to delete them
-	// leaves garbage, never a broken state.
+	s.deleteReplaced(ctx, oldGen, oldChunks, dropped)
+	return nil
+}
+
+// deleteReplaced deletes the chunks of the state generation just replaced
+// and the backups rotation dropped. The state Secret no longer points at
+// them: failing to delete them leaves garbage, never a broken state.
+func (s *StateStore) deleteReplaced(ctx context.Context, oldGen int64, oldChunks int, dropped []string) {
+	logger := klog.FromContext(ctx)
 	for i := range oldChunks {
 		if err := s.deleteSecret(ctx, s.Object.StateChunk(oldGen, i)); err != nil {
 			logger.Error(err, "Deleting an old state chunk")
@@ -366,7 +346,43 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 			logger.Error(err, "Deleting an old backup", "backup", b)
 		}
 	}
-	return nil
+}
+
+// backUpAndRotate makes current, the state head still points at, a backup
+// and rotates the backups listed in head. It returns the backups head is to
+// list and those to delete once the new state is written. A failed backup
+// is an error only when replacing: otherwise the new state matters more
+// than a copy of the old one (a quota on Secrets, or a terminating
+// namespace, which refuses creates, not updates, must not cost it).
+func (s *StateStore) backUpAndRotate(ctx context.Context, current, head *corev1.Secret, backups []string, replacing bool) (kept, dropped []string, err error) {
+	name, err := s.backup(ctx, current)
+	switch {
+	case err != nil && replacing:
+		return nil, nil, fmt.Errorf("backing up the current state before replacing it: %w", err)
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Backing up the previous state; writing the new state without a backup")
+		s.BackupErrors++
+	default:
+		s.LastBackup = name
+		backups = append([]string{name}, backups...)
+		if head.Annotations[AnnotationApplied] == "true" {
+			head.Annotations[annotationLastGood] = name
+		}
+	}
+	// Rotation keeps the backup being restored, and the last state a run
+	// ended well with: a run failing again and again changes the state each
+	// time, and must not rotate the good one away.
+	keep := []string{s.Keep, head.Annotations[annotationLastGood]}
+	if replacing {
+		keep = append(keep, s.LastBackup)
+	}
+	for i := len(backups) - 1; len(backups) > s.Backups && i >= 0; i-- {
+		if !slices.Contains(keep, backups[i]) {
+			dropped = append(dropped, backups[i])
+			backups = slices.Delete(backups, i, i+1)
+		}
+	}
+	return backups, dropped, nil
 }
 
 // MarkApplied records that the run which claimed the state ended well: its
