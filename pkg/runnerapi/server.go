@@ -377,35 +377,12 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	if err != nil {
 		return nil, err
 	}
-	forbid := func(why string) error {
-		return apierrors.NewForbidden(schemaResource(resource), name, fmt.Errorf("a runner of %s %s may not %s it: %s", id.Object.Kind, id.Object.Name, strings.ToLower(r.Method), why))
-	}
-	switch {
-	case resource == "pods" && r.Method == http.MethodGet && name != "":
+	forbid := func(why string) error { return id.forbid(resource, name, r.Method, why) }
+	if resource == "pods" && r.Method == http.MethodGet && name != "" {
 		return &request{pod: name}, nil
-	case resource == "leases":
-		if r.Method == http.MethodDelete || (name != "" && name != id.Object.Lock()) {
-			return nil, forbid("only the object's state lock")
-		}
-	case resource == "secrets":
-		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
-		switch r.Method {
-		case http.MethodGet:
-			if !readable {
-				return nil, forbid("not a Secret of this run")
-			}
-		case http.MethodDelete:
-			// Old chunks and rotated backups, and the run's inputs once it
-			// is done; never the state or the durable inputs themselves.
-			if name != id.Object.RunInputs(id.Job) && (!id.Object.HoldsState(name) || name == id.Object.State() || name == id.Object.DurableInputs()) {
-				return nil, forbid("only state chunks, backups and this run's inputs are deleted")
-			}
-		case http.MethodPost, http.MethodPut:
-		default:
-			return nil, forbid("not a verb of a run")
-		}
-	default:
-		return nil, forbid("not part of a run")
+	}
+	if why := id.verbRefused(resource, name, r.Method); why != "" {
+		return nil, forbid(why)
 	}
 	if r.Method != http.MethodPost && r.Method != http.MethodPut {
 		if name == "" {
@@ -420,52 +397,12 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	var checked any
 	switch resource {
 	case "secrets":
-		var sec corev1.Secret
-		if err := json.Unmarshal(body, &sec); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if (name != "" && sec.Name != name) || !(id.Object.HoldsState(sec.Name) || sec.Name == id.Object.Result(id.Job)) {
-			return nil, forbid("only the object's state Secrets and this Job's result are written")
-		}
-		// Never a ServiceAccount token Secret or another type the API
-		// server gives meaning to.
-		if sec.Type != "" && sec.Type != corev1.SecretTypeOpaque {
-			return nil, forbid("type " + string(sec.Type) + ": runner Secrets are Opaque")
-		}
-		if sec.Labels[names.LabelManagedBy] != names.ManagedByValue {
-			return nil, forbid("runner Secrets carry " + names.LabelManagedBy + "=" + names.ManagedByValue)
-		}
-		if why := id.checkMetadata(&sec); why != "" {
-			return nil, forbid(why)
-		}
-		// What the manager makes of a Secret of the family goes by its
-		// name: its type label must say the same (checkFamilySize counts
-		// by it).
-		if types := id.Object.FamilyTypes(sec.Name); types != nil && !slices.Contains(types, sec.Labels[names.LabelSecretType]) {
-			return nil, forbid(fmt.Sprintf("label %s=%q: a Secret named %s is a %s", names.LabelSecretType, sec.Labels[names.LabelSecretType], sec.Name, strings.Join(types, " or ")))
-		}
-		// A result belongs to the object (and goes with it); nothing
-		// else may be named an owner.
-		for _, ref := range sec.OwnerReferences {
-			if ref.UID != id.ObjectRef.UID {
-				return nil, forbid("owner " + ref.Kind + " " + ref.Name + ": only the object itself owns a runner Secret")
-			}
-		}
-		if len(sec.OwnerReferences) > 0 {
-			sec.OwnerReferences = []metav1.OwnerReference{id.ObjectRef}
-		}
-		sec.Namespace = id.Namespace
-		checked = &sec
+		checked, err = id.checkedSecret(body, name, forbid)
 	case "leases":
-		var lease coordinationv1.Lease
-		if err := json.Unmarshal(body, &lease); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if lease.Name != id.Object.Lock() {
-			return nil, forbid("only the object's state lock")
-		}
-		lease.Namespace, lease.OwnerReferences = id.Namespace, nil
-		checked = &lease
+		checked, err = id.checkedLease(body, forbid)
+	}
+	if err != nil {
+		return nil, err
 	}
 	// What is forwarded is what was checked, not the bytes that came.
 	out, err := json.Marshal(checked)
@@ -477,6 +414,96 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 		req.created = sec
 	}
 	return req, nil
+}
+
+// forbid is the refusal of method on resource name, and why.
+func (id *Identity) forbid(resource, name, method, why string) error {
+	return apierrors.NewForbidden(schemaResource(resource), name, fmt.Errorf("a runner of %s %s may not %s it: %s", id.Object.Kind, id.Object.Name, strings.ToLower(method), why))
+}
+
+// verbRefused says why a run may not use method on resource name, or "".
+func (id *Identity) verbRefused(resource, name, method string) string {
+	switch resource {
+	case "leases":
+		if method == http.MethodDelete || (name != "" && name != id.Object.Lock()) {
+			return "only the object's state lock"
+		}
+	case "secrets":
+		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
+		switch method {
+		case http.MethodGet:
+			if !readable {
+				return "not a Secret of this run"
+			}
+		case http.MethodDelete:
+			// Old chunks and rotated backups, and the run's inputs once it
+			// is done; never the state or the durable inputs themselves.
+			if name != id.Object.RunInputs(id.Job) && (!id.Object.HoldsState(name) || name == id.Object.State() || name == id.Object.DurableInputs()) {
+				return "only state chunks, backups and this run's inputs are deleted"
+			}
+		case http.MethodPost, http.MethodPut:
+		default:
+			return "not a verb of a run"
+		}
+	default:
+		return "not part of a run"
+	}
+	return ""
+}
+
+// checkedSecret is the Secret a run writes, once checked: one of the
+// object's state family or this Job's result, Opaque, CAPTF's labels that
+// match its name, owned by nothing but the object.
+func (id *Identity) checkedSecret(body []byte, name string, forbid func(string) error) (*corev1.Secret, error) {
+	var sec corev1.Secret
+	if err := json.Unmarshal(body, &sec); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if (name != "" && sec.Name != name) || !(id.Object.HoldsState(sec.Name) || sec.Name == id.Object.Result(id.Job)) {
+		return nil, forbid("only the object's state Secrets and this Job's result are written")
+	}
+	// Never a ServiceAccount token Secret or another type the API
+	// server gives meaning to.
+	if sec.Type != "" && sec.Type != corev1.SecretTypeOpaque {
+		return nil, forbid("type " + string(sec.Type) + ": runner Secrets are Opaque")
+	}
+	if sec.Labels[names.LabelManagedBy] != names.ManagedByValue {
+		return nil, forbid("runner Secrets carry " + names.LabelManagedBy + "=" + names.ManagedByValue)
+	}
+	if why := id.checkMetadata(&sec); why != "" {
+		return nil, forbid(why)
+	}
+	// What the manager makes of a Secret of the family goes by its
+	// name: its type label must say the same (checkFamilySize counts
+	// by it).
+	if types := id.Object.FamilyTypes(sec.Name); types != nil && !slices.Contains(types, sec.Labels[names.LabelSecretType]) {
+		return nil, forbid(fmt.Sprintf("label %s=%q: a Secret named %s is a %s", names.LabelSecretType, sec.Labels[names.LabelSecretType], sec.Name, strings.Join(types, " or ")))
+	}
+	// A result belongs to the object (and goes with it); nothing
+	// else may be named an owner.
+	for _, ref := range sec.OwnerReferences {
+		if ref.UID != id.ObjectRef.UID {
+			return nil, forbid("owner " + ref.Kind + " " + ref.Name + ": only the object itself owns a runner Secret")
+		}
+	}
+	if len(sec.OwnerReferences) > 0 {
+		sec.OwnerReferences = []metav1.OwnerReference{id.ObjectRef}
+	}
+	sec.Namespace = id.Namespace
+	return &sec, nil
+}
+
+// checkedLease is the state lock a run writes, once checked.
+func (id *Identity) checkedLease(body []byte, forbid func(string) error) (*coordinationv1.Lease, error) {
+	var lease coordinationv1.Lease
+	if err := json.Unmarshal(body, &lease); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if lease.Name != id.Object.Lock() {
+		return nil, forbid("only the object's state lock")
+	}
+	lease.Namespace, lease.OwnerReferences = id.Namespace, nil
+	return &lease, nil
 }
 
 // checkFamilySize refuses a Secret that would make the object's state
