@@ -147,18 +147,9 @@ func (o *Options) bind(fs *flag.FlagSet) {
 
 // Main is `captf manager`.
 func Main(args []string) error {
-	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	logs := logflags.Bind(fs)
-	var o Options
-	o.bind(fs)
-	if err := fs.Parse(args); err != nil {
+	o, err := parseOptions(args)
+	if err != nil {
 		return err
-	}
-	if err := logs.Apply(); err != nil {
-		return err
-	}
-	if o.RunnerImage == "" {
-		return errors.New("--runner-image (or $CAPTF_MANAGER_IMAGE) is required: it is the image runner Jobs run")
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
@@ -171,14 +162,44 @@ func Main(args []string) error {
 		logger.Info("Warning: POD_NAMESPACE or SERVICE_ACCOUNT_NAME is not set: the manager does not know its own username, and the webhook will refuse its providerID writes",
 			"POD_NAMESPACE", podNamespace, "SERVICE_ACCOUNT_NAME", serviceAccount)
 	}
-
+	if err := o.complete(podNamespace); err != nil {
+		return err
+	}
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
 		return err
 	}
 	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
 	cfg.UserAgent = "captf-manager/" + version.Version
+	m := &manager{options: o, clock: clock.RealClock{}}
+	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	if err := m.serve(ctx, cfg, health, podNamespace, serviceAccount); err != nil {
+		return err
+	}
+	if !o.LeaderElect {
+		return m.runControllers(ctx, cfg)
+	}
+	return m.lead(ctx, cfg, health, podNamespace)
+}
 
+// parseOptions reads the manager's flags and applies its logging flags.
+func parseOptions(args []string) (Options, error) {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	logs := logflags.Bind(fs)
+	var o Options
+	o.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, logs.Apply()
+}
+
+// complete checks the options and derives what they leave out: the runner
+// pods' rules, and the runner API's URL from the manager's namespace.
+func (o *Options) complete(podNamespace string) error {
+	if o.RunnerImage == "" {
+		return errors.New("--runner-image (or $CAPTF_MANAGER_IMAGE) is required: it is the image runner Jobs run")
+	}
 	level, err := runnerpod.ParseLevel(o.RunnerPodSecurity)
 	if err != nil {
 		return fmt.Errorf("--runner-pod-security: %w", err)
@@ -190,9 +211,14 @@ func Main(args []string) error {
 		}
 		o.RunnerAPIURL = fmt.Sprintf("https://%s.%s.svc:%d", names.RunnerAPIService, podNamespace, o.RunnerAPIPort)
 	}
-	m := &manager{options: o, clock: clock.RealClock{}}
-	// On every replica, like the webhook: a runner reaches whichever the
-	// Service picks.
+	return nil
+}
+
+// serve starts what every replica serves, leader or not: the runner API (a
+// runner reaches whichever replica the Service picks), the webhook, the
+// probes and the metrics.
+func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderelection.HealthzAdaptor, podNamespace, serviceAccount string) error {
+	o := m.options
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -208,16 +234,16 @@ func Main(args []string) error {
 			return err
 		}
 	}
-	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if err := m.serveProbes(ctx, health); err != nil {
 		return err
 	}
-	if err := m.serveMetrics(ctx, kube); err != nil {
-		return err
-	}
-	if !o.LeaderElect {
-		return m.runControllers(ctx, cfg)
-	}
+	return m.serveMetrics(ctx, kube)
+}
+
+// lead runs the controllers while this replica holds the leader Lease, and
+// exits when it loses it.
+func (m *manager) lead(ctx context.Context, cfg *rest.Config, health *leaderelection.HealthzAdaptor, podNamespace string) error {
+	o, logger := m.options, klog.FromContext(ctx)
 	if podNamespace == "" {
 		return errors.New("--leader-elect needs $POD_NAMESPACE: the leader Lease lives there")
 	}
