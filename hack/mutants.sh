@@ -102,7 +102,7 @@ mutant gate-keeps-applied-approval pkg/approval/approval.go \
 
 # Inputs whose values the runner must keep out of logs and outputs.
 mutant secret-variable-not-sensitive pkg/controller/workspace/inputs.go \
-	'if v.ValueFrom.SecretKeyRef != nil {' 'if v.ValueFrom.SecretKeyRef != nil && false {'
+	'sensitive := v.Sensitive || v.ValueFrom.SecretKeyRef != nil' 'sensitive := v.Sensitive'
 mutant bootstrap-data-not-sensitive pkg/controller/workspace/inputs.go \
 	'range []string{"captf_bootstrap_data", "captf_bootstrap_format"}' 'range []string{}'
 

@@ -77,35 +77,12 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		vars[k] = b
 	}
 	for i, v := range ws.Variables {
-		path := fmt.Sprintf("spec.variables[%d] (%s)", i, v.Name)
-		switch {
-		case v.Value != nil && v.ValueFrom != nil:
-			return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom, not both"}
-		case v.Value != nil:
-			if !json.Valid(v.Value.Raw) {
-				return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": value is not JSON"}
-			}
-			vars[v.Name] = v.Value.Raw
-		case v.ValueFrom != nil:
-			if v.ValueFrom.SecretKeyRef != nil {
-				in.Sensitive = append(in.Sensitive, v.Name)
-			}
-			raw, err := resolve(ctx, client, namespace, v.ValueFrom)
-			if err != nil {
-				return nil, &InputError{Reason: ReasonVariableUnavailable, Message: path + ": " + err.Error()}
-			}
-			if v.ValueFrom.Format == infrav1.ValueFormatJSON {
-				if !json.Valid(raw) {
-					return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": the referenced value is not JSON (format: JSON)"}
-				}
-				vars[v.Name] = raw
-			} else {
-				vars[v.Name], _ = json.Marshal(string(raw))
-			}
-		default:
-			return nil, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom"}
+		value, sensitive, err := variable(ctx, client, namespace, fmt.Sprintf("spec.variables[%d] (%s)", i, v.Name), v)
+		if err != nil {
+			return nil, err
 		}
-		if v.Sensitive {
+		vars[v.Name] = value
+		if sensitive {
 			in.Sensitive = append(in.Sensitive, v.Name)
 		}
 	}
@@ -116,12 +93,51 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 	if in.Variables, err = json.MarshalIndent(vars, "", "  "); err != nil {
 		return nil, err
 	}
-	module, err := json.Marshal(in.Module)
-	if err != nil {
+	if err := in.hash(); err != nil {
 		return nil, err
 	}
+	return in, nil
+}
+
+// variable is the value of the variable v at path, as JSON, and whether
+// the runner keeps it out of logs and outputs: marked sensitive, or read
+// from a Secret.
+func variable(ctx context.Context, client kubernetes.Interface, namespace, path string, v infrav1.Variable) (json.RawMessage, bool, error) {
+	switch {
+	case v.Value != nil && v.ValueFrom != nil:
+		return nil, false, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom, not both"}
+	case v.Value != nil:
+		if !json.Valid(v.Value.Raw) {
+			return nil, false, &InputError{Reason: ReasonInvalidVariable, Message: path + ": value is not JSON"}
+		}
+		return v.Value.Raw, v.Sensitive, nil
+	case v.ValueFrom != nil:
+		sensitive := v.Sensitive || v.ValueFrom.SecretKeyRef != nil
+		raw, err := resolve(ctx, client, namespace, v.ValueFrom)
+		if err != nil {
+			return nil, false, &InputError{Reason: ReasonVariableUnavailable, Message: path + ": " + err.Error()}
+		}
+		if v.ValueFrom.Format != infrav1.ValueFormatJSON {
+			s, _ := json.Marshal(string(raw))
+			return s, sensitive, nil
+		}
+		if !json.Valid(raw) {
+			return nil, false, &InputError{Reason: ReasonInvalidVariable, Message: path + ": the referenced value is not JSON (format: JSON)"}
+		}
+		return raw, sensitive, nil
+	}
+	return nil, false, &InputError{Reason: ReasonInvalidVariable, Message: path + ": set value or valueFrom"}
+}
+
+// hash sets in.Hash: of the module, the variables and which are sensitive.
+// Inputs too large for a Secret are an error.
+func (in *Inputs) hash() error {
+	module, err := json.Marshal(in.Module)
+	if err != nil {
+		return err
+	}
 	if size := len(module) + len(in.Variables); size > MaxInputBytes {
-		return nil, &InputError{Reason: ReasonInputsTooLarge, Message: fmt.Sprintf("the rendered module and variables take %d bytes, more than the %d a Secret can safely hold", size, MaxInputBytes)}
+		return &InputError{Reason: ReasonInputsTooLarge, Message: fmt.Sprintf("the rendered module and variables take %d bytes, more than the %d a Secret can safely hold", size, MaxInputBytes)}
 	}
 	h := sha256.New()
 	h.Write(module)
@@ -134,7 +150,7 @@ func Render(ctx context.Context, client kubernetes.Interface, namespace string, 
 		h.Write(sensitive)
 	}
 	in.Hash = hex.EncodeToString(h.Sum(nil))[:16]
-	return in, nil
+	return nil
 }
 
 // SecretData is the content of the run-inputs Secret.
