@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/test/framework"
@@ -142,26 +143,32 @@ func TestShards(t *testing.T) {
 	for _, shard := range []string{"shard-a", "shard-b"} {
 		e.waitFor("in-"+shard, 2*time.Minute, "Ready", isReady)
 	}
-	for shard, m := range managers {
+	for shard := range managers {
 		lease, err := plane.Kube.CoordinationV1().Leases(e.ns).Get(ctx, names.LeaderLease(shard), metav1.GetOptions{})
 		if err != nil || lease.Spec.HolderIdentity == nil {
 			t.Errorf("the Lease of %s: %v %+v", shard, err, lease)
 		}
-		log, err := os.ReadFile(m.LogFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		other := "shard-b"
-		if shard == "shard-b" {
-			other = "shard-a"
-		}
-		if !bytes.Contains(log, []byte(`job="`+e.ns+`/tfc-in-`+shard+`-apply-`)) {
-			t.Errorf("the %s manager did not create its object's Job:\n%s", shard, tail(string(log), 30))
-		}
-		if bytes.Contains(log, []byte("tfc-in-"+other)) {
-			t.Errorf("the %s manager touched a Job of %s:\n%s", shard, other, tail(string(log), 30))
-		}
 	}
+	// Each manager syncs its shard's objects and no other's: with shard-b's
+	// manager stopped, a change to each object is seen (observedGeneration)
+	// in shard-a only, until shard-b's manager is back.
+	managers["shard-b"].Stop()
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		e.update("in-"+shard, func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs.LockTimeout = &metav1.Duration{Duration: 30 * time.Second}
+		})
+	}
+	e.observed("in-shard-a")
+	e.never(3*time.Second, func() error {
+		if tc := e.get("in-shard-b"); tc.Status.ObservedGeneration == tc.Generation {
+			return fmt.Errorf("shard-a's manager synced shard-b's object (generation %d observed)", tc.Generation)
+		}
+		return nil
+	})
+	if err := managers["shard-b"].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.observed("in-shard-b")
 	if len(e.jobs("apply")) != 2 {
 		t.Errorf("apply Jobs %d, want one per object", len(e.jobs("apply")))
 	}

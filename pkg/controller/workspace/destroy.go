@@ -23,23 +23,7 @@ import (
 func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, error)) (bool, error) {
 	obj := r.Obj
 	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
-		// A Job still running would write state after the abandon: stop
-		// it, and wait until its pod is gone.
-		if running := unfinishedJob(r.Jobs); running != nil {
-			if running.DeletionTimestamp == nil {
-				if err := e.JobControl.Delete(ctx, running, metav1.DeletePropagationForeground); err != nil {
-					return false, err
-				}
-			}
-			e.SetReady(r, metav1.ConditionFalse, ReasonAbandoning, fmt.Sprintf("Stopping Job %s before abandoning: the state it writes is kept", running.Name))
-			return false, nil
-		}
-		if err := e.abandon(ctx, obj); err != nil {
-			return false, err
-		}
-		e.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonAbandoned, "Deleted without destroy (%s): state and backups are kept with label %s=true",
-			infrav1.AnnotationAbandonInfrastructure, names.LabelAbandoned)
-		return true, nil
+		return e.deleteAbandoned(ctx, r)
 	}
 	if active := activeJob(r.Jobs); active != nil {
 		e.RecordJob(r, active, "Running")
@@ -50,35 +34,9 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 		// Destroyed; only releasing the state (or the finalizer) failed.
 		return e.release(ctx, r)
 	}
-	n := e.Names(obj)
-	secrets := e.Kube.CoreV1().Secrets(obj.GetNamespace())
-	durable, err := secrets.Get(ctx, n.DurableInputs(), metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return false, err
-	}
-	hasDurable := err == nil
-	var hash string
-	var data map[string][]byte
-	if hasDurable {
-		hash = HashSecretData(durable.Data)
-	} else {
-		head, err := secrets.Get(ctx, n.State(), metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return false, err
-		}
-		if err != nil || !statestore.HasState(head) {
-			if ok, _, err := e.checkState(ctx, r); err != nil || !ok {
-				return false, err // applied, and the state is gone
-			}
-			return true, e.releaseState(ctx, obj) // never applied: nothing to destroy
-		}
-		in, err := render()
-		if err != nil {
-			e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, "No inputs to destroy with: "+err.Error())
-			r.Requeue = time.Minute
-			return false, nil
-		}
-		hash, data = in.Hash, in.SecretData()
+	hash, data, done, err := e.destroyInputs(ctx, r, render)
+	if err != nil || done || hash == "" {
+		return done, err
 	}
 	attempt := 0
 	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
@@ -88,6 +46,61 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 		}
 	}
 	return false, e.start(ctx, r, infrav1.OperationDestroy, hash, attempt, data)
+}
+
+// deleteAbandoned lets an abandoned object go without a destroy, once no
+// Job of it runs: a Job still running would write state after the abandon,
+// so it is stopped first, and its pod waited for.
+func (e *Engine) deleteAbandoned(ctx context.Context, r *Sync) (bool, error) {
+	if running := unfinishedJob(r.Jobs); running != nil {
+		if running.DeletionTimestamp == nil {
+			if err := e.JobControl.Delete(ctx, running, metav1.DeletePropagationForeground); err != nil {
+				return false, err
+			}
+		}
+		e.SetReady(r, metav1.ConditionFalse, ReasonAbandoning, fmt.Sprintf("Stopping Job %s before abandoning: the state it writes is kept", running.Name))
+		return false, nil
+	}
+	if err := e.abandon(ctx, r.Obj); err != nil {
+		return false, err
+	}
+	e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonAbandoned, "Deleted without destroy (%s): state and backups are kept with label %s=true",
+		infrav1.AnnotationAbandonInfrastructure, names.LabelAbandoned)
+	return true, nil
+}
+
+// destroyInputs are the inputs a destroy runs with: the durable inputs of
+// the last successful apply (data nil: the runner reads them), else, for a
+// state no apply finished with, the object's own. With no state at all,
+// an object never applied is done (its state released) and one applied
+// waits (StateMissing). An empty hash with done false: nothing to start yet.
+func (e *Engine) destroyInputs(ctx context.Context, r *Sync, render func() (*Inputs, error)) (hash string, data map[string][]byte, done bool, err error) {
+	n := e.Names(r.Obj)
+	secrets := e.Kube.CoreV1().Secrets(r.Obj.GetNamespace())
+	durable, err := secrets.Get(ctx, n.DurableInputs(), metav1.GetOptions{})
+	if err == nil {
+		return HashSecretData(durable.Data), nil, false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", nil, false, err
+	}
+	head, err := secrets.Get(ctx, n.State(), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", nil, false, err
+	}
+	if err != nil || !statestore.HasState(head) {
+		if ok, _, err := e.checkState(ctx, r); err != nil || !ok {
+			return "", nil, false, err // applied, and the state is gone
+		}
+		return "", nil, true, e.releaseState(ctx, r.Obj) // never applied: nothing to destroy
+	}
+	in, err := render()
+	if err != nil {
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroyFailed, "No inputs to destroy with: "+err.Error())
+		r.Requeue = time.Minute
+		return "", nil, false, nil
+	}
+	return in.Hash, in.SecretData(), false, nil
 }
 
 // release releases the state of an object whose destroy succeeded.
