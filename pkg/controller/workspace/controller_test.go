@@ -544,7 +544,7 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 			t.Fatalf("a drift check before its time: %v", jobNames(jobs))
 		}
 		later := time.Now().Add(2 * time.Minute) // past the interval and its jitter
-		f.c.EngineForTest().Clock = testingclock.NewFakePassiveClock(later)
+		f.c.EngineForTest().Clock = testingclock.NewFakeClock(later)
 		f.sync()
 		jobs := f.createdJobs()
 		if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") {
@@ -632,7 +632,7 @@ func TestDocumentedReasons(t *testing.T) {
 	// later makes the engine's clock d ahead.
 	later := func(f *fixture, d time.Duration) {
 		t := time.Now().Add(d)
-		f.c.EngineForTest().Clock = testingclock.NewFakePassiveClock(t)
+		f.c.EngineForTest().Clock = testingclock.NewFakeClock(t)
 	}
 	tests := map[string]struct {
 		mutate    func(workspace.Object)

@@ -102,7 +102,7 @@ type Engine struct {
 	// set none.
 	DriftDefaultInterval time.Duration
 	// Clock is the time of every decision (backoff, drift, grace).
-	Clock clock.PassiveClock
+	Clock clock.WithTicker
 	// Slots caps the Jobs that run at once; nil: no cap.
 	Slots *JobSlots
 	// BootstrapConfigs reads bootstrap configs (Config.BootstrapConfigs).

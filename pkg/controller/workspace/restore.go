@@ -51,31 +51,10 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	}
 	n := e.Names(obj)
 	store := e.stateStore(obj)
-	if err := store.CheckBackup(ctx, backup); apierrors.IsNotFound(err) || errors.Is(err, statestore.ErrNotABackup) {
-		backups, lerr := e.listBackups(ctx, obj)
-		if lerr != nil {
-			return false, lerr
-		}
-		list := "none"
-		if len(backups) > 0 {
-			list = strings.Join(backups, ", ")
-		}
-		msg := fmt.Sprintf("%s names %s, which is not a state backup of this object; nothing was changed. Its backups, newest first: %s",
-			infrav1.AnnotationRestoreState, backup, list)
-		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupNotFound, ReasonBackupNotFound, msg)
-		return true, nil
-	} else if errors.Is(err, statestore.ErrStateTooLarge) {
-		msg := fmt.Sprintf("%s names %s, which CAPTF will not read: %v (--max-state-bytes); nothing was changed", infrav1.AnnotationRestoreState, backup, err)
-		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupTooLarge, ReasonBackupTooLarge, msg)
-		return true, nil
-	} else if errors.Is(err, statestore.ErrStateCorrupt) {
-		msg := fmt.Sprintf("%s names %s, which is damaged: %v; nothing was changed. Name another backup", infrav1.AnnotationRestoreState, backup, err)
-		e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonBackupCorrupt, ReasonBackupCorrupt, msg)
-		return true, nil
-	} else if err != nil {
-		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
+	if refused, err := e.backupRefused(ctx, obj, store, backup); refused || err != nil {
+		return refused, err
 	}
-	lock := &statestore.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder, Labels: store.Labels}
+	lock := &statestore.Lock{Client: e.Kube, Namespace: obj.GetNamespace(), Name: n.Lock(), Holder: restoreLockHolder, Labels: store.Labels, Clock: e.Clock}
 	if err := lock.Acquire(ctx, 0); err != nil {
 		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting, "Waiting for the state lock: "+err.Error())
 		r.Requeue = 5 * time.Second
@@ -107,5 +86,37 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	msg := fmt.Sprintf("The state is restored from backup %s; the state before it is backup %s. The next apply plans against it.", backup, store.LastBackup)
 	SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionTrue, ReasonRestored, msg)
 	e.Recorder.Event(obj, corev1.EventTypeNormal, infrav1.ConditionStateRestored, msg)
+	return true, nil
+}
+
+// backupRefused checks the backup a restore names before anything changes:
+// one that is not a backup of obj, is over the size limit or is damaged is
+// refused in StateRestored (refused true), and the annotation stays for
+// the user to fix.
+func (e *Engine) backupRefused(ctx context.Context, obj Object, store *statestore.StateStore, backup string) (bool, error) {
+	err := store.CheckBackup(ctx, backup)
+	var reason, msg string
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsNotFound(err) || errors.Is(err, statestore.ErrNotABackup):
+		backups, lerr := e.listBackups(ctx, obj)
+		if lerr != nil {
+			return false, lerr
+		}
+		list := "none"
+		if len(backups) > 0 {
+			list = strings.Join(backups, ", ")
+		}
+		reason, msg = ReasonBackupNotFound, fmt.Sprintf("%s names %s, which is not a state backup of this object; nothing was changed. Its backups, newest first: %s",
+			infrav1.AnnotationRestoreState, backup, list)
+	case errors.Is(err, statestore.ErrStateTooLarge):
+		reason, msg = ReasonBackupTooLarge, fmt.Sprintf("%s names %s, which CAPTF will not read: %v (--max-state-bytes); nothing was changed", infrav1.AnnotationRestoreState, backup, err)
+	case errors.Is(err, statestore.ErrStateCorrupt):
+		reason, msg = ReasonBackupCorrupt, fmt.Sprintf("%s names %s, which is damaged: %v; nothing was changed. Name another backup", infrav1.AnnotationRestoreState, backup, err)
+	default:
+		return false, fmt.Errorf("reading state backup %s: %w", backup, err)
+	}
+	e.warnOnChange(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, reason, reason, msg)
 	return true, nil
 }
