@@ -294,24 +294,53 @@ func validateValueFrom(src *infrav1.VariableSource, path *field.Path) field.Erro
 func validateJobPolicy(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if r := jp.Resources; r != nil {
-		rp := path.Child("resources")
-		for name, q := range r.Requests {
-			if q.Sign() < 0 {
-				errs = append(errs, field.Invalid(rp.Child("requests").Key(string(name)), q.String(), "must not be negative"))
-			}
-			if limit, ok := r.Limits[name]; ok && q.Cmp(limit) > 0 {
-				errs = append(errs, field.Invalid(rp.Child("requests").Key(string(name)), q.String(), "must be less than or equal to the limit "+limit.String()))
-			}
-		}
-		for name, q := range r.Limits {
-			if q.Sign() < 0 {
-				errs = append(errs, field.Invalid(rp.Child("limits").Key(string(name)), q.String(), "must not be negative"))
-			}
-		}
-		if mem, ok := r.Limits[corev1.ResourceMemory]; ok && mem.Cmp(resource.MustParse("64Mi")) < 0 {
-			errs = append(errs, field.Invalid(rp.Child("limits").Key(string(corev1.ResourceMemory)), mem.String(), "must be at least 64Mi: terraform is killed below that"))
+		errs = append(errs, validateResources(r, path.Child("resources"))...)
+	}
+	errs = append(errs, validateTimes(jp, path)...)
+	for _, l := range []struct {
+		name string
+		v    *int32
+	}{{"successfulJobsHistoryLimit", jp.SuccessfulJobsHistoryLimit}, {"failedJobsHistoryLimit", jp.FailedJobsHistoryLimit}} {
+		if l.v != nil && *l.v < 0 {
+			errs = append(errs, field.Invalid(path.Child(l.name), *l.v, "must be greater than or equal to 0"))
 		}
 	}
+	errs = append(errs, validatePlacement(jp, path)...)
+	errs = append(errs, validateEnv(jp.Env, path.Child("env"))...)
+	if sa := jp.ServiceAccountName; sa != "" {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(sa) {
+			errs = append(errs, field.Invalid(path.Child("serviceAccountName"), sa, msg))
+		}
+	}
+	return errs
+}
+
+// validateResources checks the runner's requests and limits: none
+// negative, requests within limits, and memory enough for terraform.
+func validateResources(r *corev1.ResourceRequirements, rp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for name, q := range r.Requests {
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(rp.Child("requests").Key(string(name)), q.String(), "must not be negative"))
+		}
+		if limit, ok := r.Limits[name]; ok && q.Cmp(limit) > 0 {
+			errs = append(errs, field.Invalid(rp.Child("requests").Key(string(name)), q.String(), "must be less than or equal to the limit "+limit.String()))
+		}
+	}
+	for name, q := range r.Limits {
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(rp.Child("limits").Key(string(name)), q.String(), "must not be negative"))
+		}
+	}
+	if mem, ok := r.Limits[corev1.ResourceMemory]; ok && mem.Cmp(resource.MustParse("64Mi")) < 0 {
+		errs = append(errs, field.Invalid(rp.Child("limits").Key(string(corev1.ResourceMemory)), mem.String(), "must be at least 64Mi: terraform is killed below that"))
+	}
+	return errs
+}
+
+// validateTimes checks the Job's deadline and the lock timeout within it.
+func validateTimes(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if d := jp.ActiveDeadlineSeconds; d != nil && *d <= 0 {
 		errs = append(errs, field.Invalid(path.Child("activeDeadlineSeconds"), *d, "must be greater than 0"))
 	}
@@ -327,14 +356,12 @@ func validateJobPolicy(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList 
 			errs = append(errs, field.Invalid(path.Child("lockTimeout"), lt.Duration.String(), fmt.Sprintf("must be shorter than the Job deadline (%s)", deadline)))
 		}
 	}
-	for _, l := range []struct {
-		name string
-		v    *int32
-	}{{"successfulJobsHistoryLimit", jp.SuccessfulJobsHistoryLimit}, {"failedJobsHistoryLimit", jp.FailedJobsHistoryLimit}} {
-		if l.v != nil && *l.v < 0 {
-			errs = append(errs, field.Invalid(path.Child(l.name), *l.v, "must be greater than or equal to 0"))
-		}
-	}
+	return errs
+}
+
+// validatePlacement checks the runner pod's node selector and tolerations.
+func validatePlacement(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	for k, v := range jp.NodeSelector {
 		for _, msg := range utilvalidation.IsQualifiedName(k) {
 			errs = append(errs, field.Invalid(path.Child("nodeSelector").Key(k), k, msg))
@@ -354,9 +381,16 @@ func validateJobPolicy(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList 
 			}
 		}
 	}
+	return errs
+}
+
+// validateEnv checks the runner's environment: valid names, none twice,
+// none the runner sets itself.
+func validateEnv(env []corev1.EnvVar, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	seen := map[string]bool{}
-	for i, e := range jp.Env {
-		p := path.Child("env").Index(i)
+	for i, e := range env {
+		p := path.Index(i)
 		switch {
 		case len(utilvalidation.IsEnvVarName(e.Name)) > 0:
 			errs = append(errs, field.Invalid(p.Child("name"), e.Name, strings.Join(utilvalidation.IsEnvVarName(e.Name), "; ")))
@@ -366,11 +400,6 @@ func validateJobPolicy(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList 
 			errs = append(errs, field.Duplicate(p.Child("name"), e.Name))
 		}
 		seen[e.Name] = true
-	}
-	if sa := jp.ServiceAccountName; sa != "" {
-		for _, msg := range utilvalidation.IsDNS1123Subdomain(sa) {
-			errs = append(errs, field.Invalid(path.Child("serviceAccountName"), sa, msg))
-		}
 	}
 	return errs
 }
