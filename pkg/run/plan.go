@@ -21,62 +21,20 @@ const maxAddressesPerAction = 5
 // revision): two deletes of one address hash alike only when they delete
 // the same object.
 func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
-	type change struct {
-		Address      string          `json:"address"`
-		Actions      []string        `json:"actions"`
-		Before       json.RawMessage `json:"before,omitempty"`
-		After        json.RawMessage `json:"after,omitempty"`
-		AfterUnknown json.RawMessage `json:"afterUnknown,omitempty"`
-	}
-	var changes []change
+	var changes []hashedChange
 	summary := infrav1.PlanSummary{}
 	named := map[string]int{}
 	for _, rc := range p.ResourceChanges {
-		if rc.Change == nil {
-			continue
-		}
-		a := rc.Change.Actions
-		var action string
-		switch {
-		case rc.Change.Importing != nil:
-			// Imported (and maybe changed): CAPTF starts managing it.
-			action, summary.Import = "import", summary.Import+1
-		case a.Forget():
-			// Leaves the state, stays in the cloud: unmanaged from now on.
-			action, summary.Forget = "forget", summary.Forget+1
-		case a.NoOp() || a.Read():
-			continue
-		case a.Replace():
-			action, summary.Replace = "replace", summary.Replace+1
-		case a.Create():
-			action, summary.Add = "add", summary.Add+1
-		case a.Update():
-			action, summary.Change = "change", summary.Change+1
-		case a.Delete():
-			action, summary.Destroy = "destroy", summary.Destroy+1
-		default:
+		action := countAction(rc, &summary)
+		if action == "" {
 			continue
 		}
 		if named[action] < maxAddressesPerAction {
 			named[action]++
 			summary.Resources = append(summary.Resources, infrav1.PlannedResource{Address: rc.Address, Action: action})
 		}
-		c := change{Address: rc.Address}
-		for _, act := range a {
-			c.Actions = append(c.Actions, string(act))
-		}
-		if rc.Change.Importing != nil {
-			c.Actions = append(c.Actions, "import")
-		}
-		var err error
-		// encoding/json sorts map keys: the values are canonical.
-		if c.Before, err = json.Marshal(rc.Change.Before); err != nil {
-			return nil, err
-		}
-		if c.After, err = json.Marshal(rc.Change.After); err != nil {
-			return nil, err
-		}
-		if c.AfterUnknown, err = json.Marshal(rc.Change.AfterUnknown); err != nil {
+		c, err := hashed(rc)
+		if err != nil {
 			return nil, err
 		}
 		changes = append(changes, c)
@@ -96,6 +54,71 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 	}
 	sort.Strings(outputs)
 	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary, OutputChanges: outputs}, nil
+}
+
+// countAction counts rc in summary by what it does, and names that:
+// import, forget, replace, add, change or destroy; "" for a change that
+// changes nothing (a no-op, a read).
+func countAction(rc *tfjson.ResourceChange, summary *infrav1.PlanSummary) string {
+	if rc.Change == nil {
+		return ""
+	}
+	a := rc.Change.Actions
+	switch {
+	case rc.Change.Importing != nil:
+		// Imported (and maybe changed): CAPTF starts managing it.
+		summary.Import++
+		return "import"
+	case a.Forget():
+		// Leaves the state, stays in the cloud: unmanaged from now on.
+		summary.Forget++
+		return "forget"
+	case a.NoOp() || a.Read():
+		return ""
+	case a.Replace():
+		summary.Replace++
+		return "replace"
+	case a.Create():
+		summary.Add++
+		return "add"
+	case a.Update():
+		summary.Change++
+		return "change"
+	case a.Delete():
+		summary.Destroy++
+		return "destroy"
+	}
+	return ""
+}
+
+// hashedChange is what a plan's hash covers of one resource change: its
+// address, actions and values before and after.
+type hashedChange struct {
+	Address      string          `json:"address"`
+	Actions      []string        `json:"actions"`
+	Before       json.RawMessage `json:"before,omitempty"`
+	After        json.RawMessage `json:"after,omitempty"`
+	AfterUnknown json.RawMessage `json:"afterUnknown,omitempty"`
+}
+
+func hashed(rc *tfjson.ResourceChange) (hashedChange, error) {
+	c := hashedChange{Address: rc.Address}
+	for _, act := range rc.Change.Actions {
+		c.Actions = append(c.Actions, string(act))
+	}
+	if rc.Change.Importing != nil {
+		c.Actions = append(c.Actions, "import")
+	}
+	var err error
+	// encoding/json sorts map keys: the values are canonical.
+	if c.Before, err = json.Marshal(rc.Change.Before); err != nil {
+		return c, err
+	}
+	if c.After, err = json.Marshal(rc.Change.After); err != nil {
+		return c, err
+	}
+	c.AfterUnknown, err = json.Marshal(rc.Change.AfterUnknown)
+	return c, err
 }
 
 // Destructive reports whether a plan deletes, replaces or forgets anything:

@@ -104,3 +104,21 @@ func TestSummarizePlanForgetsAndImports(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanHashIsStable: the hash of a plan does not change across CAPTF
+// versions: an approval names it, and an upgrade between the approval and
+// the apply must not void it. (The value is what earlier versions compute.)
+func TestPlanHashIsStable(t *testing.T) {
+	plan := &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{
+		{Address: "b.y", Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionDelete, tfjson.ActionCreate}, Before: map[string]any{"id": "i-1", "zone": "a"}, After: map[string]any{"zone": "b"}, AfterUnknown: map[string]any{"id": true}}},
+		{Address: "a.x", Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionCreate}, After: map[string]any{"n": 1}}},
+		{Address: "c.z", Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionNoop}, Importing: &tfjson.Importing{ID: "i-9"}}},
+	}}
+	p, err := SummarizePlan(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Hash != "4fb212c8ea74ff7d" {
+		t.Errorf("hash %s, want 4fb212c8ea74ff7d: approvals given before an upgrade would name another plan", p.Hash)
+	}
+}
