@@ -238,26 +238,33 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 		}
 	}
 	if applied && !present {
-		backups, err := e.listBackups(ctx, obj)
-		if err != nil {
-			return false, false, err
-		}
-		msg := fmt.Sprintf("State Secret %s is missing, yet this object was applied: CAPTF applies and destroys nothing until a state is back, "+
-			"else it would create every resource a second time, or destroy nothing. ", n.State())
-		if len(backups) == 0 {
-			msg += "No backup of this object is left: put the state Secret back (from a backup of the namespace), or import the resources."
-		} else {
-			msg += fmt.Sprintf("Backups, newest first: %s. Restore one: kubectl annotate %s -n %s %s %s=%s",
-				strings.Join(backups, ", "), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationRestoreState, backups[0])
-		}
-		e.SetReady(r, metav1.ConditionFalse, ReasonStateMissing, msg)
-		e.warnOnChange(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
-		return false, false, nil
+		return false, false, e.reportStateMissing(ctx, r)
 	}
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing); c != nil && c.Status != metav1.ConditionFalse {
 		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
 	}
 	return true, applied, nil
+}
+
+// reportStateMissing says in Ready and StateMissing that the state of an
+// object that was applied is gone, and how to bring it back.
+func (e *Engine) reportStateMissing(ctx context.Context, r *Sync) error {
+	obj, n := r.Obj, e.Names(r.Obj)
+	backups, err := e.listBackups(ctx, obj)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("State Secret %s is missing, yet this object was applied: CAPTF applies and destroys nothing until a state is back, "+
+		"else it would create every resource a second time, or destroy nothing. ", n.State())
+	if len(backups) == 0 {
+		msg += "No backup of this object is left: put the state Secret back (from a backup of the namespace), or import the resources."
+	} else {
+		msg += fmt.Sprintf("Backups, newest first: %s. Restore one: kubectl annotate %s -n %s %s %s=%s",
+			strings.Join(backups, ", "), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationRestoreState, backups[0])
+	}
+	e.SetReady(r, metav1.ConditionFalse, ReasonStateMissing, msg)
+	e.warnOnChange(obj, infrav1.ConditionStateMissing, metav1.ConditionTrue, ReasonStateMissing, ReasonStateMissing, msg)
+	return nil
 }
 
 // protectState takes the owner references off obj's state Secrets and puts
