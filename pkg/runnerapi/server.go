@@ -158,18 +158,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	logger := klog.FromContext(ctx).WithName("runner-api")
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		writeStatus(w, apierrors.NewUnauthorized("a runner token (audience "+names.RunnerTokenAudience+") is required"))
-		return
-	}
-	id, err := s.authenticate(ctx, token, fairshare.Source(r))
+	id, err := s.bearer(ctx, r)
 	if err != nil {
-		var status apierrors.APIStatus
-		if !errors.As(err, &status) {
-			logger.Error(err, "Checking a runner token")
-			err = apierrors.NewInternalError(errors.New("checking the token failed"))
-		}
 		writeStatus(w, err)
 		return
 	}
@@ -215,13 +205,37 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	s.forward(ctx, w, r.Method, r.URL.Path, forwardedQueryOf(r), req.body) // the path checked, not its encoding
+}
+
+// bearer is the runner a request comes from, by its bearer token; an
+// error is the answer to give.
+func (s *Server) bearer(ctx context.Context, r *http.Request) (*Identity, error) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return nil, apierrors.NewUnauthorized("a runner token (audience " + names.RunnerTokenAudience + ") is required")
+	}
+	id, err := s.authenticate(ctx, token, fairshare.Source(r))
+	if err != nil {
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) {
+			klog.FromContext(ctx).WithName("runner-api").Error(err, "Checking a runner token")
+			err = apierrors.NewInternalError(errors.New("checking the token failed"))
+		}
+		return nil, err
+	}
+	return id, nil
+}
+
+// forwardedQueryOf is the part of r's query the API server is given.
+func forwardedQueryOf(r *http.Request) string {
 	query := url.Values{}
 	for _, k := range forwardedQuery {
 		if v, ok := r.URL.Query()[k]; ok {
 			query[k] = v
 		}
 	}
-	s.forward(ctx, w, r.Method, r.URL.Path, query.Encode(), req.body) // the path checked, not its encoding
+	return query.Encode()
 }
 
 func (s *Server) take(pod types.UID) bool {
