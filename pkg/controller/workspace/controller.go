@@ -139,31 +139,46 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	if config.Metrics != nil {
 		config.Metrics.add(c.engine, informer.GetIndexer())
 	}
+	if c.belongsToCluster() {
+		loop.Synced = append(loop.Synced, clusters.Informer().HasSynced, tcs.Informer().HasSynced)
+	}
+	// Only kinds of a cluster watch Clusters and TerraformClusters: asking
+	// for an informer starts it.
+	clusterInformers := func() (cache.SharedIndexInformer, cache.SharedIndexInformer) {
+		return clusters.Informer(), tcs.Informer()
+	}
+	return c, c.addHandlers(logger, informer, jobs, owners.Informer(), clusterInformers)
+}
+
+// addHandlers has the informers' events enqueue the objects they concern:
+// the object's own, its Jobs', its Cluster API owner's and, for kinds of a
+// cluster, its Cluster's and TerraformCluster's.
+func (c *Controller[T]) addHandlers(logger klog.Logger, objects, jobs, owners cache.SharedIndexInformer, clusterInformers func() (clusters, tcs cache.SharedIndexInformer)) error {
 	handlers := []informerHandler{
-		{informer, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: c.updateObject, DeleteFunc: c.deleteObject}},
-		{jobs, JobEventHandler(logger, kind.GVK.Kind, loop.Queue, c.expectations)},
-		{owners.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.handleOwner, UpdateFunc: func(old, cur any) {
+		{objects, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: c.updateObject, DeleteFunc: c.deleteObject}},
+		{jobs, JobEventHandler(logger, c.kind.GVK.Kind, c.loop.Queue, c.expectations)},
+		{owners, cache.ResourceEventHandlerFuncs{AddFunc: c.handleOwner, UpdateFunc: func(old, cur any) {
 			if cachedChanged(old, cur) {
 				c.handleOwner(cur)
 			}
 		}}},
 	}
 	if c.belongsToCluster() {
-		loop.Synced = append(loop.Synced, clusters.Informer().HasSynced, tcs.Informer().HasSynced)
+		clusters, tcs := clusterInformers()
 		handlers = append(handlers,
-			informerHandler{clusters.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
+			informerHandler{clusters, cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
 				if cachedChanged(old, cur) {
 					c.handleCluster(cur)
 				}
 			}}},
-			informerHandler{tcs.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: c.handleTerraformCluster}})
+			informerHandler{tcs, cache.ResourceEventHandlerFuncs{UpdateFunc: c.handleTerraformCluster}})
 	}
 	for _, h := range handlers {
 		if _, err := h.informer.AddEventHandler(h.h); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 type informerHandler struct {
