@@ -419,18 +419,7 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Config, func(context.Context) func(), error) {
 	o := m.options
 	cc := controller.Context{Clock: m.clock}
-	var err error
-	if cc.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return cc, workspace.Config{}, nil, err
-	}
-	if cc.CAPTF, err = versioned.NewForConfig(cfg); err != nil {
-		return cc, workspace.Config{}, nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return cc, workspace.Config{}, nil, err
-	}
-	meta, err := metadata.NewForConfig(cfg)
+	dyn, meta, err := clients(cfg, &cc)
 	if err != nil {
 		return cc, workspace.Config{}, nil, err
 	}
@@ -485,6 +474,24 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 		}
 	}
 	return cc, config, start, nil
+}
+
+// clients makes the controllers' clients: cc's typed ones, and the dynamic
+// (Cluster API's objects) and metadata-only (state Secrets) ones.
+func clients(cfg *rest.Config, cc *controller.Context) (dynamic.Interface, metadata.Interface, error) {
+	var err error
+	if cc.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, nil, err
+	}
+	if cc.CAPTF, err = versioned.NewForConfig(cfg); err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	return dyn, meta, err
 }
 
 // trimmingDynamicFactory trims what its informers of Cluster API objects
