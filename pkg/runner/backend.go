@@ -14,8 +14,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/captf/captf/pkg/statestore"
 	"k8s.io/klog/v2"
+
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // Backend serves Terraform's http backend on loopback, so every state write
@@ -75,7 +76,6 @@ func (b *Backend) Stop() {
 
 func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	logger := klog.FromContext(ctx)
 	user, pass, ok := r.BasicAuth()
 	if !ok || user != "captf" || subtle.ConstantTimeCompare([]byte(pass), []byte(b.password)) != 1 {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -87,51 +87,9 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		state, err := b.Store.Read(ctx)
-		if err != nil {
-			logger.Error(err, "Reading state")
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		if state == nil {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		b.LastStateBytes = len(state)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(state)
+		b.read(ctx, w)
 	case http.MethodPost:
-		// A state over the limit could never be read back: refuse it, and
-		// terraform keeps it in errored.tfstate, which the runner rescues.
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.Store.Limit()))
-		if err != nil {
-			b.WriteErrors++
-			logger.Error(err, "Refusing a state over the limit", "limit", b.Store.Limit())
-			http.Error(w, fmt.Sprintf("state over the limit of %d bytes (--max-state-bytes)", b.Store.Limit()), http.StatusRequestEntityTooLarge)
-			return
-		}
-		if want := r.Header.Get("Content-MD5"); want != "" {
-			sum := md5.Sum(body)
-			if base64.StdEncoding.EncodeToString(sum[:]) != want {
-				http.Error(w, "Content-MD5 mismatch", http.StatusBadRequest)
-				return
-			}
-		}
-		b.Writes++
-		if err := b.Store.Write(ctx, body); err != nil {
-			b.WriteErrors++
-			logger.Error(err, "Writing state")
-			status := http.StatusInternalServerError // terraform retries
-			if errors.Is(err, statestore.ErrFenced) || statestore.LockTaken(err) {
-				// Final: another run has the lock, or the runner API no
-				// longer knows this run's pod; no retry can succeed.
-				status = http.StatusConflict
-			}
-			http.Error(w, fmt.Sprintf("writing state: %v", err), status)
-			return
-		}
-		b.LastStateBytes = len(body)
-		w.WriteHeader(http.StatusOK)
+		b.write(ctx, w, r)
 	case http.MethodDelete:
 		// Terraform deletes the state only for workspace deletion, which
 		// the http backend does not support; refuse rather than lose it.
@@ -139,4 +97,58 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
+}
+
+// read answers terraform's read of the state.
+func (b *Backend) read(ctx context.Context, w http.ResponseWriter) {
+	state, err := b.Store.Read(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Reading state")
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if state == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	b.LastStateBytes = len(state)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(state)
+}
+
+// write stores the state terraform sends, and tells it whether a failure is
+// final.
+func (b *Backend) write(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	logger := klog.FromContext(ctx)
+	// A state over the limit could never be read back: refuse it, and
+	// terraform keeps it in errored.tfstate, which the runner rescues.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.Store.Limit()))
+	if err != nil {
+		b.WriteErrors++
+		logger.Error(err, "Refusing a state over the limit", "limit", b.Store.Limit())
+		http.Error(w, fmt.Sprintf("state over the limit of %d bytes (--max-state-bytes)", b.Store.Limit()), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if want := r.Header.Get("Content-MD5"); want != "" {
+		sum := md5.Sum(body)
+		if base64.StdEncoding.EncodeToString(sum[:]) != want {
+			http.Error(w, "Content-MD5 mismatch", http.StatusBadRequest)
+			return
+		}
+	}
+	b.Writes++
+	if err := b.Store.Write(ctx, body); err != nil {
+		b.WriteErrors++
+		logger.Error(err, "Writing state")
+		status := http.StatusInternalServerError // terraform retries
+		if errors.Is(err, statestore.ErrFenced) || statestore.LockTaken(err) {
+			// Final: another run has the lock, or the runner API no
+			// longer knows this run's pod; no retry can succeed.
+			status = http.StatusConflict
+		}
+		http.Error(w, fmt.Sprintf("writing state: %v", err), status)
+		return
+	}
+	b.LastStateBytes = len(body)
+	w.WriteHeader(http.StatusOK)
 }
