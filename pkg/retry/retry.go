@@ -14,12 +14,10 @@ import (
 	"net/url"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Transiently runs call, a request that may run twice (a create-or-update,

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/captf/captf/pkg/retry"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/captf/captf/pkg/retry"
 )
 
 const (

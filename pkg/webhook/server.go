@@ -16,9 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // How often the certificate files are read again at most: cert-manager

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	testingclock "k8s.io/utils/clock/testing"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/statestore"

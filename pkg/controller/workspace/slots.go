@@ -6,10 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
