@@ -92,7 +92,11 @@ func TestBootstrapSecretMustBeMadeForTheMachine(t *testing.T) {
 		Data: map[string][]byte{"value": []byte("#cloud-config\n")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tm = waitMachine("owned", "provisioned", func(tm *infrav1.TerraformMachine) bool { return tm.Spec.ProviderID != "" })
+	// The provider ID is written to the spec before the outputs reach the
+	// status: wait for the status, which says Applied once they are there.
+	tm = waitMachine("owned", "applied", func(tm *infrav1.TerraformMachine) bool {
+		return tm.Spec.ProviderID != "" && readyReason(tm) == "Applied"
+	})
 	if got := string(tm.Status.Outputs["loot"].Raw); got != `"I2Nsb3VkLWNvbmZpZwo="` {
 		t.Errorf("the module's view of its own bootstrap data: %s", got)
 	}
