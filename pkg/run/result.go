@@ -68,7 +68,7 @@ const (
 	StageInit          = "init"           // terraform init
 	StagePlan          = "plan"           // terraform plan and show
 	StageGate          = "gate"           // the plan waits for an approval (not a failure)
-	StageOutputs       = "outputs"        // terraform output
+	StageOutputs       = "outputs"        // reading the outputs from the state
 	StageDurableInputs = "durable-inputs" // keep the inputs a destroy will use
 )
 

@@ -202,7 +202,7 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 		return fmt.Errorf("marking the state applied: %w", err)
 	}
 	res.Stage = run.StageOutputs
-	if res.Outputs, err = r.outputs(ctx, tf, env); err != nil {
+	if res.Outputs, err = r.outputs(ctx, tf, env, store); err != nil {
 		return err
 	}
 	if r.Config.Operation == infrav1.OperationApply {
@@ -333,8 +333,29 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, 
 	return plan, nil
 }
 
-// outputs reads the module's outputs after an apply.
-func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[string]run.Output, error) {
+// outputs reads the module's outputs after an apply from the state the run
+// holds, as terraform output would: no terraform process, no request. Only
+// a state CAPTF cannot read (OpenTofu's state encryption) is left to
+// terraform output.
+func (r *Runner) outputs(ctx context.Context, tf string, env []string, store *statestore.StateStore) (map[string]run.Output, error) {
+	state, err := store.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading outputs from the state: %w", err)
+	}
+	var plain struct {
+		Version int                            `json:"version"`
+		Outputs map[string]*tfjson.StateOutput `json:"outputs"`
+	}
+	if state != nil {
+		if err := json.Unmarshal(state, &plain); err != nil || plain.Version != 4 {
+			return r.outputsOfTerraform(ctx, tf, env)
+		}
+	}
+	return r.publishable(plain.Outputs)
+}
+
+// outputsOfTerraform asks terraform output for the outputs.
+func (r *Runner) outputsOfTerraform(ctx context.Context, tf string, env []string) (map[string]run.Output, error) {
 	out, err := r.exec(ctx, tf, r.Config.WorkDir, env, "output", "-json", "-no-color")
 	if err != nil {
 		return nil, err
@@ -343,6 +364,12 @@ func (r *Runner) outputs(ctx context.Context, tf string, env []string) (map[stri
 	if err := json.Unmarshal(out, &outputs); err != nil {
 		return nil, fmt.Errorf("reading outputs: %w", err)
 	}
+	return r.publishable(outputs)
+}
+
+// publishable marks an output sensitive when the module does, or when it
+// shows a sensitive input.
+func (r *Runner) publishable(outputs map[string]*tfjson.StateOutput) (map[string]run.Output, error) {
 	result := map[string]run.Output{}
 	for k, o := range outputs {
 		v, err := json.Marshal(o.Value)

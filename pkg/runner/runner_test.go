@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -46,7 +47,7 @@ echo "$1" >> %q
 case "$1" in
 plan) cp %q captf.tfplan ;;
 show) cat captf.tfplan ;;
-output) echo '{}' ;;
+output) echo '{"id":{"value":"from terraform output","type":"string"}}' ;;
 apply) %s ;;
 esac
 `, invocations, planFile, apply)
@@ -69,6 +70,10 @@ func destroyPlan(t *testing.T) (*tfjson.Plan, string) {
 	return p, s.Hash
 }
 
+// plainState is a state as terraform writes it, with an output and a
+// sensitive one.
+const plainState = `{"version":4,"serial":1,"outputs":{"id":{"value":"i-1","type":"string"},"password":{"value":"s3cret","type":"string","sensitive":true}}}`
+
 // TestRunStages: what a run does, stage by stage, as terraform and the API
 // see it: which terraform commands it starts, in order, what it reports,
 // and what it leaves in the API (the applied mark, the durable inputs).
@@ -84,6 +89,9 @@ func TestRunStages(t *testing.T) {
 		stage      string
 		// applied: the state is marked applied and the durable inputs kept.
 		applied bool
+		// state is the state before the run (plainState when empty); id
+		// the output the result reports, when the run applies.
+		state, id string
 	}{
 		"a destructive plan without approval waits": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive,
@@ -95,11 +103,15 @@ func TestRunStages(t *testing.T) {
 		},
 		"the approved plan applies": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash,
-			want: []string{"init", "plan", "show", "apply", "output"}, outcome: run.OutcomeSucceeded, applied: true,
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeSucceeded, applied: true, id: `"i-1"`,
 		},
-		"no gate: every plan applies": {
+		"no gate: every plan applies, its outputs read from the state": {
 			op:   infrav1.OperationApply,
-			want: []string{"init", "plan", "show", "apply", "output"}, outcome: run.OutcomeSucceeded, applied: true,
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeSucceeded, applied: true, id: `"i-1"`,
+		},
+		"an encrypted state: the outputs are terraform output's": {
+			op: infrav1.OperationApply, state: `{"serial":1,"encrypted_data":"c2VjcmV0","encryption_version":"v0"}`,
+			want: []string{"init", "plan", "show", "apply", "output"}, outcome: run.OutcomeSucceeded, applied: true, id: `"from terraform output"`,
 		},
 		"a drift check only plans": {
 			op: infrav1.OperationDrift, gate: infrav1.ApprovalPolicyManual,
@@ -121,7 +133,7 @@ func TestRunStages(t *testing.T) {
 				Data: map[string][]byte{run.KeyModule: module, run.KeyVariables: []byte(`{}`)}}
 			client := fake.NewClientset(inputs)
 			// Applied before: the run finds a state.
-			if err := (&statestore.StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(`{"serial":1}`)); err != nil {
+			if err := (&statestore.StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(cmp.Or(tc.state, plainState))); err != nil {
 				t.Fatal(err)
 			}
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
@@ -138,6 +150,9 @@ func TestRunStages(t *testing.T) {
 			}
 			if res.Outcome != tc.outcome || res.Stage != tc.stage {
 				t.Errorf("outcome %s at stage %q, want %s at %q", res.Outcome, res.Stage, tc.outcome, tc.stage)
+			}
+			if got := string(res.Outputs["id"].Value); got != tc.id || (tc.id == `"i-1"` && !res.Outputs["password"].Sensitive) {
+				t.Errorf("outputs %v, want id %s and password sensitive", res.Outputs, tc.id)
 			}
 			if res.Plan == nil || res.Plan.Hash != hash {
 				t.Errorf("the result's plan %+v, want hash %s", res.Plan, hash)

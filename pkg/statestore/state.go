@@ -96,7 +96,14 @@ type StateStore struct {
 	// Clock names backups and chunk generations; nil is the real one.
 	Clock clock.PassiveClock
 
-	head     *corev1.Secret // claimed: the version this store wrote last
+	// head is the version of the state Secret this store claimed, wrote
+	// or (read-only) checked last. The run holds the lock and its writes are
+	// fenced, so reads are answered from it and from current: terraform
+	// reads the state once per command, and none of those reads is an API
+	// request.
+	head     *corev1.Secret
+	current  []byte // the state head points at, once read or written
+	known    bool   // current is head's
 	readOnly bool
 	backedUp bool
 	// BackupsMade counts backups this store made, BackupErrors the ones it
@@ -126,7 +133,7 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 		if err != nil {
 			return fmt.Errorf("creating state secret: %w", err)
 		}
-		s.head = created
+		s.head, s.known = created, false
 		return nil
 	}
 	head = head.DeepCopy()
@@ -144,7 +151,7 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 	if err != nil {
 		return fmt.Errorf("claiming state secret: %w", err)
 	}
-	s.head = updated
+	s.head, s.known = updated, false
 	return nil
 }
 
@@ -152,8 +159,12 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 // later write: for runs that only plan.
 func (s *StateStore) CheckReadOnly(ctx context.Context, _ string, expectState bool) error {
 	s.readOnly = true
-	_, err := s.checkedHead(ctx, expectState)
-	return err
+	head, err := s.checkedHead(ctx, expectState)
+	if err != nil {
+		return err
+	}
+	s.head = head
+	return nil
 }
 
 // checkedHead reads the state Secret (nil when there is none) and refuses
@@ -210,8 +221,12 @@ func StateSize(head metav1.Object) (int64, bool) {
 	return n, err == nil
 }
 
-// Read returns the current state, or nil when there is none.
+// Read returns the current state, or nil when there is none. After a claim
+// (or a read-only check) it reads the state the claim found, once.
 func (s *StateStore) Read(ctx context.Context) ([]byte, error) {
+	if s.head != nil {
+		return s.readClaimed(ctx)
+	}
 	head, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -232,6 +247,25 @@ func (s *StateStore) Read(ctx context.Context) ([]byte, error) {
 	return s.gunzip(gz)
 }
 
+// readClaimed returns the state the claimed head points at: no request
+// when this store read or wrote it before, else only its chunks'.
+func (s *StateStore) readClaimed(ctx context.Context) ([]byte, error) {
+	if !HasState(s.head) {
+		return nil, nil
+	}
+	if !s.known {
+		gz, err := s.readBlob(ctx, s.head)
+		if err != nil {
+			return nil, err
+		}
+		if s.current, err = s.gunzip(gz); err != nil {
+			return nil, err
+		}
+		s.known = true
+	}
+	return s.current, nil
+}
+
 // Write stores state as the current state.
 func (s *StateStore) Write(ctx context.Context, state []byte) error {
 	gz, err := gzipBytes(state)
@@ -239,12 +273,16 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 		return err
 	}
 	sum := hex.EncodeToString(sha256Of(state))
-	return s.write(ctx, newState{
+	err = s.write(ctx, newState{
 		same: func(head *corev1.Secret) bool { return head.Annotations[annotationStateSum] == sum },
 		fill: func(head *corev1.Secret, chunkName func(int) string) (int64, string, error) {
 			return int64(len(state)), sum, s.writeBlob(ctx, head, gz, chunkName, names.SecretTypeStateChunk)
 		},
 	}, false)
+	if err == nil {
+		s.current, s.known = bytes.Clone(state), true
+	}
+	return err
 }
 
 // newState is what write stores: same tells a current state that already
@@ -325,7 +363,7 @@ func (s *StateStore) write(ctx context.Context, state newState, replacing bool) 
 		}
 		return fmt.Errorf("writing state secret: %w", err)
 	}
-	s.head = updated
+	s.head, s.known = updated, false
 	s.backedUp = true
 	s.deleteReplaced(ctx, oldGen, oldChunks, dropped)
 	return nil

@@ -144,7 +144,10 @@ func TestStateSafety(t *testing.T) {
 			if err := s.Write(ctx, bytes.Repeat([]byte("0"), 2<<20)); err != nil { // 2 MiB of zeros: a few KiB gzipped
 				t.Fatal(err)
 			}
-			if _, err := s.Read(ctx); !errors.Is(err, ErrStateTooLarge) {
+			// The next run reads it (this store would answer from memory).
+			next := newStore(client, 0, 0)
+			next.MaxBytes = 1 << 20
+			if _, err := next.Read(ctx); !errors.Is(err, ErrStateTooLarge) {
 				t.Fatalf("Read = %v, want ErrStateTooLarge", err)
 			}
 		},
@@ -622,5 +625,69 @@ func TestStateWritesAreFenced(t *testing.T) {
 				t.Errorf("state = %s, %v; want the one before", got, err)
 			}
 		})
+	}
+}
+
+// TestAClaimedStateIsReadOnce: terraform reads the state once per command;
+// after a claim those reads cost the chunks' GETs once, and after a write
+// nothing. A store that re-read the state Secret each time fails this.
+func TestAClaimedStateIsReadOnce(t *testing.T) {
+	ctx := context.Background()
+	random := make([]byte, 300<<10) // incompressible: three 128 KiB chunks
+	if _, err := rand.Read(random); err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	if err := newStore(client, 0, 128<<10).Write(ctx, random); err != nil {
+		t.Fatal(err)
+	}
+	gets := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "secrets" {
+				n++
+			}
+		}
+		return n
+	}
+	s := newStore(client, 0, 128<<10)
+	if err := s.Claim(ctx, "run-2", true); err != nil {
+		t.Fatal(err)
+	}
+	before := gets()
+	for i := range 3 {
+		got, err := s.Read(ctx)
+		if err != nil || !bytes.Equal(got, random) {
+			t.Fatalf("read %d after the claim: %d bytes, %v; want the state", i, len(got), err)
+		}
+	}
+	if n := gets() - before; n != 3 {
+		t.Errorf("three reads after a claim made %d GETs, want the 3 chunks' once", n)
+	}
+	next := []byte(`{"serial":2}`)
+	if err := s.Write(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	before = gets()
+	if got, err := s.Read(ctx); err != nil || !bytes.Equal(got, next) {
+		t.Fatalf("read after a write: %s, %v; want what was written", got, err)
+	}
+	if n := gets() - before; n != 0 {
+		t.Errorf("a read after a write made %d GETs, want none", n)
+	}
+
+	// A check of a drift run reads as little.
+	ro := newStore(client, 0, 128<<10)
+	if err := ro.CheckReadOnly(ctx, "", true); err != nil {
+		t.Fatal(err)
+	}
+	before = gets()
+	for range 2 {
+		if got, err := ro.Read(ctx); err != nil || !bytes.Equal(got, next) {
+			t.Fatalf("a read-only read: %s, %v", got, err)
+		}
+	}
+	if n := gets() - before; n != 0 {
+		t.Errorf("reads after a read-only check made %d GETs, want none (the state is inline)", n)
 	}
 }

@@ -197,6 +197,7 @@ func run(n int, profile time.Duration, byClient bool) error {
 			return err
 		}
 		fmt.Print(requestsByClient(events, start, start.Add(captf), n))
+		fmt.Print(managerRequests(events, start, start.Add(captf), n))
 	}
 	if profile > 0 {
 		fmt.Print(<-profiled)
@@ -359,4 +360,50 @@ func cpuByCommand() map[string]float64 {
 
 func median(sorted []time.Duration) time.Duration {
 	return sorted[len(sorted)/2].Round(time.Millisecond)
+}
+
+// managerRequests counts CAPTF's manager's requests (its own and those it
+// makes for the runners) by verb, resource and, for Secrets and Leases, what
+// the name says they are: what docs/scaling.md names one by one.
+func managerRequests(events []framework.AuditEvent, from, to time.Time, n int) string {
+	by := map[string]int{}
+	for _, ev := range events {
+		if at := ev.RequestReceivedTimestamp.Time; at.Before(from) || !at.Before(to) || !strings.HasSuffix(ev.User.Username, ":captf-manager") {
+			continue
+		}
+		what := ev.ObjectRef.Resource
+		if ev.ObjectRef.Subresource != "" {
+			what += "/" + ev.ObjectRef.Subresource
+		}
+		if name := ev.ObjectRef.Name; name != "" && (what == "secrets" || what == "leases") {
+			what += " " + secretRole(name)
+		}
+		by[ev.Verb+" "+what]++
+	}
+	keys := slices.SortedFunc(maps.Keys(by), func(a, b string) int { return by[b] - by[a] })
+	var b strings.Builder
+	fmt.Fprintf(&b, "the manager's requests by what they are (per machine):\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %-60s %6.2f\n", k, float64(by[k])/float64(n))
+	}
+	return b.String()
+}
+
+// secretRole names a CAPTF Secret or Lease by the end of its name
+// (pkg/names): state, state chunk, backup, durable inputs, result, lock, or
+// a Job's run inputs.
+func secretRole(name string) string {
+	parts := strings.Split(name, "-")
+	last := parts[len(parts)-1]
+	switch {
+	case last == "state" || last == "inputs" || last == "result" || last == "lock":
+		return last
+	case slices.Contains(parts, "backup") || slices.Contains(parts, "errored"):
+		return "backup"
+	case len(parts) > 3 && parts[len(parts)-3] == "state":
+		return "state chunk"
+	case slices.Contains(parts, "apply") || slices.Contains(parts, "destroy") || slices.Contains(parts, "drift") || slices.Contains(parts, "refresh"):
+		return "run inputs"
+	}
+	return "other"
 }
