@@ -56,6 +56,9 @@ type Lock struct {
 
 	mu   sync.Mutex
 	held bool
+	// last is the Lease as this run last wrote it: a renewal or release
+	// updates it without reading it first, fenced by its resourceVersion.
+	last *coordinationv1.Lease
 }
 
 // Acquire takes the lock, waiting up to timeout while a live holder has it.
@@ -102,7 +105,8 @@ func (l *Lock) try(ctx context.Context) (string, error) {
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels}}
 		l.take(lease)
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+		created, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+		l.remember(created, err)
 		return "", err
 	}
 	if err != nil {
@@ -126,8 +130,51 @@ func (l *Lock) try(ctx context.Context) (string, error) {
 		l.ForceUnlocked = true
 	}
 	l.take(lease)
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+	l.remember(updated, err)
 	return "", err
+}
+
+// remember keeps the Lease this run wrote, or forgets it when the write
+// failed.
+func (l *Lock) remember(lease *coordinationv1.Lease, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = nil
+	if err == nil {
+		l.last = lease.DeepCopy()
+	}
+}
+
+// ours updates the Lease when this run still holds it: change edits a copy
+// of the Lease as this run last wrote it and the update is fenced by its
+// resourceVersion; only when another writer came between (a conflict), or
+// nothing is remembered, is the Lease read and its holder checked. notOurs
+// is the answer when another holder has it.
+func (l *Lock) ours(ctx context.Context, change func(*coordinationv1.Lease), notOurs error) error {
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	l.mu.Lock()
+	lease := l.last.DeepCopy()
+	l.mu.Unlock()
+	if lease != nil {
+		change(lease)
+		updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			l.remember(updated, err)
+			return err
+		}
+	}
+	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if holder := ptrValue(lease.Spec.HolderIdentity); holder != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
+		return fmt.Errorf("%w to %q", notOurs, holder)
+	}
+	change(lease)
+	updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+	l.remember(updated, err)
+	return err
 }
 
 // stale tells whether the holder of lease is gone: its pod has finished,
@@ -219,18 +266,8 @@ func LockTaken(err error) bool {
 var ErrLockLost = errors.New("lost the state lock")
 
 func (l *Lock) renew(ctx context.Context) error {
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
-		return fmt.Errorf("%w to %q", ErrLockLost, ptrValue(lease.Spec.HolderIdentity))
-	}
 	now := metav1.NewMicroTime(l.clock().Now())
-	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
+	return l.ours(ctx, func(lease *coordinationv1.Lease) { lease.Spec.RenewTime = &now }, ErrLockLost)
 }
 
 // Release frees the lock if this run holds it; the Lease stays.
@@ -246,18 +283,15 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) release(ctx context.Context) error {
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
+	errNotOurs := errors.New("not ours")
+	err := l.ours(ctx, func(lease *coordinationv1.Lease) {
+		lease.Spec.HolderIdentity = nil
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = nil, nil
+		delete(lease.Annotations, annotationHolderUID)
+	}, errNotOurs)
+	if errors.Is(err, errNotOurs) {
+		return nil // another run has it: nothing to free
 	}
-	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
-		return nil
-	}
-	lease.Spec.HolderIdentity = nil
-	lease.Spec.AcquireTime, lease.Spec.RenewTime = nil, nil
-	delete(lease.Annotations, annotationHolderUID)
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
 }
 

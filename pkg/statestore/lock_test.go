@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,6 +158,7 @@ func TestLockWaitsForRelease(t *testing.T) {
 // renewing.
 func TestLockLost(t *testing.T) {
 	client := fake.NewClientset()
+	enforceResourceVersions(client, "leases") // the lost run's renewal is a conflict, as on an API server
 	clk := testingclock.NewFakeClock(t0)
 	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
 	if err := l.Acquire(context.Background(), time.Second); err != nil {
@@ -323,5 +325,35 @@ func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// TestLockRequests: a run's lock costs a read and a create to take, and an
+// update (no read) for each renewal and the release.
+func TestLockRequests(t *testing.T) {
+	client := fake.NewClientset()
+	enforceResourceVersions(client, "leases")
+	clk := testingclock.NewFakeClock(t0)
+	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
+	ctx := context.Background()
+	if err := l.Acquire(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var verbs []string
+	for _, a := range client.Actions() {
+		verbs = append(verbs, a.GetVerb())
+	}
+	if want := []string{"get", "create", "update", "update"}; !slices.Equal(verbs, want) {
+		t.Errorf("requests %v, want %v", verbs, want)
+	}
+	lease, _ := client.CoordinationV1().Leases("ns").Get(ctx, "tfc-a-lock", metav1.GetOptions{})
+	if lease.Spec.HolderIdentity != nil {
+		t.Errorf("released lock held by %q", *lease.Spec.HolderIdentity)
 	}
 }

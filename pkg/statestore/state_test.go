@@ -554,21 +554,31 @@ func TestRestoreReplacesABrokenState(t *testing.T) {
 	}
 }
 
-// enforceResourceVersions makes client's Secrets behave as the API
-// server's: each write gets a new resourceVersion, and an update naming
+// enforceResourceVersions makes client's Secrets (or the resources named)
+// behave as the API server's: each write gets a new resourceVersion, and an update naming
 // another one than the stored object's is a conflict. The fake tracker
 // alone accepts any update, so no test could see a write that is not
 // fenced.
-func enforceResourceVersions(client *fake.Clientset) {
+func enforceResourceVersions(client *fake.Clientset, resources ...string) {
 	rv := 0
-	client.PrependReactor("*", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	if len(resources) == 0 {
+		resources = []string{"secrets"}
+	}
+	for _, resource := range resources {
+		enforceResourceVersionsOf(client, resource, &rv)
+	}
+}
+
+func enforceResourceVersionsOf(client *fake.Clientset, resource string, counter *int) {
+	rv := counter
+	client.PrependReactor("*", resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tracker := client.Tracker()
 		// By verb: an UpdateAction is a CreateAction too.
 		switch a.GetVerb() {
 		case "create":
 			obj := a.(k8stesting.CreateAction).GetObject().DeepCopyObject()
-			rv++
-			obj.(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
+			*rv++
+			obj.(metav1.Object).SetResourceVersion(strconv.Itoa(*rv))
 			return true, obj, tracker.Create(a.GetResource(), obj, a.GetNamespace())
 		case "update":
 			obj := a.(k8stesting.UpdateAction).GetObject().DeepCopyObject()
@@ -577,11 +587,12 @@ func enforceResourceVersions(client *fake.Clientset) {
 			if err != nil {
 				return true, nil, err
 			}
-			if current.(metav1.Object).GetResourceVersion() != meta.GetResourceVersion() {
+			// No resourceVersion: an unconditional update, as the API allows.
+			if meta.GetResourceVersion() != "" && current.(metav1.Object).GetResourceVersion() != meta.GetResourceVersion() {
 				return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), meta.GetName(), errors.New("the object has been modified"))
 			}
-			rv++
-			meta.SetResourceVersion(strconv.Itoa(rv))
+			*rv++
+			meta.SetResourceVersion(strconv.Itoa(*rv))
 			return true, obj, tracker.Update(a.GetResource(), obj, a.GetNamespace())
 		}
 		return false, nil, nil
