@@ -101,3 +101,6 @@ common=(--epoch "${EPOCH}" --entrypoint /captf --user 65532:65532 --owner home/n
 "${work}/imagebuild" --out "${OUT}/captf-runner-${VERSION}.tar" --ref "${REGISTRY}/captf-runner:${VERSION}" "${common[@]}" \
   --workdir /workspace --layer "${base}" --layer "${tools}" --layer "${app}"
 echo "images built in $((SECONDS - start))s"
+# The local cloud's server, provider mirror and mirror image, which the
+# tests and the quickstart run beside these.
+"${ROOT}/hack/build-localcloud.sh"

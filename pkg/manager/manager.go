@@ -87,6 +87,7 @@ type Options struct {
 	MaxConcurrentJobsPerNS     int
 	MaxStateBytes              int64
 	RunnerImage                string
+	ProviderMirrorImage        string
 	WebhookPort                int
 	RunnerAPIPort              int
 	RunnerAPIURL               string
@@ -126,6 +127,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentJobsPerNS, "max-concurrent-jobs-per-namespace", 0, "runner Jobs that run at once in one namespace (0: no cap)")
 	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", run.DefaultMaxStateBytes, "largest state or backup CAPTF reads (uncompressed, and compressed); past it: a condition, never an out-of-memory kill")
 	fs.StringVar(&o.RunnerImage, "runner-image", os.Getenv("CAPTF_MANAGER_IMAGE"), "image of runner Jobs (default: $CAPTF_MANAGER_IMAGE)")
+	fs.StringVar(&o.ProviderMirrorImage, "provider-mirror-image", "", "image holding a provider mirror (terraform providers mirror) that runner pods mount read-only at "+run.ProviderMirrorDir+" and install providers from (an image volume: Kubernetes 1.36 or later)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the validating webhook server (0: no webhook server)")
 	fs.IntVar(&o.RunnerAPIPort, "runner-api-port", 9445, "port of the runner API, where runner pods reach their state, lock and result (TLS, the webhook's certificate)")
 	fs.StringVar(&o.RunnerAPIURL, "runner-api-url", "", "URL runner pods reach the runner API at (default: https://"+names.RunnerAPIService+".$POD_NAMESPACE.svc:<runner-api-port>)")
@@ -457,7 +459,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 			return cc, workspace.Config{}, nil, err
 		}
 	}
-	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
+	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, ProviderMirrorImage: o.ProviderMirrorImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
 		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock)}
 	start := func(ctx context.Context) func() {

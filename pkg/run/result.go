@@ -35,6 +35,9 @@ const (
 	// TokenFile is the pod's token for the runner API (a projected
 	// ServiceAccount token with the CAPTF audience, renewed by the kubelet).
 	TokenFile = "/var/run/secrets/captf.io/runner/token"
+	// ProviderMirrorDir is where a runner pod mounts the provider mirror
+	// image (--provider-mirror-image).
+	ProviderMirrorDir = "/captf/providers"
 )
 
 // DefaultMaxStateBytes bounds every state, backup and rescued state read:

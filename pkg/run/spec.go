@@ -37,6 +37,10 @@ type Spec struct {
 	ExpectState bool
 	// MaxStateBytes bounds state reads (DefaultMaxStateBytes).
 	MaxStateBytes int64
+	// ProviderMirror is a directory holding a filesystem mirror of
+	// providers (terraform providers mirror): init installs the providers
+	// found there from it, and only others from their registries.
+	ProviderMirror string
 	// Gate is the approval policy of an apply ("" applies every plan);
 	// ApprovedPlan and ApprovedDestructivePlan are the hashes the object's
 	// approval annotations name.
@@ -68,6 +72,7 @@ var specFlags = []specFlag{
 	{"durable-inputs", "use the inputs of the last successful apply", func(s *Spec) flag.Value { return (*boolValue)(&s.UseDurableInputs) }, func(s *Spec) bool { return s.UseDurableInputs }},
 	{"expect-state", "the object was applied: refuse to run when its state is missing", func(s *Spec) flag.Value { return (*boolValue)(&s.ExpectState) }, func(s *Spec) bool { return s.ExpectState }},
 	{"max-state-bytes", "largest state (and backup) read, uncompressed and compressed", func(s *Spec) flag.Value { return (*int64Value)(&s.MaxStateBytes) }, func(s *Spec) bool { return s.MaxStateBytes > 0 }},
+	{"provider-mirror", "directory of a provider mirror (terraform providers mirror) init installs from", func(s *Spec) flag.Value { return (*stringValue)(&s.ProviderMirror) }, func(s *Spec) bool { return s.ProviderMirror != "" }},
 	{"gate", "approval policy of an apply: Destructive or Manual (default: apply every plan)", func(s *Spec) flag.Value { return (*typedValue[infrav1.ApprovalPolicy])(&s.Gate) }, func(s *Spec) bool { return s.Gate != "" }},
 	{"approved-plan", "plan hash captf.io/approve-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedPlan) }, func(s *Spec) bool { return s.ApprovedPlan != "" }},
 	{"approved-destructive-plan", "plan hash captf.io/approve-destructive-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedDestructivePlan) }, func(s *Spec) bool { return s.ApprovedDestructivePlan != "" }},

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +56,7 @@ type Runner struct {
 
 	obj      names.Object
 	redact   *Redactor // nil until the inputs are read
+	env      []string  // terraform's environment, before the backend's
 	mu       sync.Mutex
 	child    *exec.Cmd
 	signal   bool
@@ -239,6 +241,12 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if err != nil {
 		return nil, "", err
 	}
+	if err := os.MkdirAll(r.Config.WorkDir, 0o755); err != nil {
+		return nil, "", err
+	}
+	if r.env, err = r.providerInstallation(ctx); err != nil {
+		return nil, "", err
+	}
 	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, inputs.Data[run.KeyVariables]); err != nil {
 		return nil, "", err
 	}
@@ -295,7 +303,7 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 	if err := backend.Start(ctx); err != nil {
 		return nil, nil, nil, err
 	}
-	env := append(os.Environ(), backend.Env()...)
+	env := append(slices.Clone(r.env), backend.Env()...)
 	env = append(env, "TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1")
 	return store, env, func() {
 		backend.Stop()
@@ -383,6 +391,47 @@ func (r *Runner) publishable(outputs map[string]*tfjson.StateOutput) (map[string
 	return result, nil
 }
 
+// cliConfigFile is terraform's CLI configuration when the run has a
+// provider mirror: in the working directory, where terraform reads no
+// configuration from a file of this name.
+const cliConfigFile = ".captf-cli.tfrc"
+
+// providerInstallation returns terraform's environment: the pod's, and
+// with a provider mirror a CLI configuration that installs the providers
+// it holds from it and only others from their registries. init checks
+// what it installs against the module's .terraform.lock.hcl, if it has
+// one, as it does for a download.
+func (r *Runner) providerInstallation(ctx context.Context) ([]string, error) {
+	env := os.Environ()
+	mirror := r.Config.ProviderMirror
+	if mirror == "" {
+		return env, nil
+	}
+	// HOST/NAMESPACE/TYPE, as terraform providers mirror lays them out.
+	dirs, err := filepath.Glob(filepath.Join(mirror, "*", "*", "*"))
+	if err != nil {
+		return nil, err
+	}
+	var providers []string
+	for _, d := range dirs {
+		if info, err := os.Stat(d); err == nil && info.IsDir() {
+			rel, _ := filepath.Rel(mirror, d)
+			providers = append(providers, strconv.Quote(filepath.ToSlash(rel)))
+		}
+	}
+	if len(providers) == 0 {
+		return nil, fmt.Errorf("the provider mirror %s holds no provider (want HOST/NAMESPACE/TYPE directories, as terraform providers mirror writes them)", mirror)
+	}
+	klog.FromContext(ctx).V(2).Info("Installing providers from the mirror", "mirror", mirror, "providers", providers)
+	list := strings.Join(providers, ", ")
+	config := fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path    = %q\n    include = [%s]\n  }\n  direct {\n    exclude = [%s]\n  }\n}\n", mirror, list, list)
+	path := filepath.Join(r.Config.WorkDir, cliConfigFile)
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	return append(env, "TF_CLI_CONFIG_FILE="+path), nil
+}
+
 // prepare writes the root module, the backend override and the inputs.
 func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfvars []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -395,7 +444,7 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 		}
 		// Terraform's own installer fetches the module (git, registry,
 		// https, s3, ...) into the empty working directory.
-		if _, err := r.exec(ctx, tf, dir, os.Environ(), "init", "-input=false", "-no-color", "-backend=false", "-from-module="+m.Source); err != nil {
+		if _, err := r.exec(ctx, tf, dir, r.env, "init", "-input=false", "-no-color", "-backend=false", "-from-module="+m.Source); err != nil {
 			return err
 		}
 	case m.Inline != "":
@@ -404,7 +453,9 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 		}
 	case len(m.Files) > 0:
 		for name, content := range m.Files {
-			if name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+			// The dependency lock file is the one hidden file a module has:
+			// init checks the providers it installs against its hashes.
+			if name != filepath.Base(name) || (strings.HasPrefix(name, ".") && name != ".terraform.lock.hcl") {
 				return fmt.Errorf("module file name %q is not a plain file name", name)
 			}
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {

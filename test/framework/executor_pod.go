@@ -40,6 +40,19 @@ func (e *Executor) materialiseVolumes(ctx context.Context, pod *corev1.Pod, podI
 			err = e.writeConfigMap(ctx, pod, vdir, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional)
 		case v.DownwardAPI != nil:
 			err = writeDownwardAPI(pod, podIP, vdir, v.DownwardAPI.Items)
+		case v.Image != nil:
+			// The image's root filesystem, unpacked once, mounted read-only
+			// as a kubelet does; an image the executor does not have is a
+			// pull that fails.
+			archive, ok := e.opts.Images[v.Image.Reference]
+			if !ok {
+				err = &configError{"ErrImagePull", fmt.Sprintf("volume %q: image %q is not among the executor's images", v.Name, v.Image.Reference)}
+				break
+			}
+			var img *unpackedImage
+			if img, err = e.image(archive); err == nil {
+				out[v.Name] = img.rootfs
+			}
 		case v.Projected != nil:
 			for _, s := range v.Projected.Sources {
 				switch {
@@ -59,7 +72,7 @@ func (e *Executor) materialiseVolumes(ctx context.Context, pod *corev1.Pod, podI
 				}
 			}
 		default:
-			err = &configError{"CreateContainerConfigError", fmt.Sprintf("volume %q: the local executor supports emptyDir, hostPath, secret, configMap, downwardAPI and projected volumes", v.Name)}
+			err = &configError{"CreateContainerConfigError", fmt.Sprintf("volume %q: the local executor supports emptyDir, hostPath, secret, configMap, downwardAPI, image and projected volumes", v.Name)}
 		}
 		if err != nil {
 			return nil, err

@@ -159,6 +159,9 @@ func (e *Executor) processContainer(ctx context.Context, proc *podProcess) (*con
 		}
 		target(m.MountPath, !dir)
 		fmt.Fprintf(&script, "mount --bind %s %s\n", shellQuote(src), shellQuote(m.MountPath))
+		if m.ReadOnly {
+			fmt.Fprintf(&script, "mount -o remount,bind,ro %s\n", shellQuote(m.MountPath))
+		}
 	}
 	termFile, err := terminationFile(proc.dir)
 	if err != nil {
@@ -262,6 +265,9 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 			return nil, &configError{"CreateContainerConfigError", err.Error()}
 		}
 		bind(src, m.MountPath, !dir)
+		if m.ReadOnly {
+			fmt.Fprintf(&script, "mount -o remount,bind,ro %s\n", shellQuote(filepath.Join(root, m.MountPath)))
+		}
 	}
 	for _, d := range e.opts.HostDirs {
 		bind(d, d, false)

@@ -58,10 +58,14 @@ type Object interface {
 
 // Config is what the manager tells every controller that runs Terraform.
 type Config struct {
-	Access               *RunnerAccess
-	RunnerAPI            RunnerAPI
-	RunnerPods           runnerpod.Rules
-	RunnerImage          string
+	Access      *RunnerAccess
+	RunnerAPI   RunnerAPI
+	RunnerPods  runnerpod.Rules
+	RunnerImage string
+	// ProviderMirrorImage, when set, is an image holding a provider
+	// mirror: every runner pod mounts it read-only (an image volume) and
+	// init installs from it.
+	ProviderMirrorImage  string
 	StateBackups         int
 	DriftDefaultInterval time.Duration
 	// MaxStateBytes bounds every state and backup read (manager and runner).
@@ -82,18 +86,20 @@ type Config struct {
 
 // Engine runs Terraform for the objects of one kind.
 type Engine struct {
-	Kube          kubernetes.Interface
-	JobControl    JobControl
-	JobIndex      cache.Indexer
-	Recorder      record.EventRecorder
-	Expectations  *controller.Expectations
-	Access        *RunnerAccess
-	RunnerAPI     RunnerAPI
-	RunnerPods    runnerpod.Rules
-	GVK           schema.GroupVersionKind
-	RunnerImage   string
-	StateBackups  int
-	MaxStateBytes int64
+	Kube         kubernetes.Interface
+	JobControl   JobControl
+	JobIndex     cache.Indexer
+	Recorder     record.EventRecorder
+	Expectations *controller.Expectations
+	Access       *RunnerAccess
+	RunnerAPI    RunnerAPI
+	RunnerPods   runnerpod.Rules
+	GVK          schema.GroupVersionKind
+	RunnerImage  string
+	// ProviderMirrorImage: Config.ProviderMirrorImage.
+	ProviderMirrorImage string
+	StateBackups        int
+	MaxStateBytes       int64
 	// StateSecrets lists the metadata of state and durable-inputs Secrets;
 	// nil reads them on demand.
 	StateSecrets cache.GenericLister

@@ -94,9 +94,11 @@ type JobSpec struct {
 	InputsBytes int
 	Attempt     int
 	Image       string
-	Policy      Policy
-	Backups     int
-	DurableOnly bool // run with the durable inputs (destroy)
+	// ProviderMirrorImage is mounted at run.ProviderMirrorDir when set.
+	ProviderMirrorImage string
+	Policy              Policy
+	Backups             int
+	DurableOnly         bool // run with the durable inputs (destroy)
 	// ExpectState: the object was applied; the runner refuses a missing
 	// state.
 	ExpectState   bool
@@ -138,6 +140,20 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	}
 	args := append([]string{"runner"}, runnerSpec(s, name).Args()...)
 	env := runnerEnv(s)
+	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
+		{Name: "runner-token", MountPath: filepath.Dir(run.TokenFile), ReadOnly: true}}
+	volumes := []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: names.RunnerTokenAudience, ExpirationSeconds: ptr(int64(runnerTokenSeconds)), Path: filepath.Base(run.TokenFile)}}},
+		}}}}
+	if s.ProviderMirrorImage != "" {
+		// An image volume (GA in Kubernetes 1.36): the mirror's files are
+		// on the node once per image, not copied per run.
+		mounts = append(mounts, corev1.VolumeMount{Name: "providers", MountPath: run.ProviderMirrorDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "providers", VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: s.ProviderMirrorImage, PullPolicy: corev1.PullIfNotPresent}}})
+	}
 	var annotations map[string]string
 	if s.InputsBytes > 0 {
 		annotations = map[string]string{names.AnnotationInputsBytes: strconv.Itoa(s.InputsBytes)}
@@ -175,14 +191,9 @@ func BuildJob(s JobSpec) *batchv1.Job {
 						Resources:                *s.Policy.Resources,
 						SecurityContext:          sc,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
-							{Name: "runner-token", MountPath: filepath.Dir(run.TokenFile), ReadOnly: true}},
+						VolumeMounts:             mounts,
 					}},
-					Volumes: []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-							Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-								Audience: names.RunnerTokenAudience, ExpirationSeconds: ptr(int64(runnerTokenSeconds)), Path: filepath.Base(run.TokenFile)}}},
-						}}}},
+					Volumes: volumes,
 				},
 			},
 		},
@@ -195,6 +206,9 @@ func runnerSpec(s JobSpec, name string) run.Spec {
 		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: "/workspace",
 		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
 		MaxStateBytes: s.MaxStateBytes}
+	if s.ProviderMirrorImage != "" {
+		spec.ProviderMirror = run.ProviderMirrorDir
+	}
 	if s.Gate != "" {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
 	}
