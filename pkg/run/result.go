@@ -37,7 +37,7 @@ const (
 	TokenFile = "/var/run/secrets/captf.io/runner/token"
 	// ProviderMirrorDir is where a runner pod mounts the provider mirror
 	// image (--provider-mirror-image).
-	ProviderMirrorDir = "/captf/providers"
+	ProviderMirrorDir = "/providers"
 )
 
 // DefaultMaxStateBytes bounds every state, backup and rescued state read:
