@@ -189,3 +189,42 @@ func TestRunStages(t *testing.T) {
 		})
 	}
 }
+
+// TestProviderInstallation: with a mirror, terraform is told to install
+// the providers the mirror holds from it, and only the others from their
+// registries; a mirror with no provider is an error, not a silent
+// download of everything.
+func TestProviderInstallation(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mirror := t.TempDir()
+	for _, p := range []string{"captf.io/captf/localcloud/0.1.0/linux_amd64", "registry.opentofu.org/hashicorp/aws"} {
+		if err := os.MkdirAll(filepath.Join(mirror, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &Runner{Config: Config{Spec: run.Spec{WorkDir: t.TempDir(), ProviderMirror: mirror}}}
+	env, err := r.providerInstallation(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(r.Config.WorkDir, cliConfigFile)
+	if !slices.Contains(env, "TF_CLI_CONFIG_FILE="+path) {
+		t.Fatalf("terraform's environment does not name the CLI configuration: %q", env)
+	}
+	config, _ := os.ReadFile(path)
+	list := `["captf.io/captf/localcloud", "registry.opentofu.org/hashicorp/aws"]`
+	for _, want := range []string{`path    = "` + mirror + `"`, "include = " + list, "exclude = " + list} {
+		if !strings.Contains(string(config), want) {
+			t.Errorf("the CLI configuration lacks %s:\n%s", want, config)
+		}
+	}
+
+	r = &Runner{Config: Config{Spec: run.Spec{WorkDir: t.TempDir(), ProviderMirror: t.TempDir()}}}
+	if _, err := r.providerInstallation(ctx); err == nil || !strings.Contains(err.Error(), "holds no provider") {
+		t.Errorf("an empty mirror: %v, want an error", err)
+	}
+	r = &Runner{Config: Config{Spec: run.Spec{WorkDir: t.TempDir()}}}
+	if env, err := r.providerInstallation(ctx); err != nil || slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "TF_CLI_CONFIG_FILE=") && strings.Contains(e, cliConfigFile) }) {
+		t.Errorf("no mirror: %v, %v; want the pod's environment as it is", env, err)
+	}
+}

@@ -195,6 +195,10 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 				s.Gate, s.ApprovedDestructivePlan = infrav1.ApprovalPolicyDestructive, "1111111111111111"
 			},
 		},
+		"an apply with a provider mirror": {
+			spec: JobSpec{Operation: infrav1.OperationApply, InputsHash: "0123456789abcdef", ProviderMirrorImage: "registry.example/providers:1"},
+			want: func(s *run.Spec) { s.Operation, s.ProviderMirror = infrav1.OperationApply, run.ProviderMirrorDir },
+		},
 		"a destroy with the durable inputs": {
 			spec: JobSpec{Operation: infrav1.OperationDestroy, InputsHash: "0123456789abcdef", Backups: 5, DurableOnly: true, ExpectState: true},
 			want: func(s *run.Spec) {
@@ -225,6 +229,19 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 			tc.want(&want)
 			if got != want {
 				t.Errorf("the runner reads\n%+v, want\n%+v", got, want)
+			}
+			// The mirror the runner is told of is the image, read-only.
+			var mounted bool
+			for _, m := range c.VolumeMounts {
+				if m.MountPath != run.ProviderMirrorDir {
+					continue
+				}
+				for _, v := range job.Spec.Template.Spec.Volumes {
+					mounted = mounted || (v.Name == m.Name && m.ReadOnly && v.Image != nil && v.Image.Reference == tc.spec.ProviderMirrorImage)
+				}
+			}
+			if mounted != (tc.spec.ProviderMirrorImage != "") {
+				t.Errorf("the mirror image mounted read-only at %s: %v, want %v", run.ProviderMirrorDir, mounted, tc.spec.ProviderMirrorImage != "")
 			}
 		})
 	}
