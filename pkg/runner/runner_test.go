@@ -224,7 +224,9 @@ func TestProviderInstallation(t *testing.T) {
 		t.Errorf("an empty mirror: %v, want an error", err)
 	}
 	r = &Runner{Config: Config{Spec: run.Spec{WorkDir: t.TempDir()}}}
-	if env, err := r.providerInstallation(ctx); err != nil || slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "TF_CLI_CONFIG_FILE=") && strings.Contains(e, cliConfigFile) }) {
+	if env, err := r.providerInstallation(ctx); err != nil || slices.ContainsFunc(env, func(e string) bool {
+		return strings.HasPrefix(e, "TF_CLI_CONFIG_FILE=") && strings.Contains(e, cliConfigFile)
+	}) {
 		t.Errorf("no mirror: %v, %v; want the pod's environment as it is", env, err)
 	}
 }

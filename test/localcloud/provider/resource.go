@@ -194,7 +194,9 @@ func (r *cloudResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 // int64RequiresReplace forces a new resource when an int changes.
 type int64RequiresReplace struct{}
 
-func (int64RequiresReplace) Description(context.Context) string { return "changing it makes a new resource" }
+func (int64RequiresReplace) Description(context.Context) string {
+	return "changing it makes a new resource"
+}
 func (int64RequiresReplace) MarkdownDescription(ctx context.Context) string {
 	return int64RequiresReplace{}.Description(ctx)
 }
