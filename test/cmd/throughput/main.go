@@ -25,10 +25,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -94,6 +92,11 @@ func run(n int, profile time.Duration, byClient bool) error {
 	if _, err := cp.WaitQuickstartMachines(ctx, framework.QuickstartMachines); err != nil {
 		return err
 	}
+	// Cluster API's share first, on the same plane: no Job runs.
+	nullTook, err := nullScale(ctx, cp, n)
+	if err != nil {
+		return fmt.Errorf("null provider: %w", err)
+	}
 	before := len(ex.Runs())
 
 	token, err := cp.MetricsReaderToken(ctx, "captf-system")
@@ -101,7 +104,7 @@ func run(n int, profile time.Duration, byClient bool) error {
 		return err
 	}
 	cpu0, req0, adds0 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
-	md := schema.GroupVersionResource{Group: capi.Machine.Resource.Group, Version: capi.Machine.Resource.Version, Resource: "machinedeployments"}
+	md := machineDeployments
 	start := time.Now()
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2)
 	if _, err := cp.Dynamic.Resource(md).Namespace("demo").Patch(ctx, "demo-workers", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -120,6 +123,25 @@ func run(n int, profile time.Duration, byClient bool) error {
 	for _, r := range ex.Runs()[before:] {
 		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
 			pods = append(pods, r.Finished.Sub(r.Started))
+		}
+	}
+
+	// One machine at a time: a runner pod alone on the machine, so that its
+	// time less a bare run's is the runner's own, not a share of 2 cores.
+	var alone []time.Duration
+	for k := 1; k <= 5; k++ {
+		seen := len(ex.Runs())
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2+k)
+		if _, err := cp.Dynamic.Resource(md).Namespace("demo").Patch(ctx, "demo-workers", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		if _, err := cp.WaitQuickstartMachines(ctx, n+framework.QuickstartMachines+k); err != nil {
+			return err
+		}
+		for _, r := range ex.Runs()[seen:] {
+			if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
+				alone = append(alone, r.Finished.Sub(r.Started))
+			}
 		}
 	}
 
@@ -164,9 +186,16 @@ func run(n int, profile time.Duration, byClient bool) error {
 	fmt.Printf("CAPTF: %d machines from the scale to every Machine with its provider ID: %s (%.3f s per machine)\n", n, captf.Round(time.Millisecond), captf.Seconds()/float64(n))
 	fmt.Printf("bare terraform: %d init+apply+output runs back to back: %s (%.3f s per run; median %s)\n", n, bareTotal.Round(time.Millisecond), bareTotal.Seconds()/float64(n), median(bare))
 	fmt.Printf("ratio: %.2f×\n", captf.Seconds()/bareTotal.Seconds())
+	fmt.Printf("null provider (Cluster API and the API server alone, machines provisioned at once): T0 %s; CAPTF T1 %s; bare runs T2 %s; CAPTF's own (T1 - T0) / T2 = %.2f\n",
+		nullTook.Round(time.Millisecond), captf.Round(time.Millisecond), bareTotal.Round(time.Millisecond), (captf-nullTook).Seconds()/bareTotal.Seconds())
 	if len(pods) > 0 {
 		fmt.Printf("runner pods (%d apply Jobs): median %s, p90 %s; the runner's own time per Job: %s (median pod less median bare run)\n",
 			len(pods), median(pods), pods[len(pods)*9/10], (median(pods) - median(bare)).Round(time.Millisecond))
+	}
+	if len(alone) > 0 {
+		slices.Sort(alone)
+		fmt.Printf("a runner pod alone (%d one-machine scales): median %s; the runner's own time per Job: %s (less the median bare run)\n",
+			len(alone), median(alone), (median(alone) - median(bare)).Round(time.Millisecond))
 	}
 	fmt.Printf("CPU seconds during the scale, by process (%.1f s of wall time on %d cores):\n", captf.Seconds(), runtime.NumCPU())
 	for _, k := range slices.Sorted(maps.Keys(cpu1)) {

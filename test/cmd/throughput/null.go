@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/generated/informers/externalversions"
+	"github.com/captf/captf/test/framework"
+)
+
+var machineDeployments = schema.GroupVersionResource{Group: capi.Machine.Resource.Group, Version: capi.Machine.Resource.Version, Resource: "machinedeployments"}
+
+// nullPool is the MachineDeployment of the null provider's machines.
+const nullPool = "demo-null"
+
+// nullScale measures what Cluster API and the API server take for n
+// machines without any infrastructure: a MachineDeployment beside the
+// quickstart's whose TerraformMachines carry cluster.x-k8s.io/managed-by
+// (CAPTF keeps its hands off them) and a stand-in provider that marks
+// each provisioned as soon as it appears, as Cluster API's in-memory
+// provider does for its own scale tests (its module is not served for
+// v1.14). It returns the time from the scale to n Machines with provider
+// IDs, and scales back to nothing.
+func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Duration, error) {
+	tmpl, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Get(ctx, "demo-workers", metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	null := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: nullPool, Namespace: "demo"}, Spec: tmpl.Spec}
+	null.Spec.Template.ObjectMeta.Annotations = map[string]string{capi.ManagedByAnnotation: "null-provider"}
+	if _, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Create(ctx, null, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	md, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Get(ctx, "demo-workers", metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	md = &unstructured.Unstructured{Object: map[string]any{"apiVersion": md.GetAPIVersion(), "kind": md.GetKind(),
+		"metadata": map[string]any{"name": nullPool, "namespace": "demo"}, "spec": md.Object["spec"]}}
+	for path, v := range map[string]any{"spec.replicas": int64(0), "spec.selector.matchLabels.pool": nullPool,
+		"spec.template.metadata.labels.pool": nullPool, "spec.template.spec.infrastructureRef.name": nullPool} {
+		if err := unstructured.SetNestedField(md.Object, v, splitPath(path)...); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Create(ctx, md, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	stop, err := standIn(ctx, cp)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+
+	start := time.Now()
+	if err := scaleNull(ctx, cp, n); err != nil {
+		return 0, err
+	}
+	if err := waitNullMachines(ctx, cp, n, true); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	if err := scaleNull(ctx, cp, 0); err != nil {
+		return 0, err
+	}
+	return took, waitNullMachines(ctx, cp, 0, false)
+}
+
+func splitPath(p string) []string {
+	var out []string
+	start := 0
+	for i := range len(p) {
+		if p[i] == '.' {
+			out = append(out, p[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, p[start:])
+}
+
+func scaleNull(ctx context.Context, cp *framework.ControlPlane, n int) error {
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+	_, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Patch(ctx, nullPool, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// waitNullMachines waits for n Machines of the null pool (with provider
+// IDs, when withIDs).
+func waitNullMachines(ctx context.Context, cp *framework.ControlPlane, n int, withIDs bool) error {
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Dynamic.Resource(capi.Machine.Resource).Namespace("demo").List(ctx, metav1.ListOptions{LabelSelector: "pool=" + nullPool})
+		if err != nil {
+			return false, nil
+		}
+		count := 0
+		for _, m := range list.Items {
+			if id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID"); id != "" || !withIDs {
+				count++
+			}
+		}
+		return count == n, nil
+	})
+}
+
+// standIn is the null provider: as CAPTF's manager (only it may set a
+// provider ID), it marks every TerraformMachine of the null pool
+// provisioned when it appears. It returns what stops it.
+func standIn(ctx context.Context, cp *framework.ControlPlane) (func(), error) {
+	cfg, err := cp.ServiceAccountConfig(ctx, "captf-system", "captf-manager")
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace("demo"))
+	informer := factory.Infrastructure().V1alpha1().TerraformMachines().Informer()
+	var mu sync.Mutex
+	done := map[string]bool{}
+	provision := func(obj any) {
+		tm, ok := obj.(*infrav1.TerraformMachine)
+		if !ok || tm.Annotations[capi.ManagedByAnnotation] != "null-provider" || tm.Spec.ProviderID != "" {
+			return
+		}
+		mu.Lock()
+		if done[tm.Name] {
+			mu.Unlock()
+			return
+		}
+		done[tm.Name] = true
+		mu.Unlock()
+		go func() {
+			// Patches: Cluster API writes the object too (its owner).
+			machines := client.InfrastructureV1alpha1().TerraformMachines("demo")
+			spec := fmt.Appendf(nil, `{"spec":{"providerID":"null:///%s"}}`, tm.Name)
+			_, err := machines.Patch(ctx, tm.Name, types.MergePatchType, spec, metav1.PatchOptions{})
+			if err == nil {
+				status := []byte(`{"status":{"initialization":{"provisioned":true},"ready":true}}`)
+				_, err = machines.Patch(ctx, tm.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status")
+			}
+			if err != nil {
+				fmt.Println("null provider:", tm.Name, err)
+				mu.Lock()
+				delete(done, tm.Name) // the next event tries again
+				mu.Unlock()
+			}
+		}()
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: provision, UpdateFunc: func(_, cur any) { provision(cur) }}); err != nil {
+		return nil, err
+	}
+	stopCh := make(chan struct{})
+	factory.Start(stopCh)
+	factory.WaitForCacheSync(stopCh)
+	return func() { close(stopCh); factory.Shutdown() }, nil
+}
