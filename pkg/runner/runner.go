@@ -630,11 +630,24 @@ var failureReasons = []struct {
 	reason string
 }{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}}
 
+// ReasonCloudQuotaExceeded: the cloud refused to make a resource for
+// want of quota (terraform's error says so, in the words of the clouds'
+// APIs): the cloud account's quota is to raise, not the module to fix.
+const ReasonCloudQuotaExceeded = "CloudQuotaExceeded"
+
+// cloudQuota matches the quota errors of the clouds' APIs: QuotaExceeded
+// (Azure, GCP's QUOTA_EXCEEDED, the local cloud), AWS's *LimitExceeded
+// (InstanceLimitExceeded, VcpuLimitExceeded), "exceeded quota".
+var cloudQuota = regexp.MustCompile(`(?i)\bquota[ _-]?exceeded|[a-z]+limitexceeded\b|exceeded[a-z ]{0,20} quota`)
+
 func failureReason(err error) string {
 	for _, r := range failureReasons {
 		if errors.Is(err, r.err) {
 			return r.reason
 		}
+	}
+	if err != nil && cloudQuota.MatchString(err.Error()) {
+		return ReasonCloudQuotaExceeded
 	}
 	return ""
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,6 +88,7 @@ func TestRunStages(t *testing.T) {
 		want       []string // terraform's commands
 		outcome    string
 		stage      string
+		reason     string
 		// applied: the state is marked applied and the durable inputs kept.
 		applied bool
 		// state is the state before the run (plainState when empty); id
@@ -120,6 +122,7 @@ func TestRunStages(t *testing.T) {
 		"a failed apply reports its stage and keeps no inputs": {
 			op: infrav1.OperationApply, applyFails: true,
 			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeFailed, stage: string(infrav1.OperationApply),
+			reason: ReasonCloudQuotaExceeded, // the fake's error is a quota's
 		},
 	}
 	for name, tc := range tests {
@@ -147,6 +150,9 @@ func TestRunStages(t *testing.T) {
 			got, _ := os.ReadFile(invocations)
 			if cmds := strings.Fields(string(got)); !slices.Equal(cmds, tc.want) {
 				t.Errorf("terraform ran %q, want %q", cmds, tc.want)
+			}
+			if res.Reason != tc.reason {
+				t.Errorf("reason %q, want %q", res.Reason, tc.reason)
 			}
 			if res.Outcome != tc.outcome || res.Stage != tc.stage {
 				t.Errorf("outcome %s at stage %q, want %s at %q", res.Outcome, res.Stage, tc.outcome, tc.stage)
@@ -228,5 +234,22 @@ func TestProviderInstallation(t *testing.T) {
 		return strings.HasPrefix(e, "TF_CLI_CONFIG_FILE=") && strings.Contains(e, cliConfigFile)
 	}) {
 		t.Errorf("no mirror: %v, %v; want the pod's environment as it is", env, err)
+	}
+}
+
+// TestCloudQuota: the clouds' quota errors are told apart from other
+// failures.
+func TestCloudQuota(t *testing.T) {
+	for msg, want := range map[string]string{
+		"Error: creating instance \"vm-1\": QuotaExceeded: instance quota of 2 reached in account a (HTTP 403)": ReasonCloudQuotaExceeded,
+		"api error VcpuLimitExceeded: You have requested more vCPU capacity than your current vCPU limit":       ReasonCloudQuotaExceeded,
+		"Error 403: Quota 'CPUS' exceeded. Limit: 24.0 in region europe-west1., QUOTA_EXCEEDED":                 ReasonCloudQuotaExceeded,
+		"Error: creating instance: exceeded the instance quota":                                                 ReasonCloudQuotaExceeded,
+		"Error: Unsupported argument: An argument named \"quota\" is not expected here":                         "",
+		"Error: timeout while waiting for state to become 'running'":                                            "",
+	} {
+		if got := failureReason(errors.New(msg)); got != want {
+			t.Errorf("%q: reason %q, want %q", msg, got, want)
+		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 // applies with the provider installed from the mirror image runner pods
 // mount (--provider-mirror-image), checked against the module's lock file;
 // the cloud assigns the IDs. A quota the cloud refuses with stops the apply
-// with the cloud's message, and a raised quota lets the retry finish with
+// (CloudQuotaExceeded, with the cloud's message), and a raised quota lets the retry finish with
 // no step by hand. A lock file whose hash the mirror's package does not
 // match fails init. A delete destroys what the cloud holds.
 func TestLocalCloudFromMirror(t *testing.T) {
@@ -70,7 +70,7 @@ func TestLocalCloudFromMirror(t *testing.T) {
 	newCluster("cloudy", "localcloud", 2)
 	e.waitFor("cloudy", 3*time.Minute, "refused by the quota", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionReady)
-		return c != nil && strings.Contains(c.Message, "QuotaExceeded: instance quota of 1 reached in account "+account)
+		return c != nil && c.Reason == "CloudQuotaExceeded" && strings.Contains(c.Message, "QuotaExceeded: instance quota of 1 reached in account "+account)
 	})
 	stats, err := cloud.Stats()
 	if err != nil || stats.Creates["load_balancers"] != 1 || stats.Creates["networks"] != 1 {
