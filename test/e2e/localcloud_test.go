@@ -77,11 +77,18 @@ func TestLocalCloudFromMirror(t *testing.T) {
 		t.Errorf("the cloud's creates before the quota is raised: %+v %v; want one network and one load balancer", stats, err)
 	}
 
-	// Raised: the next retry applies.
-	if err := cloud.SetLimits(account, `{"quotas": {"instances": 5}}`); err != nil {
+	// Raised, and the account throttled to 2 requests a second: the next
+	// retry applies, slowed down by 429s, not failed by them.
+	if err := cloud.SetLimits(account, `{"quotas": {"instances": 5}, "rate": 2, "burst": 1}`); err != nil {
 		t.Fatal(err)
 	}
 	tc := e.waitFor("cloudy", 3*time.Minute, "Ready", isReady)
+	if stats, err := cloud.Stats(); err != nil || stats.Throttled == 0 {
+		t.Errorf("the cloud's counts after the throttled apply: %+v %v; want requests answered 429", stats, err)
+	}
+	if err := cloud.SetLimits(account, `{"quotas": {"instances": 5}}`); err != nil {
+		t.Fatal(err)
+	}
 	instances, err := cloud.List(account, "instances")
 	if err != nil || len(instances) != 2 {
 		t.Fatalf("the cloud's instances: %+v %v; want 2", instances, err)
