@@ -392,9 +392,10 @@ func (r *Runner) publishable(outputs map[string]*tfjson.StateOutput) (map[string
 }
 
 // cliConfigFile is terraform's CLI configuration when the run has a
-// provider mirror: in the working directory, where terraform reads no
-// configuration from a file of this name.
-const cliConfigFile = ".captf-cli.tfrc"
+// provider mirror: in the working directory's .terraform, the one entry
+// init -from-module allows in the directory it fills, and where no module
+// file goes.
+const cliConfigFile = ".terraform/captf-cli.tfrc"
 
 // providerInstallation returns terraform's environment: the pod's, and
 // with a provider mirror a CLI configuration that installs the providers
@@ -426,6 +427,9 @@ func (r *Runner) providerInstallation(ctx context.Context) ([]string, error) {
 	list := strings.Join(providers, ", ")
 	config := fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path    = %q\n    include = [%s]\n  }\n  direct {\n    exclude = [%s]\n  }\n}\n", mirror, list, list)
 	path := filepath.Join(r.Config.WorkDir, cliConfigFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return nil, err
 	}

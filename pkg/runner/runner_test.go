@@ -217,6 +217,10 @@ func TestProviderInstallation(t *testing.T) {
 	if !slices.Contains(env, "TF_CLI_CONFIG_FILE="+path) {
 		t.Fatalf("terraform's environment does not name the CLI configuration: %q", env)
 	}
+	// init -from-module fills only a directory with nothing but .terraform.
+	if entries, _ := os.ReadDir(r.Config.WorkDir); len(entries) != 1 || entries[0].Name() != ".terraform" {
+		t.Errorf("the working directory holds %v, want only .terraform", entries)
+	}
 	config, _ := os.ReadFile(path)
 	list := `["captf.io/captf/localcloud", "registry.opentofu.org/hashicorp/aws"]`
 	for _, want := range []string{`path    = "` + mirror + `"`, "include = " + list, "exclude = " + list} {
