@@ -21,14 +21,15 @@ REGISTRY=${IMAGE_REGISTRY:-ghcr.io/captf}
 VERSION=${VERSION:-$("${ROOT}/hack/version.sh")}
 EPOCH=$(git -C "${ROOT}" log -1 --format=%ct)
 PROVIDER_VERSION=0.1.0
+ARCH=$(go env GOARCH) # the runner image's, which is built for this machine
 work=$(mktemp -d)
 trap 'rm -rf "${work}"' EXIT
 
 (cd "${ROOT}/test/localcloud" && CGO_ENABLED=0 go build -trimpath -o "${BIN}/localcloud" ./cmd/localcloud &&
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${PROVIDER_VERSION}" -o "${work}/provider" ./cmd/terraform-provider-localcloud)
+  CGO_ENABLED=0 GOOS=linux GOARCH=${ARCH} go build -trimpath -ldflags "-s -w -X main.version=${PROVIDER_VERSION}" -o "${work}/provider" ./cmd/terraform-provider-localcloud)
 
 mirror=${work}/mirror
-target=${mirror}/captf.io/captf/localcloud/${PROVIDER_VERSION}/linux_amd64
+target=${mirror}/captf.io/captf/localcloud/${PROVIDER_VERSION}/linux_${ARCH}
 mkdir -p "${target}"
 cp "${work}/provider" "${target}/terraform-provider-localcloud_v${PROVIDER_VERSION}"
 touch -d "@${EPOCH}" "${target}/terraform-provider-localcloud_v${PROVIDER_VERSION}"

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -28,6 +29,11 @@ type Backend struct {
 
 	addr, password string
 	server         *http.Server
+	// mu serves one request at a time, as terraform makes them: module
+	// code that has the backend's address and password (local-exec
+	// inherits terraform's environment) gets no concurrent reads and
+	// writes of the store.
+	mu sync.Mutex
 	// Writes counts state writes; WriteErrors the ones that failed.
 	Writes, WriteErrors int
 	// LastStateBytes is the size of the last state written or read.
@@ -75,6 +81,8 @@ func (b *Backend) Stop() {
 }
 
 func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	ctx := r.Context()
 	user, pass, ok := r.BasicAuth()
 	if !ok || user != "captf" || subtle.ConstantTimeCompare([]byte(pass), []byte(b.password)) != 1 {

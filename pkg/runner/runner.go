@@ -424,8 +424,17 @@ func (r *Runner) providerInstallation(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("the provider mirror %s holds no provider (want HOST/NAMESPACE/TYPE directories, as terraform providers mirror writes them)", mirror)
 	}
 	klog.FromContext(ctx).V(2).Info("Installing providers from the mirror", "mirror", mirror, "providers", providers)
+	// The CLI configuration the pod has (the image's, or the Job's env)
+	// keeps its credentials, hosts and cache: the mirror's is added to it.
+	existing, err := currentCLIConfig()
+	if err != nil {
+		return nil, err
+	}
+	if bytes.Contains(existing, []byte("provider_installation")) {
+		return nil, errors.New("the pod's terraform CLI configuration has a provider_installation block of its own: it and the manager's --provider-mirror-image exclude each other; drop one")
+	}
 	list := strings.Join(providers, ", ")
-	config := fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path    = %q\n    include = [%s]\n  }\n  direct {\n    exclude = [%s]\n  }\n}\n", mirror, list, list)
+	config := string(existing) + "\n" + fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path    = %q\n    include = [%s]\n  }\n  direct {\n    exclude = [%s]\n  }\n}\n", mirror, list, list)
 	path := filepath.Join(r.Config.WorkDir, cliConfigFile)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
@@ -434,6 +443,24 @@ func (r *Runner) providerInstallation(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return append(env, "TF_CLI_CONFIG_FILE="+path), nil
+}
+
+// currentCLIConfig is the CLI configuration terraform would read in this
+// pod: the file TF_CLI_CONFIG_FILE names, else ~/.terraformrc.
+func currentCLIConfig() ([]byte, error) {
+	path := os.Getenv("TF_CLI_CONFIG_FILE")
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, nil
+		}
+		path = filepath.Join(home, ".terraformrc")
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
 }
 
 // prepare writes the root module, the backend override and the inputs.
@@ -526,9 +553,20 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 		if oom := r.outOfMemory(args[0]); oom != nil {
 			return nil, fmt.Errorf("%w. terraform %s: %v: %s", oom, args[0], err, msg)
 		}
-		return nil, fmt.Errorf("terraform %s: %v: %s", args[0], err, msg)
+		return nil, &terraformError{command: args[0], err: err, message: msg}
 	}
 	return stdout.Bytes(), ctx.Err()
+}
+
+// terraformError is a terraform command that failed, with terraform's own
+// message: what the cloud said, unlike the runner's own failures.
+type terraformError struct {
+	command, message string
+	err              error
+}
+
+func (e *terraformError) Error() string {
+	return fmt.Sprintf("terraform %s: %v: %s", e.command, e.err, e.message)
 }
 
 func (r *Runner) terraform() (string, error) {
@@ -640,9 +678,11 @@ var failureReasons = []struct {
 const ReasonCloudQuotaExceeded = "CloudQuotaExceeded"
 
 // cloudQuota matches the quota errors of the clouds' APIs: QuotaExceeded
-// (Azure, GCP's QUOTA_EXCEEDED, the local cloud), AWS's *LimitExceeded
-// (InstanceLimitExceeded, VcpuLimitExceeded), "exceeded quota".
-var cloudQuota = regexp.MustCompile(`(?i)\bquota[ _-]?exceeded|[a-z]+limitexceeded\b|exceeded[a-z ]{0,20} quota`)
+// (Azure, GCP's QUOTA_EXCEEDED, the local cloud), GCP's "Quota 'CPUS'
+// exceeded", AWS's limits of what an account holds (InstanceLimitExceeded,
+// VcpuLimitExceeded, ...), not its request rates (RequestLimitExceeded,
+// rateLimitExceeded: throttling, which a provider waits out).
+var cloudQuota = regexp.MustCompile(`(?i)\bquota[ _-]?exceeded\b|\bquota '[^']+' exceeded|\b(instance|vcpu|address|volume|snapshot|core|network|vpc|subnet|gateway|ip)s?limitexceeded\b|exceeded[a-z ]{0,20} quota`)
 
 func failureReason(err error) string {
 	for _, r := range failureReasons {
@@ -650,7 +690,9 @@ func failureReason(err error) string {
 			return r.reason
 		}
 	}
-	if err != nil && cloudQuota.MatchString(err.Error()) {
+	// Only terraform's own words: a ResourceQuota of the namespace that
+	// refuses the runner's Secrets says "exceeded quota" too.
+	if te := (*terraformError)(nil); errors.As(err, &te) && cloudQuota.MatchString(te.message) {
 		return ReasonCloudQuotaExceeded
 	}
 	return ""

@@ -202,6 +202,7 @@ func TestRunStages(t *testing.T) {
 // download of everything.
 func TestProviderInstallation(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
+	t.Setenv("TF_CLI_CONFIG_FILE", filepath.Join(t.TempDir(), "none")) // not this machine's
 	mirror := t.TempDir()
 	for _, p := range []string{"captf.io/captf/localcloud/0.1.0/linux_amd64", "registry.opentofu.org/hashicorp/aws"} {
 		if err := os.MkdirAll(filepath.Join(mirror, p), 0o755); err != nil {
@@ -229,6 +230,27 @@ func TestProviderInstallation(t *testing.T) {
 		}
 	}
 
+	// The pod's own CLI configuration is kept, unless it decides the
+	// installation itself.
+	own := filepath.Join(t.TempDir(), "own.tfrc")
+	t.Setenv("TF_CLI_CONFIG_FILE", own)
+	if err := os.WriteFile(own, []byte(`credentials "registry.example" { token = "x" }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.providerInstallation(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if config, _ := os.ReadFile(path); !strings.Contains(string(config), `credentials "registry.example"`) || !strings.Contains(string(config), "filesystem_mirror") {
+		t.Errorf("the pod's CLI configuration is not kept beside the mirror's:\n%s", config)
+	}
+	if err := os.WriteFile(own, []byte(`provider_installation { direct {} }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.providerInstallation(ctx); err == nil || !strings.Contains(err.Error(), "exclude each other") {
+		t.Errorf("a pod CLI configuration with its own provider_installation: %v, want an error", err)
+	}
+	t.Setenv("TF_CLI_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+
 	r = &Runner{Config: Config{Spec: run.Spec{WorkDir: t.TempDir(), ProviderMirror: t.TempDir()}}}
 	if _, err := r.providerInstallation(ctx); err == nil || !strings.Contains(err.Error(), "holds no provider") {
 		t.Errorf("an empty mirror: %v, want an error", err)
@@ -251,9 +273,20 @@ func TestCloudQuota(t *testing.T) {
 		"Error: creating instance: exceeded the instance quota":                                                 ReasonCloudQuotaExceeded,
 		"Error: Unsupported argument: An argument named \"quota\" is not expected here":                         "",
 		"Error: timeout while waiting for state to become 'running'":                                            "",
+		"api error RequestLimitExceeded: Request limit exceeded.":                                               "",
+		"googleapi: Error 403: Rate Limit Exceeded, rateLimitExceeded":                                          "",
 	} {
-		if got := failureReason(errors.New(msg)); got != want {
+		if got := failureReason(&terraformError{command: "apply", err: errors.New("exit status 1"), message: msg}); got != want {
 			t.Errorf("%q: reason %q, want %q", msg, got, want)
 		}
+	}
+}
+
+// TestQuotaOfTheNamespaceIsNotTheClouds: a ResourceQuota refusing the
+// runner's own Secret is not the cloud's quota.
+func TestQuotaOfTheNamespaceIsNotTheClouds(t *testing.T) {
+	err := fmt.Errorf("saving the durable inputs: %w", errors.New(`secrets "x" is forbidden: exceeded quota: q, requested: count/secrets=1`))
+	if got := failureReason(err); got != "" {
+		t.Errorf("reason %q, want none", got)
 	}
 }

@@ -266,8 +266,10 @@ func (s *StateStore) readClaimed(ctx context.Context) ([]byte, error) {
 	return s.current, nil
 }
 
-// Write stores state as the current state.
+// Write stores state as the current state, and keeps it: the caller must
+// not change it after.
 func (s *StateStore) Write(ctx context.Context, state []byte) error {
+	s.current, s.known = nil, false // not two states in memory at once
 	gz, err := gzipBytes(state)
 	if err != nil {
 		return err
@@ -280,7 +282,7 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 		},
 	}, false)
 	if err == nil {
-		s.current, s.known = bytes.Clone(state), true
+		s.current, s.known = state, true
 	}
 	return err
 }

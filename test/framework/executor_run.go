@@ -225,7 +225,7 @@ func (e *Executor) imageContainer(ctx context.Context, proc *podProcess, archive
 	// token its user's and secrets its fsGroup's: a non-root container can
 	// read them.
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil {
+		if v.HostPath != nil || v.Image != nil { // an image volume is as the image has it, shared
 			continue
 		}
 		if err := chownTree(proc.volumes[v.Name], int(uid), int(gid)); err != nil {

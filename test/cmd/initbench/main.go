@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -54,7 +55,7 @@ func run(runs int) error {
 	if err != nil {
 		return err
 	}
-	binary := filepath.Join(mirror, providerPath, version, "linux_amd64", "terraform-provider-localcloud_v"+version)
+	binary := filepath.Join(mirror, providerPath, version, "linux_"+runtime.GOARCH, "terraform-provider-localcloud_v"+version)
 	provider, err := os.ReadFile(binary)
 	if err != nil {
 		return fmt.Errorf("%w: run make images (hack/build-localcloud.sh)", err)
@@ -125,7 +126,7 @@ func networkMirror(pkg []byte) http.Handler {
 	})
 	mux.HandleFunc(base+version+".json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"archives":{"linux_amd64":{"url":"localcloud.zip"}}}`)
+		fmt.Fprintf(w, `{"archives":{"linux_%s":{"url":"localcloud.zip"}}}`, runtime.GOARCH)
 	})
 	mux.HandleFunc(base+"localcloud.zip", func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "localcloud.zip", time.Time{}, bytes.NewReader(pkg))
