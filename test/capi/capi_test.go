@@ -49,7 +49,9 @@ var (
 	// captfMgr is the CAPTF manager every test shares; a test that stops
 	// it restarts it (Restart keeps its ports and certificate).
 	captfMgr *framework.Manager
-	setupErr error
+	// mirrorImage is the provider mirror image runner pods mount.
+	mirrorImage string
+	setupErr    error
 )
 
 // setup starts, once per package, CAPI's core manager, the executor and a
@@ -70,12 +72,23 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 		if setupErr = plane.InstallRBAC(ctx, "captf-system"); setupErr != nil {
 			return
 		}
+		// Runner pods mount the local cloud's provider mirror, as a
+		// user's with real providers do (--provider-mirror-image).
+		if mirrorImage, setupErr = framework.ProviderMirrorImage(); setupErr != nil {
+			return
+		}
+		var images map[string]string
+		if images, setupErr = framework.ImageArchives(); setupErr != nil {
+			return
+		}
 		if _, setupErr = plane.StartExecutor(ctx, framework.ExecutorOptions{Commands: map[string]string{"/captf": binary},
-			Env: []string{framework.PathEnv(), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")}}); setupErr != nil {
+			Images: map[string]string{mirrorImage: images[mirrorImage]},
+			Env:    []string{framework.PathEnv(), "CAPTF_TERRAFORM=" + os.Getenv("CAPTF_TERRAFORM")}}); setupErr != nil {
 			return
 		}
 		var mgr *framework.Manager
-		if mgr, setupErr = plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: plane.Dir}); setupErr != nil {
+		if mgr, setupErr = plane.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: plane.Dir,
+			Args: []string{"--provider-mirror-image=" + mirrorImage}}); setupErr != nil {
 			return
 		}
 		if setupErr = mgr.WaitReady(ctx); setupErr != nil {
@@ -84,7 +97,7 @@ func setup(t *testing.T) (string, *framework.CAPIManager) {
 		captfMgr = mgr
 		// The webhook guards every write, CAPI's and the manager's own
 		// provider ID writes included.
-		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology", "defaults", "outage", "chaos")
+		_, setupErr = plane.RegisterWebhook(ctx, "captf", mgr.WebhookAddr, mgr.WebhookCert.CA.CertPEM, "capi", "move", "workload", "topology", "defaults", "outage", "chaos", "quota")
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)
