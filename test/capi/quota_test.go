@@ -101,9 +101,18 @@ func TestQuotaStallsARollout(t *testing.T) {
 		if err != nil {
 			return nil
 		}
+		tms, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil
+		}
+		clonedFrom := map[string]string{} // TerraformMachine → its template, as Cluster API records it
+		for _, tm := range tms.Items {
+			clonedFrom[tm.Name] = tm.Annotations["cluster.x-k8s.io/cloned-from-name"]
+		}
 		out := map[string]map[string]bool{}
 		for _, m := range list.Items {
-			tmpl, _, _ := unstructured.NestedString(m.Object, "spec", "infrastructureRef", "name")
+			infra, _, _ := unstructured.NestedString(m.Object, "spec", "infrastructureRef", "name")
+			tmpl := clonedFrom[infra]
 			id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID")
 			if out[tmpl] == nil {
 				out[tmpl] = map[string]bool{}
