@@ -64,6 +64,11 @@ func TestQuotaStallsARollout(t *testing.T) {
 		tc.Spec.Variables = cloudVars()
 	})
 	waitClusterReady(t, ns, "work", 2*time.Minute)
+	// Nodes for the cloud's instances: a new Machine is available, and
+	// the rollout goes on, only once its Node is Ready.
+	if _, err := plane.StartWorkloadOf(ctx, ns, "work", cloud.Hosts(ns)); err != nil {
+		t.Fatal(err)
+	}
 	bootstrapSecret(t, ns, "worker-bootstrap")
 	moduleConfigMap("machine-module", "localcloud-machine")
 	template := func(name, size string) {

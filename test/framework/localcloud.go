@@ -108,6 +108,24 @@ func (c *LocalCloud) List(account, kind string) ([]CloudResource, error) {
 	return out, json.Unmarshal(buf.Bytes(), &out)
 }
 
+// Hosts lists an account's instances as a workload cluster's node agent
+// wants them (StartWorkloadOf): Node name (the instance's ID) → provider
+// ID, as the provider writes it.
+func (c *LocalCloud) Hosts(account string) func() map[string]string {
+	var last map[string]string
+	return func() map[string]string {
+		instances, err := c.List(account, "instances")
+		if err != nil {
+			return last // a failed list is no instance gone
+		}
+		last = map[string]string{}
+		for _, i := range instances {
+			last[i.ID] = "localcloud:///" + i.Zone + "/" + i.ID
+		}
+		return last
+	}
+}
+
 // LocalCloudStats are the cloud's counts: creates and deletes by kind,
 // quota refusals, throttled requests.
 type LocalCloudStats struct {

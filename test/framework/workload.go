@@ -43,7 +43,8 @@ type WorkloadCluster struct {
 	*ControlPlane
 	Namespace, Name string
 
-	dirs     []string
+	// hosts are the live hosts: each one's Node name and provider ID.
+	hosts    func() map[string]string
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopOnce sync.Once
@@ -63,6 +64,12 @@ func KubeconfigSecretName(cluster string) string { return cluster + "-kubeconfig
 // removed out of band stops its heartbeats, and the node lifecycle
 // controller turns its Node Unknown. It stops with cp.
 func (cp *ControlPlane) StartWorkload(ctx context.Context, namespace, name string, instanceDirs ...string) (*WorkloadCluster, error) {
+	return cp.StartWorkloadOf(ctx, namespace, name, func() map[string]string { return instanceHosts(instanceDirs) })
+}
+
+// StartWorkloadOf is StartWorkload with the live hosts hosts lists (Node
+// name → provider ID), the local cloud's instances, say.
+func (cp *ControlPlane) StartWorkloadOf(ctx context.Context, namespace, name string, hosts func() map[string]string) (*WorkloadCluster, error) {
 	opts := Options{workload: true}
 	if cp.network != nil {
 		// Cluster API runs in a pod: its API server must be reachable from
@@ -76,7 +83,7 @@ func (cp *ControlPlane) StartWorkload(ctx context.Context, namespace, name strin
 	if err != nil {
 		return nil, fmt.Errorf("workload cluster %s/%s: %w", namespace, name, err)
 	}
-	wc := &WorkloadCluster{ControlPlane: plane, Namespace: namespace, Name: name, dirs: instanceDirs, done: make(chan struct{})}
+	wc := &WorkloadCluster{ControlPlane: plane, Namespace: namespace, Name: name, hosts: hosts, done: make(chan struct{})}
 	if err := cp.writeKubeconfigSecret(ctx, wc); err != nil {
 		plane.Stop()
 		return nil, err
@@ -126,15 +133,15 @@ func (cp *ControlPlane) writeKubeconfigSecret(ctx context.Context, wc *WorkloadC
 // ProviderIDPrefix is the provider ID of a local-cloud host without its name.
 const ProviderIDPrefix = "local:///"
 
-// liveHosts are the instance files: hidden files are the modules' own
-// bookkeeping.
-func (wc *WorkloadCluster) liveHosts() map[string]bool {
-	live := map[string]bool{}
-	for _, dir := range wc.dirs {
+// instanceHosts are the instance files of dirs, with their provider IDs:
+// hidden files are the modules' own bookkeeping.
+func instanceHosts(dirs []string) map[string]string {
+	live := map[string]string{}
+	for _, dir := range dirs {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-				live[e.Name()] = true
+				live[e.Name()] = ProviderIDPrefix + e.Name()
 			}
 		}
 	}
@@ -150,14 +157,14 @@ func (wc *WorkloadCluster) runNodeAgent(ctx context.Context) {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
-		live := wc.liveHosts()
+		live := wc.hosts()
 		for host := range leases {
-			if !live[host] {
+			if _, ok := live[host]; !ok {
 				delete(leases, host) // back later: post Ready again
 			}
 		}
-		for host := range live {
-			if err := wc.beat(ctx, host, leases); err != nil && ctx.Err() == nil {
+		for host, providerID := range live {
+			if err := wc.beat(ctx, host, providerID, leases); err != nil && ctx.Err() == nil {
 				fmt.Fprintf(os.Stderr, "node agent of %s/%s: %s: %v\n", wc.Namespace, wc.Name, host, err)
 				delete(leases, host)
 			}
@@ -170,7 +177,7 @@ func (wc *WorkloadCluster) runNodeAgent(ctx context.Context) {
 	}
 }
 
-func (wc *WorkloadCluster) beat(ctx context.Context, host string, leases map[string]*coordinationv1.Lease) error {
+func (wc *WorkloadCluster) beat(ctx context.Context, host, providerID string, leases map[string]*coordinationv1.Lease) error {
 	now := metav1.NowMicro()
 	if lease := leases[host]; lease != nil {
 		lease = lease.DeepCopy()
@@ -189,7 +196,7 @@ func (wc *WorkloadCluster) beat(ctx context.Context, host string, leases map[str
 	if apierrors.IsNotFound(err) {
 		node, err = wc.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: host, Labels: map[string]string{corev1.LabelHostname: host, corev1.LabelOSStable: "linux"}},
-			Spec:       corev1.NodeSpec{ProviderID: ProviderIDPrefix + host},
+			Spec:       corev1.NodeSpec{ProviderID: providerID},
 		}, metav1.CreateOptions{})
 	}
 	if err != nil {
