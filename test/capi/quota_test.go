@@ -21,8 +21,8 @@ import (
 )
 
 // TestQuotaStallsARollout (issue 33, item 5): machines on the local cloud,
-// whose account holds 2 instances, in a MachineDeployment of 2 rolled to a
-// new template with maxSurge 1. The surge machine cannot be made: its
+// whose account holds 3 instances (a control-plane machine and 2 workers),
+// in a MachineDeployment of 2 rolled to a new template with maxSurge 1. The surge machine cannot be made: its
 // TerraformMachine says so with the cloud's message (CloudQuotaExceeded),
 // its retries back off, the rollout stalls with both old machines and
 // their instances in place. Raising the quota lets the rollout finish with
@@ -36,7 +36,7 @@ func TestQuotaStallsARollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cloud.Stop)
-	if err := cloud.SetLimits(ns, `{"quotas": {"instances": 2}}`); err != nil {
+	if err := cloud.SetLimits(ns, `{"quotas": {"instances": 3}}`); err != nil {
 		t.Fatal(err)
 	}
 	lock, err := framework.LocalCloudLockFile()
@@ -80,6 +80,21 @@ func TestQuotaStallsARollout(t *testing.T) {
 		if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The control plane is one Machine (no control-plane provider runs):
+	// its Node initializes the cluster for Cluster API.
+	cp := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp", Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "work"}},
+		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "machine-module"}},
+			Variables: cloudVars()}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, cp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cpMachine := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+		"metadata": map[string]any{"name": "cp", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work", "cluster.x-k8s.io/control-plane": ""}},
+		"spec": map[string]any{"clusterName": "work", "version": "v1.37.0", "bootstrap": map[string]any{"dataSecretName": "worker-bootstrap"},
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachine", "name": "cp"}}}}
+	if _, err := plane.Dynamic.Resource(machinesGVR).Namespace(ns).Create(ctx, cpMachine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	template("small", "small")
 	labels := map[string]any{"pool": "workers", "cluster.x-k8s.io/cluster-name": "work"}
@@ -179,6 +194,9 @@ func TestQuotaStallsARollout(t *testing.T) {
 	if c := meta.FindStatusCondition(refused.Status.Conditions, infrav1.ConditionReady); !strings.Contains(c.Message, "QuotaExceeded: instance quota of 2 reached in account "+ns) {
 		t.Errorf("the refused machine's Ready message does not quote the cloud: %s", c.Message)
 	}
+	if !strings.Contains(refused.Name, "workers-") {
+		t.Errorf("the machine refused is %s, want the surge machine", refused.Name)
+	}
 	// Stalled for 40 s: the old machines and their instances stay, and the
 	// surge machine's retries back off (10 s, 20 s, 40 s: at most 4 Jobs).
 	err = framework.Consistently(40*time.Second, func() error {
@@ -186,8 +204,8 @@ func TestQuotaStallsARollout(t *testing.T) {
 		if provisioned(m["small"]) != 2 {
 			return fmt.Errorf("the old machines went before a new one was ready: %v", m)
 		}
-		if instances, err := cloud.List(ns, "instances"); err == nil && len(instances) != 2 {
-			return fmt.Errorf("the cloud holds %d instances, want the old 2", len(instances))
+		if instances, err := cloud.List(ns, "instances"); err == nil && len(instances) != 3 {
+			return fmt.Errorf("the cloud holds %d instances, want the control plane's and the old 2", len(instances))
 		}
 		return nil
 	})
@@ -203,7 +221,7 @@ func TestQuotaStallsARollout(t *testing.T) {
 	}
 
 	// Raised: the rollout finishes by itself.
-	if err := cloud.SetLimits(ns, `{"quotas": {"instances": 3}}`); err != nil {
+	if err := cloud.SetLimits(ns, `{"quotas": {"instances": 4}}`); err != nil {
 		t.Fatal(err)
 	}
 	after := waitMachinesOf("rolled to 2 large ones", 5*time.Minute, func(m map[string]map[string]bool) bool {
@@ -211,10 +229,10 @@ func TestQuotaStallsARollout(t *testing.T) {
 	})
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		instances, err := cloud.List(ns, "instances")
-		return err == nil && len(instances) == 2, nil
+		return err == nil && len(instances) == 3, nil
 	})
 	if err != nil {
 		instances, _ := cloud.List(ns, "instances")
-		t.Errorf("the cloud's instances after the rollout: %+v, want the new 2 (before %v, after %v)", instances, before, after)
+		t.Errorf("the cloud's instances after the rollout: %+v, want the control plane's and the new 2 (before %v, after %v)", instances, before, after)
 	}
 }
