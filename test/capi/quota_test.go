@@ -191,7 +191,7 @@ func TestQuotaStallsARollout(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no TerraformMachine says CloudQuotaExceeded: %v", err)
 	}
-	if c := meta.FindStatusCondition(refused.Status.Conditions, infrav1.ConditionReady); !strings.Contains(c.Message, "QuotaExceeded: instance quota of 2 reached in account "+ns) {
+	if c := meta.FindStatusCondition(refused.Status.Conditions, infrav1.ConditionReady); !strings.Contains(c.Message, "QuotaExceeded: instance quota of 3 reached in account "+ns) {
 		t.Errorf("the refused machine's Ready message does not quote the cloud: %s", c.Message)
 	}
 	if !strings.Contains(refused.Name, "workers-") {
