@@ -63,6 +63,7 @@ verify: ## Fail on stale generated code or CRDs, gofmt, vet or go.mod drift
 	cd hack/tools && $(GO) mod tidy -diff
 	cd hack/tools/prometheus && $(GO) mod tidy -diff
 	cd hack/tools/imagebuild && $(GO) mod tidy -diff && $(GO) vet ./...
+	cd test/localcloud && $(GO) mod tidy -diff && $(GO) vet ./...
 
 .PHONY: bench
 bench: controlplane ## Manager at scale: 1,000 TerraformClusters, prints RSS, CPU, latency and API writes
