@@ -91,29 +91,39 @@ func fleet(t *testing.T, root, ns, instances string, minSeconds, spreadSeconds i
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachineTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]any{"pool": "slow", "cluster.x-k8s.io/cluster-name": "work"}
-	md := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-		"metadata": map[string]any{"name": "slow", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
-		"spec": map[string]any{
-			"clusterName": "work", "replicas": int64(0), "selector": map[string]any{"matchLabels": labels},
-			"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
-				"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
-			"template": map[string]any{"metadata": map[string]any{"labels": labels}, "spec": map[string]any{
-				"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": "worker-bootstrap"},
-				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachineTemplate", "name": "slow"},
-			}},
-		},
-	}}
-	if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Create(ctx, md, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createWorkers(t, ns, "slow", "slow", 0)
 	return func(n int) {
 		t.Helper()
 		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
 		if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Patch(ctx, "slow", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// createWorkers creates MachineDeployment name of Cluster "work": replicas
+// machines (label pool=name) of TerraformMachineTemplate template, with
+// the bootstrap data of Secret worker-bootstrap, rolled one surge machine
+// at a time (what Cluster API's defaulting webhook sets; its webhooks do not
+// run here).
+func createWorkers(t *testing.T, ns, name, template string, replicas int64) {
+	t.Helper()
+	labels := map[string]any{"pool": name, "cluster.x-k8s.io/cluster-name": "work"}
+	md := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
+		"spec": map[string]any{
+			"clusterName": "work", "replicas": replicas, "selector": map[string]any{"matchLabels": labels},
+			"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
+				"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
+			"template": map[string]any{"metadata": map[string]any{"labels": labels}, "spec": map[string]any{
+				"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": "worker-bootstrap"},
+				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachineTemplate", "name": template},
+			}},
+		},
+	}}
+	if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Create(context.Background(), md, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -97,23 +97,7 @@ func TestQuotaStallsARollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	template("small", "small")
-	labels := map[string]any{"pool": "workers", "cluster.x-k8s.io/cluster-name": "work"}
-	md := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-		"metadata": map[string]any{"name": "workers", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "work"}},
-		"spec": map[string]any{
-			"clusterName": "work", "replicas": int64(2), "selector": map[string]any{"matchLabels": labels},
-			"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
-				"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
-			"template": map[string]any{"metadata": map[string]any{"labels": labels}, "spec": map[string]any{
-				"clusterName": "work", "bootstrap": map[string]any{"dataSecretName": "worker-bootstrap"},
-				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachineTemplate", "name": "small"},
-			}},
-		},
-	}}
-	if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Create(ctx, md, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createWorkers(t, ns, "workers", "small", 2)
 	// machinesOf lists the deployment's Machines by template, with whether
 	// each has its provider ID.
 	machinesOf := func() map[string]map[string]bool {
