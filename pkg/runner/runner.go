@@ -415,10 +415,16 @@ func (r *Runner) providerInstallation(ctx context.Context) ([]string, error) {
 	}
 	var providers []string
 	for _, d := range dirs {
-		if info, err := os.Stat(d); err == nil && info.IsDir() {
-			rel, _ := filepath.Rel(mirror, d)
-			providers = append(providers, strconv.Quote(filepath.ToSlash(rel)))
+		rel, _ := filepath.Rel(mirror, d)
+		rel = filepath.ToSlash(rel)
+		if info, err := os.Stat(d); err != nil || !info.IsDir() || !providerAddress.MatchString(rel) {
+			// Not a provider: an image built FROM a distribution has
+			// its directories too. One odd pattern would make terraform
+			// drop the whole installation block.
+			klog.FromContext(ctx).V(2).Info("Not a provider of the mirror; skipped", "path", rel)
+			continue
 		}
+		providers = append(providers, strconv.Quote(rel))
 	}
 	if len(providers) == 0 {
 		return nil, fmt.Errorf("the provider mirror %s holds no provider (want HOST/NAMESPACE/TYPE directories, as terraform providers mirror writes them)", mirror)
@@ -444,6 +450,11 @@ func (r *Runner) providerInstallation(ctx context.Context) ([]string, error) {
 	}
 	return append(env, "TF_CLI_CONFIG_FILE="+path), nil
 }
+
+// providerAddress is HOST/NAMESPACE/TYPE of a provider, as a mirror lays
+// them out; a registry's host name has a dot (etc/ssl/certs is no
+// provider).
+var providerAddress = regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+(:[0-9]+)?/[a-zA-Z0-9][a-zA-Z0-9_-]*/[a-z0-9][a-z0-9_-]*$`)
 
 // currentCLIConfig is the CLI configuration terraform would read in this
 // pod: the file TF_CLI_CONFIG_FILE names, else ~/.terraformrc.
