@@ -241,9 +241,6 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	if err := os.MkdirAll(r.Config.WorkDir, 0o755); err != nil {
-		return nil, "", err
-	}
 	if r.env, err = r.providerInstallation(ctx); err != nil {
 		return nil, "", err
 	}

@@ -206,7 +206,6 @@ func TestProviderInstallation(t *testing.T) {
 	mirror := t.TempDir()
 	for _, p := range []string{"captf.io/captf/localcloud/0.1.0/linux_amd64", "registry.opentofu.org/hashicorp/aws",
 		"usr/share/${oops}", ".hidden/ns/type", "etc/ssl/certs"} { // not providers, as an image FROM a distribution has them
-
 		if err := os.MkdirAll(filepath.Join(mirror, p), 0o755); err != nil {
 			t.Fatal(err)
 		}

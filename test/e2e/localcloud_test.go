@@ -93,7 +93,7 @@ func TestLocalCloudFromMirror(t *testing.T) {
 	if err != nil || len(instances) != 2 {
 		t.Fatalf("the cloud's instances: %+v %v; want 2", instances, err)
 	}
-	if got := string(tc.Status.Outputs["instances"].Raw); !strings.Contains(got, "localcloud:///zone-a/"+instances[0].ID) && !strings.Contains(got, instances[0].ID) {
+	if got := string(tc.Status.Outputs["instances"].Raw); !strings.Contains(got, instances[0].ID) {
 		t.Errorf("outputs.instances = %s, want the cloud's IDs %+v", got, instances)
 	}
 	if tc.Spec.ControlPlaneEndpoint.Host == "" || tc.Spec.ControlPlaneEndpoint.Port != 6443 {

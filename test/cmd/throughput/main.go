@@ -24,9 +24,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/captf/captf/test/framework"
 )
 
@@ -104,10 +101,8 @@ func run(n int, profile time.Duration, byClient bool) error {
 		return err
 	}
 	cpu0, req0, adds0 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
-	md := machineDeployments
 	start := time.Now()
-	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2)
-	if _, err := cp.Dynamic.Resource(md).Namespace("demo").Patch(ctx, "demo-workers", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := scale(ctx, cp, "demo-workers", n+2); err != nil {
 		return err
 	}
 	profiled := make(chan string, 1)
@@ -119,30 +114,20 @@ func run(n int, profile time.Duration, byClient bool) error {
 	}
 	captf := time.Since(start)
 	cpu1, req1, adds1 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
-	var pods []time.Duration
-	for _, r := range ex.Runs()[before:] {
-		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
-			pods = append(pods, r.Finished.Sub(r.Started))
-		}
-	}
+	pods := appliesSince(ex, before)
 
 	// One machine at a time: a runner pod alone on the machine, so that its
 	// time less a bare run's is the runner's own, not a share of 2 cores.
 	var alone []time.Duration
 	for k := 1; k <= 5; k++ {
 		seen := len(ex.Runs())
-		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n+2+k)
-		if _, err := cp.Dynamic.Resource(md).Namespace("demo").Patch(ctx, "demo-workers", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if err := scale(ctx, cp, "demo-workers", n+2+k); err != nil {
 			return err
 		}
 		if _, err := cp.WaitQuickstartMachines(ctx, n+framework.QuickstartMachines+k); err != nil {
 			return err
 		}
-		for _, r := range ex.Runs()[seen:] {
-			if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
-				alone = append(alone, r.Finished.Sub(r.Started))
-			}
-		}
+		alone = append(alone, appliesSince(ex, seen)...)
 	}
 
 	tf, err := exec.LookPath("terraform")
@@ -239,6 +224,18 @@ func run(n int, profile time.Duration, byClient bool) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// appliesSince is how long each TerraformMachine's apply pod that
+// succeeded ran, of the executor's runs from the seen-th on.
+func appliesSince(ex *framework.Executor, seen int) []time.Duration {
+	var out []time.Duration
+	for _, r := range ex.Runs()[seen:] {
+		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
+			out = append(out, r.Finished.Sub(r.Started))
+		}
+	}
+	return out
 }
 
 // requestsByClient counts the requests received between from and to by

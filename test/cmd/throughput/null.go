@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Dur
 		"metadata": map[string]any{"name": nullPool, "namespace": "demo"}, "spec": md.Object["spec"]}}
 	for path, v := range map[string]any{"spec.replicas": int64(0), "spec.selector.matchLabels.pool": nullPool,
 		"spec.template.metadata.labels.pool": nullPool, "spec.template.spec.infrastructureRef.name": nullPool} {
-		if err := unstructured.SetNestedField(md.Object, v, splitPath(path)...); err != nil {
+		if err := unstructured.SetNestedField(md.Object, v, strings.Split(path, ".")...); err != nil {
 			return 0, err
 		}
 	}
@@ -65,34 +66,23 @@ func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Dur
 	defer stop()
 
 	start := time.Now()
-	if err := scaleNull(ctx, cp, n); err != nil {
+	if err := scale(ctx, cp, nullPool, n); err != nil {
 		return 0, err
 	}
 	if err := waitNullMachines(ctx, cp, n, true); err != nil {
 		return 0, err
 	}
 	took := time.Since(start)
-	if err := scaleNull(ctx, cp, 0); err != nil {
+	if err := scale(ctx, cp, nullPool, 0); err != nil {
 		return 0, err
 	}
 	return took, waitNullMachines(ctx, cp, 0, false)
 }
 
-func splitPath(p string) []string {
-	var out []string
-	start := 0
-	for i := range len(p) {
-		if p[i] == '.' {
-			out = append(out, p[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, p[start:])
-}
-
-func scaleNull(ctx context.Context, cp *framework.ControlPlane, n int) error {
+// scale sets the replicas of the quickstart's MachineDeployment name.
+func scale(ctx context.Context, cp *framework.ControlPlane, name string, n int) error {
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
-	_, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Patch(ctx, nullPool, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }
 

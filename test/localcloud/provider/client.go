@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/captf/captf/test/localcloud/server"
 )
 
 // client calls the local cloud's API as a cloud SDK does: it waits out
@@ -36,20 +38,9 @@ func isNotFound(err error) bool {
 	return ok && ae.Status == http.StatusNotFound
 }
 
-// apiResource is what the API returns for any kind.
-type apiResource struct {
-	ID        string            `json:"id,omitempty"`
-	Name      string            `json:"name,omitempty"`
-	NetworkID string            `json:"network_id,omitempty"`
-	CIDR      string            `json:"cidr,omitempty"`
-	Zone      string            `json:"zone,omitempty"`
-	Size      string            `json:"size,omitempty"`
-	Port      int               `json:"port,omitempty"`
-	UserData  string            `json:"user_data,omitempty"`
-	Tags      map[string]string `json:"tags,omitempty"`
-	Address   string            `json:"address,omitempty"`
-	Status    string            `json:"status,omitempty"`
-}
+// apiResource is what the API takes and returns, for any kind: the
+// server's own type.
+type apiResource = server.Resource
 
 func (c *client) do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
