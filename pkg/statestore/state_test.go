@@ -702,3 +702,35 @@ func TestAClaimedStateIsReadOnce(t *testing.T) {
 		t.Errorf("reads after a read-only check made %d GETs, want none (the state is inline)", n)
 	}
 }
+
+// TestAClaimedStateOutlivesItsSecret: the state Secret deleted while a run
+// holds it (a careless kubectl delete): terraform's later reads still get
+// the state the run claimed, never none (which would plan every resource
+// anew), and the run's write fails rather than make a state from nothing.
+func TestAClaimedStateOutlivesItsSecret(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	enforceResourceVersions(client)
+	if err := newStore(client, 0, 0).Write(ctx, []byte(`{"serial":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(client, 0, 0)
+	if err := s.Claim(ctx, "run-2", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Secrets("ns").Delete(ctx, "tfc-c-state", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Read(ctx); err != nil || string(got) != `{"serial":1}` {
+		t.Errorf("a read after the state Secret went: %s, %v; want the claimed state", got, err)
+	}
+	if err := s.Write(ctx, []byte(`{"serial":2}`)); err == nil {
+		t.Error("a write after the state Secret went succeeded; want an error")
+	}
+	if _, err := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{}); err == nil {
+		t.Error("the write made a new state Secret")
+	}
+}
