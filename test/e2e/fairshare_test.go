@@ -37,7 +37,13 @@ func startAttack(t *testing.T, args ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"-source=" + attackerSource}, args...)...)
+	// A hostile pod runs on its own node, or within its CPU limit; here it
+	// shares the test machine's two cores with the manager, the API server
+	// and the victim's runners. One core at the lowest priority keeps its
+	// flood from measuring the machine's CPU instead of the manager's
+	// fairness (it still sends thousands of requests a second).
+	cmd := exec.Command("nice", append([]string{"-n", "19", bin, "-source=" + attackerSource}, args...)...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -140,10 +146,10 @@ func TestRunnerAPIFairShare(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	calm := victim.applyTimes("calm", 3)
+	calm := victim.applyTimes("calm", 5)
 	state := fmt.Sprintf("/api/v1/namespaces/%s/secrets/%s", hostile.ns, tfcNames("hog-0").State())
 	startAttack(t, "-target="+m.RunnerAPIAddr, "-junk-tokens=8", "-trickle=4", "-token-file="+tokenFile, "-path="+state)
-	checkFairShare(t, calm, victim.applyTimes("storm", 3))
+	checkFairShare(t, calm, victim.applyTimes("storm", 5))
 }
 
 // TestWebhookFairShare (issue 31, item 4): a pod that reaches the webhook's
