@@ -125,6 +125,25 @@ mutant lock-renewed-after-taken pkg/statestore/lock.go \
 		return fmt.Errorf' '	if false {
 		return fmt.Errorf'
 
+# A Job runs inputs known only by their remembered hash.
+mutant job-runs-remembered-hash pkg/controller/workspace/apply.go \
+	'	if in.HashOnly {' '	if false {'
+
+# A Job starts on a remembered hash that what was read no longer matches.
+mutant remembered-hash-not-checked pkg/controller/workspace/apply.go \
+	'		if rendered.Hash != in.Hash {' '		if false {'
+
+# A resync keeps the remembered inputs: a changed ConfigMap is never read.
+mutant resync-keeps-rendered-inputs pkg/controller/workspace/controller.go \
+	'		c.rendered.forget(cache.MetaObjectToName(n))' '		_ = n'
+
+# The owner's inputs or its bootstrap data Secret's name changed, and the
+# remembered hash still answers.
+mutant rendered-from-misses-owner pkg/controller/workspace/controller.go \
+	'obj.GetGeneration(), inputs, bootstrap)' 'obj.GetGeneration(), nil, bootstrap)'
+mutant rendered-from-misses-bootstrap-secret pkg/controller/workspace/controller.go \
+	'obj.GetGeneration(), inputs, bootstrap)' 'obj.GetGeneration(), inputs, bootstrap[:0])'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

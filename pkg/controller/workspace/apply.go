@@ -36,14 +36,14 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 	changed := e.stateChangedAfter(r)
 	if latest != nil && latest.CreationTimestamp.Time.Before(changed) {
 		if _, succeeded := JobFinished(latest); succeeded {
-			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, latest.Attempt+1, in.SecretData())
+			return nil, nil, e.startApply(ctx, r, in, latest.Attempt+1)
 		}
 	}
 	// Other inputs were applied after the last Job of these (the spec went
 	// back to earlier inputs): that Job's plan and outputs are of another
 	// infrastructure than today's.
 	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, latest.Attempt+1, in.SecretData())
+		return nil, nil, e.startApply(ctx, r, in, latest.Attempt+1)
 	}
 	if st.AppliedInputsHash == in.Hash {
 		// A refresh of the applied inputs: the caller reads its outputs.
@@ -53,7 +53,7 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 	}
 	if latest == nil {
 		if st.AppliedInputsHash != in.Hash || (st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(changed)) {
-			return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, 0, in.SecretData())
+			return nil, nil, e.startApply(ctx, r, in, 0)
 		}
 		// Applied, and its Jobs are gone from history (or the status came
 		// back with a restore).
@@ -71,6 +71,31 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
 	return e.applySucceeded(ctx, r, latest, in)
+}
+
+// startApply starts an apply Job of in. A Job never runs inputs known
+// only by their hash (HashOnly): they are rendered now, and when what was
+// read is not what the hash says (a Secret or ConfigMap changed since it
+// was remembered), the object is synced again to decide on what was read.
+func (e *Engine) startApply(ctx context.Context, r *Sync, in *Inputs, attempt int) error {
+	if in.HashOnly {
+		rendered, err := in.render()
+		var ie *InputError
+		if errors.As(err, &ie) {
+			e.InputError(r, ie)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if rendered.Hash != in.Hash {
+			klog.FromContext(ctx).V(2).Info("Inputs changed since they were last read; deciding again", "was", in.Hash, "now", rendered.Hash)
+			r.requeueWithin(time.Millisecond)
+			return nil
+		}
+		in = rendered
+	}
+	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
 }
 
 // ReportRunning reports in the status a Job of the object that runs, and
@@ -126,7 +151,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		// Nothing says what it applied or planned: plan again (an
 		// applied module plans no change).
 		klog.FromContext(ctx).Info("An apply Job's result is gone; planning again", "job", klog.KObj(job))
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, job.Attempt+1, in.SecretData())
+		return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -140,7 +165,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		// Approved: plan again, and apply only if the plan is still the
 		// approved one.
 		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanApproved, "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
-		return nil, nil, e.start(ctx, r, infrav1.OperationApply, in.Hash, job.Attempt+1, in.SecretData())
+		return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
 	}
 	e.reportBlocked(r, job, res.Plan)
 	return nil, nil, nil
@@ -153,7 +178,7 @@ func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *I
 	if !retry {
 		return nil
 	}
-	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
+	return e.startApply(ctx, r, in, attempt)
 }
 
 // failed reports a failed Job: Ready False with the runner's reason (else

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -85,6 +86,7 @@ type Controller[T Object] struct {
 	loop         *controller.Loop
 	expectations *controller.Expectations
 	written      *controller.WrittenVersions
+	rendered     *renderedInputs
 	engine       *Engine
 }
 
@@ -121,7 +123,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	c := &Controller[T]{
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),
-		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(),
+		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(), rendered: newRenderedInputs(),
 		providerIDs: providerIDs,
 	}
 	loop.Sync = c.sync
@@ -277,7 +279,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 	if running, err := c.engine.ReportRunning(ctx, s); err != nil || running {
 		return err
 	}
-	in, err := c.render(ctx, s)
+	in, err := c.currentInputs(ctx, s)
 	if err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
@@ -330,9 +332,25 @@ func (c *Controller[T]) waiting(s *Sync) (string, string) {
 	return "", ""
 }
 
-// render makes the object's inputs: CAPTF's (docs/inputs.md), the kind's,
-// the bootstrap data and the cluster's exports, with the user's variables.
-func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
+// currentInputs are the object's inputs as far as Apply needs them to
+// tell whether they are applied: the hash of the last render while nothing
+// it was rendered from changed but what Secrets and ConfigMaps hold
+// (renderedInputs), else a render.
+func (c *Controller[T]) currentInputs(ctx context.Context, s *Sync) (*Inputs, error) {
+	inputs, from, err := c.renderedFrom(s)
+	if err != nil {
+		return nil, err
+	}
+	if hash, ok := c.rendered.lookup(cache.MetaObjectToName(s.Obj), from); ok {
+		return &Inputs{Hash: hash, HashOnly: true, render: func() (*Inputs, error) { return c.render(ctx, s) }}, nil
+	}
+	return c.renderOf(ctx, s, inputs, from)
+}
+
+// renderedFrom is CAPTF's inputs of the object short of the bootstrap data
+// (docs/inputs.md: its own, the kind's and the cluster's exports), and the
+// digest renderedInputs tells renders apart by.
+func (c *Controller[T]) renderedFrom(s *Sync) (map[string]any, [sha256.Size]byte, error) {
 	obj := s.Obj
 	inputs := map[string]any{
 		"captf_cluster_name": obj.GetLabels()[capi.ClusterNameLabel],
@@ -346,15 +364,37 @@ func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
 	if c.belongsToCluster() {
 		inputs["captf_cluster_exports"] = exports(s.TerraformCluster)
 	}
+	bootstrap := ""
 	if s.Owner != nil && c.kind.Inputs != nil {
 		c.kind.Inputs(s.Owner, inputs)
-		if c.kind.Owner.BootstrapData(s.Owner) != "" {
-			if err := bootstrapInputs(ctx, c.engine.Kube, c.engine.BootstrapConfigs, c.kind.Owner, s.Owner, inputs); err != nil {
-				return nil, err
-			}
+		bootstrap = c.kind.Owner.BootstrapData(s.Owner)
+	}
+	from, err := renderedFrom(string(obj.GetUID()), obj.GetGeneration(), inputs, bootstrap)
+	return inputs, from, err
+}
+
+// render makes the object's inputs: CAPTF's, the bootstrap data and the
+// user's variables, and remembers their hash.
+func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
+	inputs, from, err := c.renderedFrom(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.renderOf(ctx, s, inputs, from)
+}
+
+func (c *Controller[T]) renderOf(ctx context.Context, s *Sync, inputs map[string]any, from [sha256.Size]byte) (*Inputs, error) {
+	if s.Owner != nil && c.kind.Inputs != nil && c.kind.Owner.BootstrapData(s.Owner) != "" {
+		if err := bootstrapInputs(ctx, c.engine.Kube, c.engine.BootstrapConfigs, c.kind.Owner, s.Owner, inputs); err != nil {
+			return nil, err
 		}
 	}
-	return Render(ctx, c.engine.Kube, obj.GetNamespace(), *obj.Workspace(), inputs)
+	in, err := Render(ctx, c.engine.Kube, s.Obj.GetNamespace(), *s.Obj.Workspace(), inputs)
+	if err != nil {
+		return nil, err
+	}
+	c.rendered.remember(cache.MetaObjectToName(s.Obj), from, in.Hash)
+	return in, nil
 }
 
 // update writes obj's metadata and spec. obj keeps the status this sync
@@ -394,6 +434,7 @@ func (c *Controller[T]) writeStatus(ctx context.Context, obj, cached T) error {
 func (c *Controller[T]) forget(key cache.ObjectName) {
 	c.expectations.Delete(key)
 	c.written.Forget(key)
+	c.rendered.forget(key)
 }
 
 func (c *Controller[T]) enqueue(obj any) {
@@ -404,12 +445,15 @@ func (c *Controller[T]) enqueue(obj any) {
 
 // updateObject skips the object's own status writes: only spec (generation)
 // and metadata changes mean new work. A resync (same resourceVersion, every
-// --sync-period) syncs: inputs read from Secrets and ConfigMaps may have
-// changed.
+// --sync-period) syncs and forgets the inputs' last render: inputs read from
+// Secrets and ConfigMaps may have changed.
 func (c *Controller[T]) updateObject(old, cur any) {
 	o, n := old.(T), cur.(T)
 	if o.GetResourceVersion() != n.GetResourceVersion() && !controller.MetadataChanged(o, n) {
 		return
+	}
+	if o.GetResourceVersion() == n.GetResourceVersion() {
+		c.rendered.forget(cache.MetaObjectToName(n))
 	}
 	c.enqueue(cur)
 }

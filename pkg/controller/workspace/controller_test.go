@@ -796,3 +796,169 @@ func TestDocumentedReasons(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestInputsReadOncePerRender: syncs that only ask whether the applied
+// inputs are current take their hash from the last render (the module's
+// ConfigMap and the bootstrap data Secret are not read again); a Job always
+// runs inputs read when it starts; a changed ConfigMap is read at the
+// object's next resync, and when a Job is to start, which then decides
+// again on what it read.
+func TestInputsReadOncePerRender(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		ctx := context.Background()
+		module := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mod", Namespace: "ns"}, Data: map[string]string{"main.tf": "# one"}}
+		obj := newObject(k, withFinalizer(k), func(o workspace.Object) {
+			o.Workspace().Module = infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "mod"}}
+		})
+		f := newFixture(t, k, obj, k.capi, append([]runtime.Object{module}, k.kube...)...)
+		// inputReads are the reads of the module and the bootstrap data
+		// since the last observe.
+		inputReads := func() []string {
+			var out []string
+			for _, a := range f.kube.Actions() {
+				if g, ok := a.(k8stesting.GetAction); ok && (g.GetName() == "mod" || g.GetName() == bootstrapData.Name) {
+					out = append(out, g.GetResource().Resource+"/"+g.GetName())
+				}
+			}
+			return out
+		}
+		// runs is the module file a Job's run-inputs Secret holds.
+		runs := func(job *batchv1.Job) string {
+			t.Helper()
+			sec, err := f.kube.CoreV1().Secrets("ns").Get(ctx, names.Object{Kind: k.short, Name: "prod"}.RunInputs(job.Name), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m run.Module
+			if err := json.Unmarshal(sec.Data[run.KeyModule], &m); err != nil {
+				t.Fatal(err)
+			}
+			return m.Files["main.tf"]
+		}
+		setModule := func(content string) {
+			t.Helper()
+			cm := module.DeepCopy()
+			cm.Data["main.tf"] = content
+			if err := f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, "ns"); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// finishWithoutResult ends the newest Job with its result gone: its
+		// object plans again.
+		finishWithoutResult := func() *batchv1.Job {
+			t.Helper()
+			job := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.outputs})
+			if err := f.kube.CoreV1().Secrets("ns").Delete(ctx, names.Object{Kind: k.short, Name: "prod"}.Result(job.Name), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.kube.ClearActions()
+			return job
+		}
+
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || runs(jobs[0]) != "# one" {
+			t.Fatalf("created %v, want one apply of the module", jobNames(jobs))
+		}
+		first := jobs[0]
+		// A Job to start (the result is gone: plan again) runs inputs read
+		// now, not a hash.
+		finishWithoutResult()
+		f.sync()
+		jobs = f.createdJobs()
+		if len(jobs) != 1 || runs(jobs[0]) != "# one" || jobs[0].Labels[names.LabelInputsHash] != first.Labels[names.LabelInputsHash] {
+			t.Fatalf("created %v, want a Job of the same inputs", jobNames(jobs))
+		}
+		if reads := inputReads(); len(reads) == 0 {
+			t.Error("a Job started without its inputs being read")
+		}
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.outputs})
+		f.sync()
+		if st := f.object().WorkspaceStatus(); st.AppliedInputsHash != first.Labels[names.LabelInputsHash] {
+			t.Fatalf("applied %q, want the Job's %q", st.AppliedInputsHash, first.Labels[names.LabelInputsHash])
+		}
+		if reads := inputReads(); len(reads) > 0 {
+			t.Errorf("the sync that recorded the apply read %v: the inputs were read when its Job started", reads)
+		}
+		f.observe()
+		f.sync()
+		if reads := inputReads(); len(reads) > 0 || len(f.createdJobs()) > 0 {
+			t.Errorf("a sync of an applied object read %v and created %v", reads, jobNames(f.createdJobs()))
+		}
+
+		// A changed module: not read by a sync for the object's status...
+		setModule("# two")
+		f.sync()
+		if reads := inputReads(); len(reads) > 0 || len(f.createdJobs()) > 0 {
+			t.Errorf("a sync of an applied object read %v and created %v", reads, jobNames(f.createdJobs()))
+		}
+		// ...but at its resync, which applies it.
+		cached := f.object()
+		f.c.UpdateObjectForTest(cached, cached)
+		f.sync()
+		jobs = f.createdJobs()
+		if len(jobs) != 1 || runs(jobs[0]) != "# two" {
+			t.Fatalf("after a resync created %v, want an apply of the changed module", jobNames(jobs))
+		}
+		second := jobs[0]
+
+		// A module changed when a Job is to start: the Job is not started
+		// on the remembered hash; the next sync decides on the new module.
+		finishWithoutResult()
+		setModule("# three")
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) > 0 {
+			t.Fatalf("created %v on inputs that changed since their hash was taken", jobNames(jobs))
+		}
+		f.sync()
+		jobs = f.createdJobs()
+		if len(jobs) != 1 || runs(jobs[0]) != "# three" || jobs[0].Labels[names.LabelInputsHash] == second.Labels[names.LabelInputsHash] {
+			t.Fatalf("created %v, want an apply of the module as it is now", jobNames(jobs))
+		}
+		third := jobs[0]
+
+		// What CAPTF's inputs take from the owner is no Secret: a change of
+		// it is seen at once.
+		if k.kind != "TerraformMachine" {
+			return
+		}
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		machines := f.capi["machines"]
+		owner := machines.List()[0].(*unstructured.Unstructured).DeepCopy()
+		if err := unstructured.SetNestedField(owner.Object, "v1.37.3", "spec", "version"); err != nil {
+			t.Fatal(err)
+		}
+		if err := machines.Update(owner); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		jobs = f.createdJobs()
+		if len(jobs) != 1 || jobs[0].Labels[names.LabelInputsHash] == third.Labels[names.LabelInputsHash] {
+			t.Fatalf("after the Machine's version changed created %v, want an apply of the new version", jobNames(jobs))
+		}
+		fourth := jobs[0]
+		// Nor is which Secret holds its bootstrap data.
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		other := bootstrapData.DeepCopy()
+		other.Name, other.Data = "boot-2", map[string][]byte{"value": []byte("#cloud-config\n# 2")}
+		if _, err := f.kube.CoreV1().Secrets("ns").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		owner = owner.DeepCopy()
+		if err := unstructured.SetNestedField(owner.Object, other.Name, "spec", "bootstrap", "dataSecretName"); err != nil {
+			t.Fatal(err)
+		}
+		if err := machines.Update(owner); err != nil {
+			t.Fatal(err)
+		}
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 || jobs[0].Labels[names.LabelInputsHash] == fourth.Labels[names.LabelInputsHash] {
+			t.Fatalf("after the Machine's bootstrap data Secret changed created %v, want an apply of its data", jobNames(jobs))
+		}
+	})
+}

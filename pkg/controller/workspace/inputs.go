@@ -32,6 +32,11 @@ type Inputs struct {
 	// Sensitive names the variables whose values the runner keeps out of
 	// its log and reports: marked sensitive, or read from a Secret.
 	Sensitive []string
+	// HashOnly: these are the inputs of an earlier render, remembered by
+	// their Hash alone (the rest is empty), enough to tell whether they
+	// are applied; Apply renders them with render before it starts a Job.
+	HashOnly bool
+	render   func() (*Inputs, error)
 }
 
 // Ready reasons and event reasons of inputs that cannot be rendered.
