@@ -30,8 +30,12 @@ images: ## Build the manager and runner images as OCI archives in bin/images (no
 release: ## Write the clusterctl provider files of this version (metadata, components, cluster templates, release notes) into out/infrastructure-terraform/<version>, a clusterctl local repository
 	./hack/release.sh
 
+.PHONY: localcloud
+localcloud: ## Build the local cloud (its API server and provider), a provider mirror of it and the mirror's image into bin/
+	./hack/build-localcloud.sh
+
 .PHONY: local-up
-local-up: controlplane ## Run the local management plane with the CRDs installed
+local-up: controlplane localcloud ## Run the quickstart: the local management plane, the local cloud, Cluster API and CAPTF, with examples/quickstart applied
 	$(GO) build -o bin/local-up ./test/cmd/local-up
 	exec bin/local-up
 

@@ -2,7 +2,7 @@ package capi
 
 import (
 	"context"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,17 +14,21 @@ import (
 )
 
 // TestQuickstart: the objects of examples/quickstart, as make local-up and
-// the README apply them, reach Ready with Cluster API's controllers, their
-// Machines Running with Nodes in the workload cluster, and deleting the
-// Cluster destroys every instance.
+// the README apply them, reach Ready on the local cloud with Cluster API's
+// controllers, their Machines Running with Nodes in the workload cluster,
+// and deleting the Cluster destroys everything it made in the cloud.
 func TestQuickstart(t *testing.T) {
 	ctx := context.Background()
 	root, capiMgr := setup(t)
-	instances := t.TempDir()
-	if err := plane.ApplyQuickstart(ctx, root, instances); err != nil {
+	cloud, err := framework.StartLocalCloud(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plane.StartWorkload(ctx, "demo", "demo", instances); err != nil {
+	t.Cleanup(cloud.Stop)
+	if err := plane.ApplyQuickstart(ctx, root, cloud.URL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.StartWorkloadOf(ctx, "demo", "demo", cloud.Hosts(framework.QuickstartAccount)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plane.WaitQuickstartReady(ctx); err != nil {
@@ -40,19 +44,37 @@ func TestQuickstart(t *testing.T) {
 		t.Fatalf("%v\ncapi log:\n%s", err, capiMgr.Logs(30))
 	}
 	t.Logf("nodes: %v", nodes)
-	if n := len(instanceFiles(instances, "")); n == 0 {
-		t.Fatalf("no instance in %s", instances)
+	// The cluster's two instances beside its load balancer, and a machine's
+	// each.
+	if made := cloudResources(t, cloud); made["instances"] != 2+framework.QuickstartMachines || made["networks"] != 1 || made["load_balancers"] != 1 {
+		t.Errorf("the cloud holds %v, want 1 network, 1 load balancer and %d instances", made, 2+framework.QuickstartMachines)
 	}
 
 	if err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var left map[string]int
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := plane.Dynamic.Resource(capi.Cluster.Resource).Namespace("demo").Get(ctx, "demo", metav1.GetOptions{})
-		return err != nil && len(instanceFiles(instances, "")) == 0, nil
+		left = cloudResources(t, cloud)
+		return err != nil && len(left) == 0, nil
 	})
 	if err != nil {
-		entries, _ := os.ReadDir(instances)
-		t.Fatalf("after deleting the Cluster: %d instance files left, or the Cluster stays: %v", len(entries), err)
+		t.Fatalf("after deleting the Cluster: the cloud holds %v, or the Cluster stays: %v", left, err)
 	}
+}
+
+// cloudResources counts the quickstart account's resources in the cloud by
+// kind, leaving out kinds it holds none of.
+func cloudResources(t *testing.T, cloud *framework.LocalCloud) map[string]int {
+	t.Helper()
+	all, err := cloud.Resources(framework.QuickstartAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for r := range all {
+		out[r[:strings.Index(r, "/")]]++
+	}
+	return out
 }

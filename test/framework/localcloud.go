@@ -108,6 +108,25 @@ func (c *LocalCloud) List(account, kind string) ([]CloudResource, error) {
 	return out, json.Unmarshal(buf.Bytes(), &out)
 }
 
+// CloudKinds are the kinds of resources the local cloud makes.
+var CloudKinds = []string{"networks", "load_balancers", "instances"}
+
+// Resources lists all of an account's resources: "kind/name" → ID, to tell
+// whether one was made, replaced (a new ID) or destroyed.
+func (c *LocalCloud) Resources(account string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kind := range CloudKinds {
+		list, err := c.List(account, kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range list {
+			out[kind+"/"+r.Name] = r.ID
+		}
+	}
+	return out, nil
+}
+
 // Hosts lists an account's instances as a workload cluster's node agent
 // wants them (StartWorkloadOf): Node name (the instance's ID) → provider
 // ID, as the provider writes it.

@@ -55,6 +55,13 @@ const (
 	workloadAPIServerHost = "198.18.255.1"
 )
 
+// HostAddressForPods returns an address of this host that pods of every
+// pod network reach, for servers outside the management cluster (the
+// workload clusters' API servers, the local cloud) to listen on.
+func HostAddressForPods() (string, error) {
+	return workloadAPIServerHost, ensureWorkloadRange()
+}
+
 // serviceRange is the service range kube-apiserver is told.
 func (n *podNetwork) serviceRange() string { return fmt.Sprintf("198.19.%d.0/24", n.index) }
 

@@ -21,21 +21,30 @@ import (
 	"github.com/captf/captf/pkg/capi"
 )
 
-// ApplyQuickstart creates namespace demo, the module ConfigMaps and the
-// objects of examples/quickstart, whose instances go to the directory
-// instances; Cluster API's controllers and CAPTF do the rest. make local-up
-// runs it, and so does the CAPI suite.
-func (cp *ControlPlane) ApplyQuickstart(ctx context.Context, root, instances string) error {
+// QuickstartAccount is the local cloud account the quickstart's objects
+// use.
+const QuickstartAccount = "demo"
+
+// ApplyQuickstart creates namespace demo, the module ConfigMaps (each
+// module with the lock file of the local cloud's provider) and the objects
+// of examples/quickstart, on the local cloud at cloudURL; Cluster API's
+// controllers and CAPTF do the rest. make local-up runs it, and so do the
+// CAPI and install suites.
+func (cp *ControlPlane) ApplyQuickstart(ctx context.Context, root, cloudURL string) error {
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	for _, m := range []string{"local-cloud", "local-machine"} {
+	lock, err := LocalCloudLockFile()
+	if err != nil {
+		return err
+	}
+	for _, m := range []string{"localcloud-cluster", "localcloud-machine"} {
 		module, err := os.ReadFile(filepath.Join(root, "examples", m, "main.tf"))
 		if err != nil {
 			return err
 		}
 		if _, err := cp.Kube.CoreV1().ConfigMaps("demo").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: m},
-			Data: map[string]string{"main.tf": string(module)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			Data: map[string]string{"main.tf": string(module), ".terraform.lock.hcl": lock}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -44,7 +53,7 @@ func (cp *ControlPlane) ApplyQuickstart(ctx context.Context, root, instances str
 		return err
 	}
 	tmp := filepath.Join(cp.Dir, "quickstart.yaml")
-	if err := os.WriteFile(tmp, []byte(strings.ReplaceAll(string(raw), "${INSTANCE_DIR}", instances)), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(strings.ReplaceAll(string(raw), "${CLOUD_ENDPOINT}", cloudURL)), 0o600); err != nil {
 		return err
 	}
 	objs, err := ReadObjects(tmp)
@@ -173,11 +182,13 @@ func InstanceFiles(dir string) (map[string]string, error) {
 	return out, nil
 }
 
-// Local is the plane make local-up runs: the control plane, the executor
-// running Job pods as processes (the runner from binary, terraform from
-// PATH or root/bin), Cluster API's core controllers and the CAPTF manager.
+// Local is the plane make local-up runs: the control plane, the local
+// cloud, the executor running Job pods as processes (the runner from
+// binary, terraform from PATH or root/bin, the cloud's provider mirror
+// image), Cluster API's core controllers and the CAPTF manager.
 type Local struct {
 	*ControlPlane
+	Cloud    *LocalCloud
 	Executor *Executor
 	CAPI     *CAPIManager
 	Manager  *Manager
@@ -195,9 +206,21 @@ func StartLocal(ctx context.Context, root, binary string, opts Options) (_ *Loca
 			l.Stop()
 		}
 	}()
+	if l.Cloud, err = StartLocalCloud(cp.Dir); err != nil {
+		return l, err
+	}
+	mirror, err := ProviderMirrorImage()
+	if err != nil {
+		return l, err
+	}
+	images, err := ImageArchives()
+	if err != nil {
+		return l, err
+	}
 	if l.Executor, err = cp.StartExecutor(ctx, ExecutorOptions{
 		Commands: map[string]string{"/captf": binary},
 		Env:      []string{PathEnv()},
+		Images:   map[string]string{mirror: images[mirror]},
 	}); err != nil {
 		return l, err
 	}
@@ -207,7 +230,8 @@ func StartLocal(ctx context.Context, root, binary string, opts Options) (_ *Loca
 	if err := cp.InstallRBAC(ctx, "captf-system"); err != nil {
 		return l, err
 	}
-	if l.Manager, err = cp.StartManager(ctx, ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: cp.Dir}); err != nil {
+	if l.Manager, err = cp.StartManager(ctx, ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: cp.Dir,
+		Args: []string{"--provider-mirror-image=" + mirror}}); err != nil {
 		return l, err
 	}
 	return l, l.Manager.WaitReady(ctx)
@@ -223,6 +247,9 @@ func (l *Local) Stop() {
 	}
 	if l.Executor != nil {
 		l.Executor.Stop()
+	}
+	if l.Cloud != nil {
+		l.Cloud.Stop()
 	}
 	l.ControlPlane.Stop()
 }

@@ -53,6 +53,8 @@ const managerSelector = "app.kubernetes.io/name=captf,app.kubernetes.io/componen
 type env struct {
 	root, instances           string
 	managerImage, runnerImage string
+	mirrorImage               string
+	cloud                     *framework.LocalCloud
 	executor                  *framework.Executor
 	capi                      *framework.CAPIManager
 }
@@ -70,11 +72,17 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	for ref := range images {
-		if strings.Contains(ref, "/captf-runner:") {
+		switch {
+		case strings.Contains(ref, "/captf-runner:"):
 			e.runnerImage = ref
-		} else {
+		case strings.Contains(ref, "/captf-localcloud-providers:"):
+			e.mirrorImage = ref
+		case strings.Contains(ref, "/captf:"):
 			e.managerImage = ref
 		}
+	}
+	if e.managerImage == "" || e.runnerImage == "" || e.mirrorImage == "" {
+		t.Fatalf("images %v: want the manager's, the runner's and the provider mirror's (make images)", images)
 	}
 	if err := plane.StartCertManager(ctx); err != nil {
 		t.Fatal(err)
@@ -82,7 +90,17 @@ func setup(t *testing.T) *env {
 	if e.capi, err = plane.StartCAPI(ctx, "MachinePool=true"); err != nil {
 		t.Fatal(err)
 	}
-	// The instances of the quickstart's modules: the one host directory
+	// The quickstart's cloud, where runner pods reach it: an address of
+	// this host every pod network routes to.
+	host, err := framework.HostAddressForPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.cloud, err = framework.StartLocalCloud(t.TempDir(), "-listen="+host+":0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.cloud.Stop)
+	// The instances of this test's own modules: the one host directory
 	// every container sees, and the runner's user may write.
 	e.instances = t.TempDir()
 	if err := os.Chmod(e.instances, 0o777); err != nil {
@@ -124,7 +142,7 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	ctx := context.Background()
 	overlay := t.TempDir()
 	version := e.managerImage[strings.LastIndex(e.managerImage, ":")+1:]
-	if err := framework.InstallOverlay(overlay, e.root, version, overlayText); err != nil {
+	if err := framework.InstallOverlay(overlay, e.root, version, overlayText+mirrorPatch(t, e.root, e.mirrorImage)); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -145,7 +163,7 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	// in the configuration): a rejection with CAPTF's message proves it.
 	waitWebhookRejects(t)
 
-	if err := plane.ApplyQuickstart(ctx, e.root, e.instances); err != nil {
+	if err := plane.ApplyQuickstart(ctx, e.root, e.cloud.URL); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plane.WaitQuickstartReady(ctx); err != nil {
@@ -173,9 +191,9 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 			t.Errorf("runner pod %s did not run OpenTofu from the image:\n%s", p.Name, logs)
 		}
 	}
-	before := instanceFiles(t, e.instances)
+	before := cloudResources(t, e.cloud)
 	if len(before) == 0 {
-		t.Fatal("no instance files")
+		t.Fatal("the quickstart made nothing in the cloud")
 	}
 
 	if namespace == "captf-system" {
@@ -201,12 +219,8 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 		if err != nil {
 			t.Error(err)
 		}
-		got := instanceFiles(t, e.instances)
-		for _, name := range []string{"handover", "rotation-running", "rotation-queued"} {
-			delete(got, name)
-		}
-		if !maps.Equal(got, before) {
-			t.Errorf("instances changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
+		if got := cloudResources(t, e.cloud); !maps.Equal(got, before) {
+			t.Errorf("the cloud's resources changed after the manager pod's replacement:\nbefore %v\nafter  %v", before, got)
 		}
 		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters("demo").Get(ctx, "demo", metav1.GetOptions{})
 		if err != nil || !ready(tc.Status.Conditions) {
@@ -227,6 +241,9 @@ func (e *env) install(t *testing.T, namespace, overlayText string, replacePod bo
 	}
 	if left := instanceFiles(t, e.instances); len(left) > 0 {
 		t.Errorf("instances left after the Cluster's deletion: %v", left)
+	}
+	if left := cloudResources(t, e.cloud); len(left) > 0 {
+		t.Errorf("the cloud holds %v after the Cluster's deletion", left)
 	}
 	if err := plane.Kube.CoreV1().Namespaces().Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -682,6 +699,37 @@ func jobsByOperation(t *testing.T) map[string][]string {
 		slices.Sort(out[op])
 	}
 	return out
+}
+
+// cloudResources lists the quickstart's resources in the cloud.
+func cloudResources(t *testing.T, cloud *framework.LocalCloud) map[string]string {
+	t.Helper()
+	made, err := cloud.Resources(framework.QuickstartAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return made
+}
+
+// mirrorPatch is the kustomize patch docs/providers.md gives for
+// --provider-mirror-image, with image in it.
+func mirrorPatch(t *testing.T, root, image string) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "providers.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const example = "registry.example.com/captf-provider-mirror:1"
+	_, block, _ := strings.Cut(string(doc), "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !strings.Contains(block, "patches:") || !strings.Contains(block, example) {
+		t.Fatalf("docs/providers.md has no patch of the mirror image's flag: %q", block)
+	}
+	var lines []string
+	for l := range strings.Lines(block) {
+		lines = append(lines, strings.TrimPrefix(l, "   "))
+	}
+	return strings.ReplaceAll(strings.Join(lines, ""), example, image)
 }
 
 // instanceFiles is framework.InstanceFiles of dir.

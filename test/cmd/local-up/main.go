@@ -1,8 +1,9 @@
 // Command local-up is CAPTF's quickstart: a local management plane (etcd,
 // kube-apiserver, kube-controller-manager with CAPTF's and Cluster API's
-// CRDs), Cluster API's core controllers, the local executor that runs Job
-// pods as processes, and the CAPTF manager; it applies examples/quickstart, waits until the cluster is Ready
-// and shows what happened. Ctrl-C stops it all.
+// CRDs), the local cloud, Cluster API's core controllers, the local
+// executor that runs Job pods as processes, and the CAPTF manager; it
+// applies examples/quickstart, waits until the cluster is Ready and shows
+// what happened. Ctrl-C stops it all.
 package main
 
 import (
@@ -10,7 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +39,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	step("starting etcd, kube-apiserver, kube-controller-manager, the executor, Cluster API's core controllers and the CAPTF manager")
+	step("starting etcd, kube-apiserver, kube-controller-manager, the local cloud, the executor, Cluster API's core controllers and the CAPTF manager")
 	local, err := framework.StartLocal(ctx, root, binary, framework.Options{})
 	if err != nil {
 		return err
@@ -49,13 +50,13 @@ func run() error {
 		return err
 	}
 
-	step("applying examples/quickstart (a Cluster, its TerraformCluster, a control-plane Machine and a MachineDeployment of 2 workers, each a TerraformMachine)")
-	instances := filepath.Join(cp.Dir, "instances")
-	if err := cp.ApplyQuickstart(ctx, root, instances); err != nil {
+	cloud := local.Cloud
+	step("applying examples/quickstart (a Cluster, its TerraformCluster, a control-plane Machine and a MachineDeployment of 2 workers, each a TerraformMachine, on the local cloud at " + cloud.URL + ")")
+	if err := cp.ApplyQuickstart(ctx, root, cloud.URL); err != nil {
 		return err
 	}
-	step("starting the workload cluster (its own etcd and kube-apiserver) and a node agent that registers a Node for each instance")
-	workload, err := cp.StartWorkload(ctx, "demo", "demo", instances)
+	step("starting the workload cluster (its own etcd and kube-apiserver) and a node agent that registers a Node for each instance in the cloud")
+	workload, err := cp.StartWorkloadOf(ctx, "demo", "demo", cloud.Hosts(framework.QuickstartAccount))
 	if err != nil {
 		return err
 	}
@@ -74,13 +75,15 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "capi log:\n%s\n", local.CAPI.Logs(30))
 		return err
 	}
-	files, _ := os.ReadDir(instances)
-	var fileNames []string
-	for _, f := range files {
-		if !strings.HasPrefix(f.Name(), ".") {
-			fileNames = append(fileNames, f.Name())
-		}
+	made, err := cloud.Resources(framework.QuickstartAccount)
+	if err != nil {
+		return err
 	}
+	var resources []string
+	for r, id := range made {
+		resources = append(resources, r+"="+id)
+	}
+	slices.Sort(resources)
 	var domains []string
 	for _, fd := range tc.Status.FailureDomains {
 		domains = append(domains, fd.Name)
@@ -93,7 +96,7 @@ Running with their Nodes (%s from the start).
   failure domains: %s
   machines:        %s
   nodes:           %s
-  instances:       %s in %s
+  cloud resources: %s
   plan applied:    %s
 
 Look around:
@@ -103,14 +106,15 @@ Look around:
   kubectl -n demo describe cluster demo
   kubectl -n demo describe terraformcluster demo
   kubectl -n demo get jobs,secrets,leases
-  ls %s
   kubectl --kubeconfig %s get nodes    # the workload cluster
+  curl -H 'Authorization: Bearer demo' %s/v1/instances    # the cloud's API
 
-A dead host is replaced: remove a worker's instance file; its Node turns
-Unknown, the MachineHealthCheck deletes the Machine, CAPTF destroys it and
-applies the replacement the MachineDeployment makes:
+A dead host is replaced: delete a worker's instance in the cloud (its ID is
+its Node's name); its Node turns Unknown, the MachineHealthCheck deletes
+the Machine, CAPTF destroys it and applies the replacement the
+MachineDeployment makes:
 
-  rm %s/<a worker's name>
+  curl -X DELETE -H 'Authorization: Bearer demo' %s/v1/instances/<a worker's Node>
   kubectl -n demo get machines,jobs -w
 
 A new version rolls the workers one at a time (a new one Ready before an
@@ -118,22 +122,23 @@ old one goes):
 
   kubectl -n demo patch machinedeployment demo-workers --type=merge -p '{"spec":{"template":{"spec":{"version":"v1.37.3"}}}}'
 
-Change it, e.g. three cluster instances or three workers, and watch:
+Change it, e.g. three instances beside the cluster's load balancer or
+three workers, and watch:
 
-  kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/1/value","value":3}]'
+  kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/2/value","value":3}]'
   kubectl -n demo scale machinedeployment demo-workers --replicas=3
 
-A change that destroys or replaces cluster instances waits for approval of
-its exact plan, e.g. going down to one instance:
+A change that destroys or replaces the cluster's resources waits for
+approval of its exact plan, e.g. going down to one instance:
 
-  kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/1/value","value":1}]'
+  kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/2/value","value":1}]'
   kubectl -n demo get terraformcluster demo -o jsonpath='{.status.conditions[?(@.type=="DestructivePlanBlocked")].message}'
   kubectl -n demo annotate terraformcluster demo captf.io/approve-destructive-plan=<the hash it names> --overwrite
 
 The manager logs to %s. Ctrl-C stops everything and removes %s.
 `, time.Since(start).Round(100*time.Millisecond), tc.Spec.ControlPlaneEndpoint.Host, tc.Spec.ControlPlaneEndpoint.Port,
-		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(nodes, ", "), strings.Join(fileNames, ", "), instances, tc.Status.AppliedPlanHash,
-		cp.KubeconfigFile, instances, workload.KubeconfigFile, instances, mgr.LogFile, cp.Dir)
+		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(nodes, ", "), strings.Join(resources, ", "), tc.Status.AppliedPlanHash,
+		cp.KubeconfigFile, workload.KubeconfigFile, cloud.URL, cloud.URL, mgr.LogFile, cp.Dir)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil

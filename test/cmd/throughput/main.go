@@ -1,13 +1,15 @@
 // Command throughput measures CAPTF end to end against the machine's limit:
-// it brings up the quickstart (Cluster API's controllers, the executor
-// running runner pods as processes with real terraform, the manager),
-// scales its MachineDeployment to N and times N TerraformMachines from the
-// scale to all their Machines holding provider IDs; then it runs the same
-// module N times back to back with bare terraform (init, apply, output, as
-// the runner does) and prints the ratio, and the runner's own time per Job
-// (its pod's run less the bare terraform run).
+// it brings up the quickstart (the local cloud, Cluster API's controllers,
+// the executor running runner pods as processes with real terraform, the
+// manager), scales a MachineDeployment of the module -module names by N and
+// times N TerraformMachines from the scale to all their Machines holding
+// provider IDs; then it runs the same module N times back to back with bare
+// terraform (init, apply, output, a user's three commands) and prints the
+// ratio, and the runner's own time per Job (its pod's run less the bare
+// terraform run).
 //
-//	go run ./test/cmd/throughput -n 200
+//	go run ./test/cmd/throughput -n 200                         # the quickstart's workers, on the local cloud
+//	go run ./test/cmd/throughput -n 200 -module terraform_data  # examples/local-machine: files, no provider
 package main
 
 import (
@@ -31,8 +33,13 @@ func main() {
 	n := flag.Int("n", 200, "machines")
 	profile := flag.Duration("apiserver-profile", 0, "take a CPU profile of kube-apiserver for this long from the scale on (kept in bin/bench/)")
 	byClient := flag.Bool("by-client", false, "count the API server's requests during the scale by client, from an audit log (which costs the API server CPU: the ratio is then not the one to quote)")
+	module := flag.String("module", moduleLocalCloud, "the machines' module: "+moduleLocalCloud+" (the quickstart's, examples/localcloud-machine) or "+moduleTerraformData+" (examples/local-machine)")
 	flag.Parse()
-	if err := run(*n, *profile, *byClient); err != nil {
+	if *module != moduleLocalCloud && *module != moduleTerraformData {
+		fmt.Fprintf(os.Stderr, "throughput: -module %q: want %s or %s\n", *module, moduleLocalCloud, moduleTerraformData)
+		os.Exit(2)
+	}
+	if err := run(*n, *profile, *byClient, *module); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
@@ -46,7 +53,13 @@ rules:
 - level: Metadata
 `
 
-func run(n int, profile time.Duration, byClient bool) error {
+// The modules -module chooses from.
+const (
+	moduleLocalCloud    = "localcloud"
+	moduleTerraformData = "terraform_data"
+)
+
+func run(n int, profile time.Duration, byClient bool, module string) error {
 	ctx := context.Background()
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -79,8 +92,7 @@ func run(n int, profile time.Duration, byClient bool) error {
 	}
 	defer local.Stop()
 	cp, ex, mgr := local.ControlPlane, local.Executor, local.Manager
-	instances := filepath.Join(cp.Dir, "instances")
-	if err := cp.ApplyQuickstart(ctx, root, instances); err != nil {
+	if err := cp.ApplyQuickstart(ctx, root, local.Cloud.URL); err != nil {
 		return err
 	}
 	if _, err := cp.WaitQuickstartReady(ctx); err != nil {
@@ -94,6 +106,15 @@ func run(n int, profile time.Duration, byClient bool) error {
 	if err != nil {
 		return fmt.Errorf("null provider: %w", err)
 	}
+	// The quickstart's workers, or a pool of their own.
+	pool, replicas := "demo-workers", 2
+	instances := filepath.Join(cp.Dir, "instances")
+	if module == moduleTerraformData {
+		if err := filesPool(ctx, cp, root, instances); err != nil {
+			return err
+		}
+		pool, replicas = filesPoolName, 0
+	}
 	before := len(ex.Runs())
 
 	token, err := cp.MetricsReaderToken(ctx, "captf-system")
@@ -102,7 +123,7 @@ func run(n int, profile time.Duration, byClient bool) error {
 	}
 	cpu0, req0, adds0 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
 	start := time.Now()
-	if err := scale(ctx, cp, "demo-workers", n+2); err != nil {
+	if err := scale(ctx, cp, pool, n+replicas); err != nil {
 		return err
 	}
 	profiled := make(chan string, 1)
@@ -121,7 +142,7 @@ func run(n int, profile time.Duration, byClient bool) error {
 	var alone []time.Duration
 	for k := 1; k <= 5; k++ {
 		seen := len(ex.Runs())
-		if err := scale(ctx, cp, "demo-workers", n+2+k); err != nil {
+		if err := scale(ctx, cp, pool, n+replicas+k); err != nil {
 			return err
 		}
 		if _, err := cp.WaitQuickstartMachines(ctx, n+framework.QuickstartMachines+k); err != nil {
@@ -130,44 +151,14 @@ func run(n int, profile time.Duration, byClient bool) error {
 		alone = append(alone, appliesSince(ex, seen)...)
 	}
 
-	tf, err := exec.LookPath("terraform")
+	bare, bareTotal, err := bareRuns(cp, root, module, local.Cloud, n, instances)
 	if err != nil {
 		return err
 	}
-	module, err := os.ReadFile(filepath.Join(root, "examples", "local-machine", "main.tf"))
-	if err != nil {
-		return err
-	}
-	bareDir := filepath.Join(cp.Dir, "bare")
-	var bare []time.Duration
-	bareStart := time.Now()
-	for i := range n {
-		dir := filepath.Join(bareDir, fmt.Sprint(i))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "main.tf"), module, 0o644); err != nil {
-			return err
-		}
-		vars := fmt.Sprintf(`{"captf_name":"bare-%d","captf_bootstrap_data":"data","instance_dir":%q}`, i, filepath.Join(bareDir, "instances"))
-		if err := os.WriteFile(filepath.Join(dir, "terraform.tfvars.json"), []byte(vars), 0o644); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		for _, args := range [][]string{{"init", "-input=false"}, {"apply", "-auto-approve", "-input=false"}, {"output", "-json"}} {
-			cmd := exec.Command(tf, args...)
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("terraform %s: %v\n%s", args[0], err, out)
-			}
-		}
-		bare = append(bare, time.Since(t0))
-	}
-	bareTotal := time.Since(bareStart)
 
 	slices.Sort(pods)
 	slices.Sort(bare)
+	fmt.Printf("module: %s\n", module)
 	fmt.Printf("CAPTF: %d machines from the scale to every Machine with its provider ID: %s (%.3f s per machine)\n", n, captf.Round(time.Millisecond), captf.Seconds()/float64(n))
 	fmt.Printf("bare terraform: %d init+apply+output runs back to back: %s (%.3f s per run; median %s)\n", n, bareTotal.Round(time.Millisecond), bareTotal.Seconds()/float64(n), median(bare))
 	fmt.Printf("ratio: %.2f×\n", captf.Seconds()/bareTotal.Seconds())

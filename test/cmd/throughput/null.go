@@ -35,28 +35,10 @@ const nullPool = "demo-null"
 // v1.14). It returns the time from the scale to n Machines with provider
 // IDs, and scales back to nothing.
 func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Duration, error) {
-	tmpl, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Get(ctx, "demo-workers", metav1.GetOptions{})
+	err := newPool(ctx, cp, nullPool, func(tmpl *infrav1.TerraformMachineTemplate) {
+		tmpl.Spec.Template.ObjectMeta.Annotations = map[string]string{capi.ManagedByAnnotation: "null-provider"}
+	})
 	if err != nil {
-		return 0, err
-	}
-	null := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: nullPool, Namespace: "demo"}, Spec: tmpl.Spec}
-	null.Spec.Template.ObjectMeta.Annotations = map[string]string{capi.ManagedByAnnotation: "null-provider"}
-	if _, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Create(ctx, null, metav1.CreateOptions{}); err != nil {
-		return 0, err
-	}
-	md, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Get(ctx, "demo-workers", metav1.GetOptions{})
-	if err != nil {
-		return 0, err
-	}
-	md = &unstructured.Unstructured{Object: map[string]any{"apiVersion": md.GetAPIVersion(), "kind": md.GetKind(),
-		"metadata": map[string]any{"name": nullPool, "namespace": "demo"}, "spec": md.Object["spec"]}}
-	for path, v := range map[string]any{"spec.replicas": int64(0), "spec.selector.matchLabels.pool": nullPool,
-		"spec.template.metadata.labels.pool": nullPool, "spec.template.spec.infrastructureRef.name": nullPool} {
-		if err := unstructured.SetNestedField(md.Object, v, strings.Split(path, ".")...); err != nil {
-			return 0, err
-		}
-	}
-	if _, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Create(ctx, md, metav1.CreateOptions{}); err != nil {
 		return 0, err
 	}
 	stop, err := standIn(ctx, cp)
@@ -79,7 +61,36 @@ func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Dur
 	return took, waitNullMachines(ctx, cp, 0, false)
 }
 
-// scale sets the replicas of the quickstart's MachineDeployment name.
+// newPool makes a MachineDeployment name of no machines beside the
+// quickstart's workers, and its TerraformMachineTemplate name: the
+// workers' template changed by edit.
+func newPool(ctx context.Context, cp *framework.ControlPlane, name string, edit func(*infrav1.TerraformMachineTemplate)) error {
+	tmpl, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Get(ctx, "demo-workers", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pool := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo"}, Spec: tmpl.Spec}
+	edit(pool)
+	if _, err := cp.Captf.InfrastructureV1alpha1().TerraformMachineTemplates("demo").Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	md, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Get(ctx, "demo-workers", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	md = &unstructured.Unstructured{Object: map[string]any{"apiVersion": md.GetAPIVersion(), "kind": md.GetKind(),
+		"metadata": map[string]any{"name": name, "namespace": "demo"}, "spec": md.Object["spec"]}}
+	for path, v := range map[string]any{"spec.replicas": int64(0), "spec.selector.matchLabels.pool": name,
+		"spec.template.metadata.labels.pool": name, "spec.template.spec.infrastructureRef.name": name} {
+		if err := unstructured.SetNestedField(md.Object, v, strings.Split(path, ".")...); err != nil {
+			return err
+		}
+	}
+	_, err = cp.Dynamic.Resource(machineDeployments).Namespace("demo").Create(ctx, md, metav1.CreateOptions{})
+	return err
+}
+
+// scale sets the replicas of MachineDeployment name.
 func scale(ctx context.Context, cp *framework.ControlPlane, name string, n int) error {
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
 	_, err := cp.Dynamic.Resource(machineDeployments).Namespace("demo").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
