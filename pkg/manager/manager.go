@@ -352,8 +352,8 @@ func (m *manager) controllers() []controllerDescriptor {
 		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
 		}},
-		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
-			return jobmetrics.NewController(ctx, cc)
+		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
+			return jobmetrics.NewController(ctx, cc, config.Results)
 		}},
 	}
 }
@@ -461,7 +461,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	}
 	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, ProviderMirrorImage: o.ProviderMirrorImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock)}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &workspace.Results{Kube: cc.Kube}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())

@@ -19,16 +19,20 @@ const ControllerName = "jobmetrics"
 
 // Controller observes finished runner Jobs.
 type Controller struct {
-	client resultReader
-	jobs   cache.Indexer // of workspace.CachedJob
-	loop   *controller.Loop
+	results resultReader
+	jobs    cache.Indexer // of workspace.CachedJob
+	loop    *controller.Loop
 }
 
-// NewController watches the runner Jobs the manager's factory caches.
-func NewController(ctx context.Context, cc controller.Context) (*Controller, error) {
+// NewController watches the runner Jobs the manager's factory caches, and
+// reads their results with results.
+func NewController(ctx context.Context, cc controller.Context, results *workspace.Results) (*Controller, error) {
 	jobs := cc.KubeInformers.Batch().V1().Jobs()
 	loop := controller.NewLoop(ctx, ControllerName, cc)
-	c := &Controller{client: apiResults{cc.Kube}, jobs: jobs.Informer().GetIndexer(), loop: loop}
+	if results == nil {
+		results = &workspace.Results{Kube: cc.Kube}
+	}
+	c := &Controller{results: results, jobs: jobs.Informer().GetIndexer(), loop: loop}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{jobs.Informer().HasSynced}
 	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: c.updateJob}); err != nil {

@@ -2,6 +2,7 @@ package jobmetrics
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -19,15 +20,11 @@ import (
 	"github.com/captf/captf/pkg/run"
 )
 
-// resultReader reads the result Secret a runner wrote.
+// resultReader reads the result a runner wrote for a Job: the engine's
+// workspace.Results, which answers from the result the object's controller
+// read when it can.
 type resultReader interface {
-	Get(ctx context.Context, namespace, name string) (*corev1.Secret, error)
-}
-
-type apiResults struct{ kube kubernetes.Interface }
-
-func (a apiResults) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
-	return a.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	Read(ctx context.Context, namespace, name string, job types.UID) (*run.Result, error)
 }
 
 // sync counts one finished Job. An error (the result could not be read)
@@ -58,17 +55,16 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 // pod killed early) or something unreadable.
 func (c *Controller) result(ctx context.Context, job *workspace.CachedJob, owner *metav1.OwnerReference) (*run.Result, error) {
 	n := names.ObjectOf(owner.Kind, owner.Name)
-	sec, err := c.client.Get(ctx, job.Namespace, n.Result(job.Name))
+	res, err := c.results.Read(ctx, job.Namespace, n.Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if errors.Is(err, workspace.ErrUnreadableResult) {
+		klog.FromContext(ctx).Info("Unreadable result", "job", klog.KObj(job), "err", err)
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
-	}
-	res, err := run.ResultOf(sec.Data)
-	if err != nil {
-		klog.FromContext(ctx).Info("Unreadable result", "job", klog.KObj(job), "err", err)
-		return nil, nil
 	}
 	return res, nil
 }

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
@@ -37,13 +39,13 @@ func finishedJob(name, kind, op string, conditionType batchv1.JobConditionType, 
 
 type results map[string]*run.Result
 
-func (r results) Get(_ context.Context, _, name string) (*corev1.Secret, error) {
+// Read answers as workspace.Results does.
+func (r results) Read(_ context.Context, _, name string, _ types.UID) (*run.Result, error) {
 	res, ok := r[name]
 	if !ok {
 		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
 	}
-	b, _ := json.Marshal(res)
-	return &corev1.Secret{Data: map[string][]byte{run.KeyResult: b}}, nil
+	return res, nil
 }
 
 // TestSync: one finished Job is counted once with what its runner
@@ -65,7 +67,7 @@ func TestSync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &Controller{client: res, jobs: indexer}
+	c := &Controller{results: res, jobs: indexer}
 	_, ctx := ktesting.NewTestContext(t)
 	before := map[string]float64{
 		"failed":   testutil.ToFloat64(metrics.JobsFailed.WithLabelValues("TerraformMachine", "apply", "failed")),
@@ -110,6 +112,38 @@ func TestSync(t *testing.T) {
 	}
 	if n, sum := histogram(t, "captf_job_queue_seconds", queueLabels); n-queueCount != 2 || sum-queueSum != 60 {
 		t.Errorf("queue: %d samples, sum %v, want 2 and 60", n-queueCount, sum-queueSum)
+	}
+}
+
+// TestResultReadOnce: the Job metrics count a result the object's
+// controller read (the manager gives both one workspace.Results) without
+// reading it again.
+func TestResultReadOnce(t *testing.T) {
+	ctx := context.Background()
+	job := finishedJob("applied", "TerraformMachine", "apply", batchv1.JobComplete, "", time.Minute)
+	job.UID = "job-uid"
+	name := names.Object{Kind: "tfm", Name: "obj"}.Result(job.Name)
+	b, _ := json.Marshal(run.Result{Outcome: run.OutcomeSucceeded, BackupsMade: 1})
+	kube := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Data: map[string][]byte{run.KeyResult: b}})
+	shared := &workspace.Results{Kube: kube}
+	if _, err := shared.Read(ctx, "ns", name, job.UID); err != nil { // the TerraformMachine controller's read
+		t.Fatal(err)
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := indexer.Add(workspace.CacheJob(job)); err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{results: shared, jobs: indexer}
+	backups := testutil.ToFloat64(metrics.StateBackups.WithLabelValues("TerraformMachine"))
+	kube.ClearActions()
+	if err := c.sync(ctx, cache.MetaObjectToName(job)); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(metrics.StateBackups.WithLabelValues("TerraformMachine")) - backups; got != 1 {
+		t.Errorf("backups went up by %v, want the result's 1", got)
+	}
+	if a := kube.Actions(); len(a) > 0 {
+		t.Errorf("the Job metrics made %d requests for a result already read: %v", len(a), a)
 	}
 }
 

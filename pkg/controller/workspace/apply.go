@@ -261,14 +261,10 @@ var errNoResult = errors.New("finished without a result")
 
 // readResult reads what the runner of job reported.
 func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*run.Result, error) {
-	sec, err := e.Kube.CoreV1().Secrets(job.Namespace).Get(ctx, e.Names(r.Obj).Result(job.Name), metav1.GetOptions{})
+	res, err := e.Results.Read(ctx, job.Namespace, e.Names(r.Obj).Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)
 	}
-	if err != nil {
-		return nil, err
-	}
-	res, err := run.ResultOf(sec.Data)
 	if err != nil {
 		return nil, fmt.Errorf("result of Job %s: %w", job.Name, err)
 	}

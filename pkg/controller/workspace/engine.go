@@ -82,6 +82,9 @@ type Config struct {
 	// bootstrap data is read only from Secrets its Machine controls or
 	// that are labelled as bootstrap data.
 	BootstrapConfigs BootstrapConfigReader
+	// Results reads runners' results, shared with the Job metrics; nil:
+	// the controller reads its own.
+	Results *Results
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -112,6 +115,8 @@ type Engine struct {
 	Slots *JobSlots
 	// BootstrapConfigs reads bootstrap configs (Config.BootstrapConfigs).
 	BootstrapConfigs BootstrapConfigReader
+	// Results reads runners' results (Config.Results).
+	Results *Results
 }
 
 // Sync is what one sync of one object knows and decides.

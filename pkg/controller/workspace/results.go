@@ -1,0 +1,81 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/captf/captf/pkg/run"
+)
+
+// keptResults bounds the results Results keeps: the Jobs that finish
+// between the engine's read of one and the Job metrics' (a few seconds);
+// a result larger than keptResultBytes (large outputs) is not kept, so
+// that they take at most 4 MiB.
+const (
+	keptResults     = 256
+	keptResultBytes = 16 << 10
+)
+
+// ErrUnreadableResult: a result Secret holds nothing CAPTF can read as a
+// result (someone else wrote it).
+var ErrUnreadableResult = errors.New("unreadable result")
+
+// Results reads the results runners write, and keeps the last ones read by
+// Job: the controller of a finished Job's object reads its result to record
+// it, and the Job metrics count the same one; the second reader needs no
+// request. A Job's result does not change: its runner writes it once, as
+// it ends. A result not found, not readable or large is not kept.
+type Results struct {
+	Kube kubernetes.Interface
+
+	mu    sync.Mutex
+	byJob map[types.UID]*run.Result
+	order []types.UID // oldest first
+}
+
+// Read returns the result Secret name in namespace holds for job.
+func (r *Results) Read(ctx context.Context, namespace, name string, job types.UID) (*run.Result, error) {
+	r.mu.Lock()
+	res, ok := r.byJob[job]
+	r.mu.Unlock()
+	if ok {
+		return res, nil
+	}
+	sec, err := r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if res, err = run.ResultOf(sec.Data); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnreadableResult, err)
+	}
+	if len(sec.Data[run.KeyResult]) <= keptResultBytes {
+		r.keep(job, res)
+	}
+	return res, nil
+}
+
+func (r *Results) keep(job types.UID, res *run.Result) {
+	if job == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byJob == nil {
+		r.byJob = map[types.UID]*run.Result{}
+	}
+	if _, ok := r.byJob[job]; ok {
+		return
+	}
+	if len(r.order) == keptResults {
+		delete(r.byJob, r.order[0])
+		r.order = r.order[1:]
+	}
+	r.byJob[job] = res
+	r.order = append(r.order, job)
+}
