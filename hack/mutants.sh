@@ -137,12 +137,14 @@ mutant remembered-hash-not-checked pkg/controller/workspace/apply.go \
 mutant resync-keeps-rendered-inputs pkg/controller/workspace/controller.go \
 	'		c.rendered.forget(cache.MetaObjectToName(n))' '		_ = n'
 
-# The owner's inputs or its bootstrap data Secret's name changed, and the
-# remembered hash still answers.
+# The spec's module or variables, the owner's inputs or its bootstrap data
+# Secret's name changed, and the remembered hash still answers.
+mutant rendered-from-misses-spec pkg/controller/workspace/controller.go \
+	'obj.Workspace(), inputs, bootstrap)' 'nil, inputs, bootstrap)'
 mutant rendered-from-misses-owner pkg/controller/workspace/controller.go \
-	'obj.GetGeneration(), inputs, bootstrap)' 'obj.GetGeneration(), nil, bootstrap)'
+	'obj.Workspace(), inputs, bootstrap)' 'obj.Workspace(), nil, bootstrap)'
 mutant rendered-from-misses-bootstrap-secret pkg/controller/workspace/controller.go \
-	'obj.GetGeneration(), inputs, bootstrap)' 'obj.GetGeneration(), inputs, bootstrap[:0])'
+	'obj.Workspace(), inputs, bootstrap)' 'obj.Workspace(), inputs, bootstrap[:0])'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

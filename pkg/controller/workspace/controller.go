@@ -372,7 +372,7 @@ func (c *Controller[T]) renderedFrom(s *Sync) (map[string]any, [sha256.Size]byte
 		c.kind.Inputs(s.Owner, inputs)
 		bootstrap = c.kind.Owner.BootstrapData(s.Owner)
 	}
-	from, err := renderedFrom(string(obj.GetUID()), obj.GetGeneration(), inputs, bootstrap)
+	from, err := renderedFrom(string(obj.GetUID()), obj.Workspace(), inputs, bootstrap)
 	return inputs, from, err
 }
 

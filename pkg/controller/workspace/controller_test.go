@@ -886,6 +886,13 @@ func TestInputsReadOncePerRender(t *testing.T) {
 		if reads := inputReads(); len(reads) > 0 || len(f.createdJobs()) > 0 {
 			t.Errorf("a sync of an applied object read %v and created %v", reads, jobNames(f.createdJobs()))
 		}
+		// A spec change that is no input (the provider ID the apply wrote)
+		// reads nothing either.
+		f.change(func(o workspace.Object) { o.SetGeneration(o.GetGeneration() + 1) })
+		f.sync()
+		if reads := inputReads(); len(reads) > 0 || len(f.createdJobs()) > 0 {
+			t.Errorf("a sync after the provider ID was written read %v and created %v", reads, jobNames(f.createdJobs()))
+		}
 
 		// A changed module: not read by a sync for the object's status...
 		setModule("# two")

@@ -6,11 +6,13 @@ import (
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 )
 
 // renderedInputs remembers, per object, the hash of the inputs it last
 // rendered and a digest of what went into them that needs no read: the
-// object (UID, generation), CAPTF's inputs (its owner's, the cluster's
+// object (UID, workspace spec), CAPTF's inputs (its owner's, the cluster's
 // exports) and the names of the Secrets it read. A sync that only asks
 // whether the applied inputs are current takes the hash from here instead
 // of reading the module's ConfigMap and the Secrets again (two reads of
@@ -33,14 +35,16 @@ func newRenderedInputs() *renderedInputs {
 }
 
 // renderedFrom digests what inputs are rendered from, short of the
-// Secrets' and ConfigMaps' content.
-func renderedFrom(uid string, generation int64, captf map[string]any, secretNames ...string) ([sha256.Size]byte, error) {
+// Secrets' and ConfigMaps' content: the object's workspace spec (not its
+// generation: a machine's provider ID, written once it is applied, changes
+// no input), CAPTF's inputs and the names of the Secrets read.
+func renderedFrom(uid string, ws *infrav1.WorkspaceSpec, captf map[string]any, secretNames ...string) ([sha256.Size]byte, error) {
 	b, err := json.Marshal(struct {
 		UID         string
-		Generation  int64
+		Workspace   *infrav1.WorkspaceSpec
 		CAPTF       map[string]any
 		SecretNames []string
-	}{uid, generation, captf, secretNames})
+	}{uid, ws, captf, secretNames})
 	if err != nil {
 		return [sha256.Size]byte{}, err
 	}

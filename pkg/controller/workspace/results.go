@@ -37,35 +37,71 @@ type Results struct {
 	mu    sync.Mutex
 	byJob map[types.UID]*run.Result
 	order []types.UID // oldest first
+	// reading are the reads under way: both readers see a Job finish at
+	// the same moment, and the second waits for the first's answer.
+	reading map[types.UID]*resultRead
+}
+
+type resultRead struct {
+	done chan struct{}
+	res  *run.Result
+	err  error
 }
 
 // Read returns the result Secret name in namespace holds for job.
 func (r *Results) Read(ctx context.Context, namespace, name string, job types.UID) (*run.Result, error) {
 	r.mu.Lock()
-	res, ok := r.byJob[job]
-	r.mu.Unlock()
-	if ok {
+	if res, ok := r.byJob[job]; ok {
+		r.mu.Unlock()
 		return res, nil
 	}
-	sec, err := r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
+	if read, ok := r.reading[job]; ok {
+		r.mu.Unlock()
+		select {
+		case <-read.done:
+			return read.res, read.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	if res, err = run.ResultOf(sec.Data); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnreadableResult, err)
+	read := &resultRead{done: make(chan struct{})}
+	if r.reading == nil {
+		r.reading = map[types.UID]*resultRead{}
 	}
-	if len(sec.Data[run.KeyResult]) <= keptResultBytes {
-		r.keep(job, res)
+	r.reading[job] = read
+	r.mu.Unlock()
+
+	var small bool
+	read.res, small, read.err = r.read(ctx, namespace, name)
+	r.mu.Lock()
+	delete(r.reading, job)
+	if read.err == nil && small {
+		r.keep(job, read.res)
 	}
-	return res, nil
+	r.mu.Unlock()
+	close(read.done)
+	return read.res, read.err
 }
 
+// read reads a result from the API, and says whether it is small enough
+// to keep.
+func (r *Results) read(ctx context.Context, namespace, name string) (*run.Result, bool, error) {
+	sec, err := r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := run.ResultOf(sec.Data)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrUnreadableResult, err)
+	}
+	return res, len(sec.Data[run.KeyResult]) <= keptResultBytes, nil
+}
+
+// keep keeps res for job; r.mu is held.
 func (r *Results) keep(job types.UID, res *run.Result) {
 	if job == "" {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.byJob == nil {
 		r.byJob = map[types.UID]*run.Result{}
 	}

@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/run"
@@ -100,5 +105,40 @@ func TestResults(t *testing.T) {
 	}
 	if _, err := results.Read(ctx, "ns", "more-299", "more-299"); err != nil || gets() != 0 {
 		t.Errorf("the newest result was read again: %v", err)
+	}
+}
+
+// TestResultsReadAtOnce: the object's controller and the Job metrics see a
+// Job finish at the same moment; while one's read of its result is under
+// way, the other waits for it instead of reading it too.
+func TestResultsReadAtOnce(t *testing.T) {
+	ctx := context.Background()
+	b, _ := json.Marshal(run.Result{Outcome: run.OutcomeSucceeded})
+	kube := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns"}, Data: map[string][]byte{run.KeyResult: b}})
+	entered, answer := make(chan struct{}, 2), make(chan struct{})
+	var gets atomic.Int32
+	kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		entered <- struct{}{}
+		<-answer // the API takes its time
+		return false, nil, nil
+	})
+	results := &workspace.Results{Kube: kube}
+	var wg sync.WaitGroup
+	read := func() {
+		defer wg.Done()
+		if res, err := results.Read(ctx, "ns", "r", "job"); err != nil || res.Outcome != run.OutcomeSucceeded {
+			t.Errorf("read %+v, %v", res, err)
+		}
+	}
+	wg.Add(2)
+	go read()
+	<-entered
+	go read()
+	time.Sleep(50 * time.Millisecond) // the second reader comes while the first waits for its answer
+	close(answer)
+	wg.Wait()
+	if n := gets.Load(); n != 1 {
+		t.Errorf("%d GETs by two readers at once, want 1", n)
 	}
 }
