@@ -232,6 +232,9 @@ func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 	obj := cached.DeepCopyObject().(T)
 	s := c.newSync(obj)
 	err = c.reconcile(ctx, s, obj)
+	if err == nil && s.Unwritten {
+		err = s.Update(ctx)
+	}
 	if serr := c.writeStatus(ctx, obj, cached); serr != nil && !apierrors.IsNotFound(serr) {
 		err = errors.Join(err, serr)
 	}
@@ -259,7 +262,11 @@ func (c *Controller[T]) newSync(obj T) *Sync {
 	}
 	s := c.engine.NewSync(obj, defaults)
 	s.Owner, s.Cluster, s.TerraformCluster = owner, cluster, tc
-	s.Update = func(ctx context.Context) error { return c.update(ctx, obj) }
+	s.Update = func(ctx context.Context) error {
+		err := c.update(ctx, obj)
+		s.Unwritten = s.Unwritten && err != nil
+		return err
+	}
 	if c.kind.Gate != nil {
 		s.Gate = c.kind.Gate(obj)
 	}

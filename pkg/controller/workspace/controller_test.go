@@ -969,3 +969,33 @@ func TestInputsReadOncePerRender(t *testing.T) {
 		}
 	})
 }
+
+// TestMoveUnblockedOnceNoJobRuns: clusterctl's block-move annotation is set
+// with the first Job and removed once no Job runs, in the same update as
+// the outputs the apply wrote into the spec, or alone when the sync
+// writes nothing else (a failed apply).
+func TestMoveUnblockedOnceNoJobRuns(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		for _, succeeded := range []bool{true, false} {
+			f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+			f.sync()
+			if _, ok := f.object().GetAnnotations()[capi.BlockMoveAnnotation]; !ok || len(f.createdJobs()) != 1 {
+				t.Fatalf("created %v with annotations %v, want a Job and the block-move annotation", jobNames(f.createdJobs()), f.object().GetAnnotations())
+			}
+			f.endJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.outputs}, succeeded)
+			f.sync()
+			if _, ok := f.object().GetAnnotations()[capi.BlockMoveAnnotation]; ok {
+				t.Errorf("succeeded %v: the block-move annotation stays once no Job runs", succeeded)
+			}
+			var updates []string
+			for _, w := range f.writes() {
+				if strings.HasPrefix(w, f.expand("update {res} ")) {
+					updates = append(updates, w)
+				}
+			}
+			if len(updates) != 1 {
+				t.Errorf("succeeded %v: updates of the object %q, want one", succeeded, updates)
+			}
+		}
+	})
+}

@@ -136,6 +136,9 @@ type Sync struct {
 	// Update writes the object's metadata and spec, and keeps the status
 	// being built.
 	Update func(context.Context) error
+	// Unwritten: the sync changed the object's metadata or spec without
+	// an Update yet; the controller writes it at the sync's end.
+	Unwritten bool
 	// Owner is the object's Cluster API owner (a Cluster, Machine or
 	// MachinePool), nil until Cluster API sets it.
 	Owner *unstructured.Unstructured

@@ -47,11 +47,11 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 		if err := r.Update(ctx); err != nil {
 			return false, err
 		}
-	} else if unfinishedJob(r.Jobs) == nil {
-		// clusterctl move, paused, waits for this: it runs even when paused.
-		if err := e.blockMove(ctx, r, false); err != nil {
-			return false, err
-		}
+	} else if unfinishedJob(r.Jobs) == nil && setBlockMove(obj, false) {
+		// clusterctl move, paused, waits for this: it runs even when
+		// paused, written by the sync's next update of the object (the
+		// provider ID of the apply that just ended, say) or at its end.
+		r.Unwritten = true
 	}
 	// Pause comes before deletion: clusterctl move pauses, then deletes and
 	// strips finalizers; that must never destroy anything.
@@ -79,11 +79,12 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	return false, r.Update(ctx)
 }
 
-// blockMove sets (before a Job is created) or removes (once no Job of the
-// object may still run) clusterctl's block-move annotation: a move copies the
-// state Secrets, and must not copy a state a Job is still changing.
-func (e *Engine) blockMove(ctx context.Context, r *Sync, block bool) error {
-	if !setBlockMove(r.Obj, block) {
+// blockMove sets clusterctl's block-move annotation before a Job is
+// created (Reconcile removes it once no Job of the object may still run): a
+// move copies the state Secrets, and must not copy a state a Job is still
+// changing.
+func (e *Engine) blockMove(ctx context.Context, r *Sync) error {
+	if !setBlockMove(r.Obj, true) {
 		return nil
 	}
 	return r.Update(ctx)

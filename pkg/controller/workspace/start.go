@@ -92,7 +92,7 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 			}
 		}()
 	}
-	if err := e.blockMove(ctx, r, true); err != nil {
+	if err := e.blockMove(ctx, r); err != nil {
 		return err
 	}
 	if data != nil {
