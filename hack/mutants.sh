@@ -121,9 +121,8 @@ mutant lock-taken-before-lapse pkg/statestore/lock.go \
 
 # A renewal overwrites the Lease another run took once this one's lapsed.
 mutant lock-renewed-after-taken pkg/statestore/lock.go \
-	'	if ptrValue(lease.Spec.HolderIdentity) != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {
-		return fmt.Errorf' '	if false {
-		return fmt.Errorf'
+	'	if holder := ptrValue(lease.Spec.HolderIdentity); holder != l.Holder || types.UID(lease.Annotations[annotationHolderUID]) != l.HolderUID {' \
+	'	if holder := ptrValue(lease.Spec.HolderIdentity); false {'
 
 # A Job runs inputs known only by their remembered hash.
 mutant job-runs-remembered-hash pkg/controller/workspace/apply.go \
