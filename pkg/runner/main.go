@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/captf/captf/pkg/logflags"
 	"github.com/captf/captf/pkg/retry"
@@ -23,6 +25,7 @@ import (
 // Main is `captf runner`. The Job passes the object and operation as flags
 // and the pod's identity through the downward API.
 func Main(args []string) error {
+	started := clock.RealClock{}.Now()
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	logs := logflags.Bind(fs)
 	var c Config
@@ -58,8 +61,14 @@ func Main(args []string) error {
 	}
 	logger := klog.Background().WithValues("object", klog.KRef(c.Namespace, c.ObjectName), "operation", c.Operation)
 	ctx := klog.NewContext(context.Background(), logger)
-	r := &Runner{Config: c, Client: client, Log: os.Stderr}
+	r := &Runner{Config: c, Client: client, Log: os.Stderr, Clock: clock.RealClock{}}
 	res, err := r.Run(ctx)
+	// The runner's own time is what it costs beyond terraform's: its start,
+	// the lock, the state's claim, the result (docs/scaling.md).
+	took := r.Clock.Since(started)
+	tfTime, tfRuns := r.TerraformTime()
+	logger.Info("Run ended", "outcome", res.Outcome, "took", took.Round(time.Millisecond), "terraformCommands", tfRuns,
+		"terraformTime", tfTime.Round(time.Millisecond), "ownTime", (took - tfTime).Round(time.Millisecond))
 	summary := fmt.Sprintf("%s %s", c.Operation, res.Outcome)
 	if res.Error != "" {
 		summary += ": " + res.Error

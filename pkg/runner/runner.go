@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	tfjson "github.com/hashicorp/terraform-json"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
@@ -63,6 +65,27 @@ type Runner struct {
 	lockLost error
 	// readFile reads the container's cgroup files (nil: os.ReadFile).
 	readFile cgroup.ReadFile
+	// Clock times the terraform commands (nil: the real clock).
+	Clock clock.PassiveClock
+	// terraformTime is how long the terraform commands took, in all: the
+	// rest of a run is the runner's own.
+	terraformTime time.Duration
+	terraformRuns int
+}
+
+// TerraformTime is how long the run's terraform commands took in all, and
+// how many there were.
+func (r *Runner) TerraformTime() (time.Duration, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.terraformTime, r.terraformRuns
+}
+
+func (r *Runner) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
 }
 
 // errOutOfMemory: the kernel killed a process of the runner's container
@@ -543,6 +566,7 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 		r.mu.Unlock()
 		return nil, errors.New("the state lock was lost before terraform " + args[0])
 	}
+	started := r.clock().Now()
 	if err := cmd.Start(); err != nil {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("starting %s: %w", tf, err)
@@ -552,6 +576,8 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	err := cmd.Wait()
 	r.mu.Lock()
 	r.child = nil
+	r.terraformTime += r.clock().Since(started)
+	r.terraformRuns++
 	r.mu.Unlock()
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())

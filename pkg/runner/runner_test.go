@@ -71,6 +71,16 @@ func destroyPlan(t *testing.T) (*tfjson.Plan, string) {
 	return p, s.Hash
 }
 
+// steppingClock moves a second each time it is read.
+type steppingClock struct{ now time.Time }
+
+func (c *steppingClock) Now() time.Time {
+	c.now = c.now.Add(time.Second)
+	return c.now
+}
+
+func (c *steppingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 // plainState is a state as terraform writes it, with an output and a
 // sensitive one.
 const plainState = `{"version":4,"serial":1,"outputs":{"id":{"value":"i-1","type":"string"},"password":{"value":"s3cret","type":"string","sensitive":true}}}`
@@ -142,7 +152,8 @@ func TestRunStages(t *testing.T) {
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
 				Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
 				Operation: tc.op, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
-				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved}}}
+				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved}},
+				Clock: &steppingClock{}}
 			res, err := r.Run(ctx)
 			if (err != nil) != (tc.outcome == run.OutcomeFailed) {
 				t.Fatalf("Run: %v", err)
@@ -150,6 +161,10 @@ func TestRunStages(t *testing.T) {
 			got, _ := os.ReadFile(invocations)
 			if cmds := strings.Fields(string(got)); !slices.Equal(cmds, tc.want) {
 				t.Errorf("terraform ran %q, want %q", cmds, tc.want)
+			}
+			// Each command reads the clock as it starts and ends: a second.
+			if took, n := r.TerraformTime(); n != len(tc.want) || took != time.Duration(n)*time.Second {
+				t.Errorf("terraform time %s in %d commands, want %d s in %d", took, n, len(tc.want), len(tc.want))
 			}
 			if res.Reason != tc.reason {
 				t.Errorf("reason %q, want %q", res.Reason, tc.reason)

@@ -5,8 +5,8 @@
 // times N TerraformMachines from the scale to all their Machines holding
 // provider IDs; then it runs the same module N times back to back with bare
 // terraform (init, apply, output, a user's three commands) and prints the
-// ratio, and the runner's own time per Job (its pod's run less the bare
-// terraform run).
+// ratio, and the runner's own time per Job alone (its pod's run less its
+// terraform commands', which its last log line gives).
 //
 //	go run ./test/cmd/throughput -n 200                         # the quickstart's workers, on the local cloud
 //	go run ./test/cmd/throughput -n 200 -module terraform_data  # examples/local-machine: files, no provider
@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -140,6 +141,7 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 	// One machine at a time: a runner pod alone on the machine, so that its
 	// time less a bare run's is the runner's own, not a share of 2 cores.
 	var alone []time.Duration
+	aloneRuns := len(ex.Runs())
 	for k := 1; k <= 5; k++ {
 		seen := len(ex.Runs())
 		if err := scale(ctx, cp, pool, n+replicas+k); err != nil {
@@ -170,8 +172,13 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 	}
 	if len(alone) > 0 {
 		slices.Sort(alone)
-		fmt.Printf("a runner pod alone (%d one-machine scales): median %s; the runner's own time per Job: %s (less the median bare run)\n",
+		fmt.Printf("a runner pod alone (%d one-machine scales): median %s; less the median bare run: %s\n",
 			len(alone), median(alone), (median(alone) - median(bare)).Round(time.Millisecond))
+	}
+	if own := ownTimes(ex, aloneRuns); len(own) > 0 {
+		slices.Sort(own)
+		fmt.Printf("the runner's own time per Job alone (its pod's run less its terraform commands'): median %s (%s–%s)\n",
+			median(own), own[0], own[len(own)-1])
 	}
 	fmt.Printf("CPU seconds during the scale, by process (%.1f s of wall time on %d cores):\n", captf.Seconds(), runtime.NumCPU())
 	for _, k := range slices.Sorted(maps.Keys(cpu1)) {
@@ -224,6 +231,35 @@ func appliesSince(ex *framework.Executor, seen int) []time.Duration {
 	for _, r := range ex.Runs()[seen:] {
 		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
 			out = append(out, r.Finished.Sub(r.Started))
+		}
+	}
+	return out
+}
+
+// ownTimeLog is the runner's last line: its pod's run less the time its
+// terraform commands took.
+var ownTimeLog = regexp.MustCompile(`"Run ended".* ownTime="([^"]+)"`)
+
+// ownTimes reads the runner's own time of each apply pod since seen, from
+// its log (the pod's run, to the nanosecond, less its terraform commands).
+func ownTimes(ex *framework.Executor, seen int) []time.Duration {
+	var out []time.Duration
+	for _, r := range ex.Runs()[seen:] {
+		if !strings.HasPrefix(r.Name, "tfm-") || !strings.Contains(r.Name, "-apply-") || r.ExitCode != 0 {
+			continue
+		}
+		logs, err := ex.Logs(r.Namespace, r.Name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "throughput:", err)
+			continue
+		}
+		m := ownTimeLog.FindStringSubmatch(logs)
+		if m == nil {
+			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s logged no own time\n", r.Namespace, r.Name)
+			continue
+		}
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			out = append(out, d)
 		}
 	}
 	return out
