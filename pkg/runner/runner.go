@@ -278,7 +278,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 func (r *Runner) lock(ctx context.Context, labels map[string]string, res *run.Result) (func(), error) {
 	logger := klog.FromContext(ctx)
 	lock := &statestore.Lock{Client: r.Client, Namespace: r.Config.Namespace, Name: r.obj.Lock(), Holder: r.Config.Pod, HolderUID: r.Config.PodUID,
-		Labels: labels}
+		Labels: labels, New: !r.Config.ExpectState}
 	err := lock.Acquire(ctx, r.Config.LockTimeout)
 	res.LockWaits, res.ForceUnlocked = lock.Waits, lock.ForceUnlocked
 	if err != nil {
@@ -309,7 +309,7 @@ func (r *Runner) lock(ctx context.Context, labels map[string]string, res *run.Re
 // that stops the backend and reports what it wrote.
 func (r *Runner) openState(ctx context.Context, labels map[string]string, res *run.Result) (*statestore.StateStore, []string, func(), error) {
 	store := &statestore.StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
-		MaxBytes: r.Config.MaxStateBytes}
+		MaxBytes: r.Config.MaxStateBytes, New: !r.Config.ExpectState}
 	claim := store.Claim
 	if r.Config.Operation == infrav1.OperationDrift {
 		claim = store.CheckReadOnly // a plan only: no write, not even a claim

@@ -48,14 +48,18 @@ type Lock struct {
 	Poll time.Duration
 	// Clock times the Lease, the waits and the renewals; nil is the real one.
 	Clock clock.WithTicker
+	// New says the Lease is not expected to exist yet (the object was never
+	// applied): the first attempt creates it without reading it first.
+	New bool
 
 	// Waits counts the times Acquire found the lock held; ForceUnlocked says
 	// whether it took the lock from a stale holder.
 	Waits         int
 	ForceUnlocked bool
 
-	mu   sync.Mutex
-	held bool
+	mu          sync.Mutex
+	held        bool
+	createTried bool
 	// last is the Lease as this run last wrote it: a renewal or release
 	// updates it without reading it first, fenced by its resourceVersion.
 	last *coordinationv1.Lease
@@ -101,13 +105,25 @@ func (l *Lock) Acquire(ctx context.Context, timeout time.Duration) error {
 // live holder.
 func (l *Lock) try(ctx context.Context) (string, error) {
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels}}
+	create := func() (string, error) {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels}}
 		l.take(lease)
 		created, err := leases.Create(ctx, lease, metav1.CreateOptions{})
 		l.remember(created, err)
 		return "", err
+	}
+	// A new object's Lease is created at once: a read would find nothing.
+	// Only the first attempt: a create whose answer was lost is found by
+	// the read of the next, held by this run.
+	if l.New && !l.createTried {
+		l.createTried = true
+		if _, err := create(); !apierrors.IsAlreadyExists(err) {
+			return "", err
+		}
+	}
+	lease, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return create()
 	}
 	if err != nil {
 		return "", err

@@ -94,40 +94,47 @@ func TestLockAcquire(t *testing.T) {
 		"held by a pod that finished":            {objects: []runtime.Object{heldLease(now), holderPod("other-uid", corev1.PodFailed)}, wantForceUnlock: true},
 		"held by a pod whose name was reused":    {objects: []runtime.Object{heldLease(now.Add(-time.Minute)), func() *corev1.Pod { p := holderPod("", corev1.PodRunning); p.UID = "new-uid"; return p }()}, wantForceUnlock: true},
 	}
+	// A runner that thinks its object new creates the Lease first: it
+	// must find the holder all the same.
 	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			client := fake.NewClientset(tc.objects...)
-			if name == "held by a pod the runner API will not show" {
-				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "other", errors.New("not a pod of CAPTF's"))
-				})
+		for _, newObject := range []bool{false, true} {
+			if newObject {
+				name += ", the run thinking its object new"
 			}
-			clk := testingclock.NewFakeClock(now)
-			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
-			var err error
-			stepWhileWaiting(clk, 2*time.Second, func() { err = l.Acquire(context.Background(), time.Minute) })
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			t.Run(name, func(t *testing.T) {
+				client := fake.NewClientset(tc.objects...)
+				if strings.HasPrefix(name, "held by a pod the runner API will not show") {
+					client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+						return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "other", errors.New("not a pod of CAPTF's"))
+					})
 				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if waited := clk.Since(now); waited < tc.wantWaited {
-				t.Errorf("took the lock after %s, want %s at least", waited, tc.wantWaited)
-			}
-			if (l.Waits > 0) != tc.wantWaits || l.ForceUnlocked != tc.wantForceUnlock {
-				t.Errorf("waits %d, force-unlocked %v; want waits %v, force-unlocked %v", l.Waits, l.ForceUnlocked, tc.wantWaits, tc.wantForceUnlock)
-			}
-			lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
-			holder := ptrValue(lease.Spec.HolderIdentity)
-			if tc.wantErr == "" && holder != "me" || tc.wantErr != "" && holder != "other" {
-				t.Errorf("holder %q", holder)
-			}
-			if tc.wantForceUnlock && lease.Annotations[annotationForceUnlock] != "1" {
-				t.Errorf("force unlocks recorded: %q, want 1", lease.Annotations[annotationForceUnlock])
-			}
-		})
+				clk := testingclock.NewFakeClock(now)
+				l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk, New: newObject}
+				var err error
+				stepWhileWaiting(clk, 2*time.Second, func() { err = l.Acquire(context.Background(), time.Minute) })
+				if tc.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Fatalf("err = %v, want %q", err, tc.wantErr)
+					}
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if waited := clk.Since(now); waited < tc.wantWaited {
+					t.Errorf("took the lock after %s, want %s at least", waited, tc.wantWaited)
+				}
+				if (l.Waits > 0) != tc.wantWaits || l.ForceUnlocked != tc.wantForceUnlock {
+					t.Errorf("waits %d, force-unlocked %v; want waits %v, force-unlocked %v", l.Waits, l.ForceUnlocked, tc.wantWaits, tc.wantForceUnlock)
+				}
+				lease, _ := client.CoordinationV1().Leases("ns").Get(context.Background(), "tfc-a-lock", metav1.GetOptions{})
+				holder := ptrValue(lease.Spec.HolderIdentity)
+				if tc.wantErr == "" && holder != "me" || tc.wantErr != "" && holder != "other" {
+					t.Errorf("holder %q", holder)
+				}
+				if tc.wantForceUnlock && lease.Annotations[annotationForceUnlock] != "1" {
+					t.Errorf("force unlocks recorded: %q, want 1", lease.Annotations[annotationForceUnlock])
+				}
+			})
+		}
 	}
 }
 
@@ -192,8 +199,10 @@ func TestLockLost(t *testing.T) {
 // answer was lost (the manager's pod killed mid-request) is not a failed run:
 // the lock is found held by this run and taken, then released.
 func TestLockAnswerLost(t *testing.T) {
-	for _, verb := range []string{"create", "update"} {
+	for _, verb := range []string{"create", "create-first", "update"} {
 		t.Run(verb, func(t *testing.T) {
+			newObject := verb == "create-first"
+			verb := strings.TrimSuffix(verb, "-first")
 			var objects []runtime.Object
 			if verb == "update" {
 				objects = append(objects, heldLease(time.Now().Add(-time.Minute))) // stale: taken by an update
@@ -217,7 +226,7 @@ func TestLockAnswerLost(t *testing.T) {
 				}
 				return true, nil, io.ErrUnexpectedEOF
 			})
-			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond}
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Poll: 10 * time.Millisecond, New: newObject}
 			if err := l.Acquire(context.Background(), time.Second); err != nil {
 				t.Fatalf("acquire: %v", err)
 			}
@@ -328,32 +337,51 @@ func TestLockOutlivesAnUnreachableAPI(t *testing.T) {
 	}
 }
 
-// TestLockRequests: a run's lock costs a read and a create to take, and an
-// update (no read) for each renewal and the release.
+// TestLockRequests: a new object's lock costs a create to take (no read),
+// an object's applied before a read and an update; each renewal and the
+// release an update (no read).
 func TestLockRequests(t *testing.T) {
-	client := fake.NewClientset()
-	enforceResourceVersions(client, "leases")
-	clk := testingclock.NewFakeClock(t0)
-	l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk}
-	ctx := context.Background()
-	if err := l.Acquire(ctx, time.Second); err != nil {
-		t.Fatal(err)
+	released := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "tfc-a-lock", Namespace: "ns", ResourceVersion: "1"}}
+	tests := map[string]struct {
+		new   bool
+		lease *coordinationv1.Lease
+		want  []string
+	}{
+		"a new object: created at once":                   {new: true, want: []string{"create", "update", "update"}},
+		"an object applied before: read, then taken":      {lease: released, want: []string{"get", "update", "update", "update"}},
+		"new, but a first apply that failed left a Lease": {new: true, lease: released, want: []string{"create", "get", "update", "update", "update"}},
+		"applied before, but its Lease is gone":           {want: []string{"get", "create", "update", "update"}},
 	}
-	if err := l.renew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var verbs []string
-	for _, a := range client.Actions() {
-		verbs = append(verbs, a.GetVerb())
-	}
-	if want := []string{"get", "create", "update", "update"}; !slices.Equal(verbs, want) {
-		t.Errorf("requests %v, want %v", verbs, want)
-	}
-	lease, _ := client.CoordinationV1().Leases("ns").Get(ctx, "tfc-a-lock", metav1.GetOptions{})
-	if lease.Spec.HolderIdentity != nil {
-		t.Errorf("released lock held by %q", *lease.Spec.HolderIdentity)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			if tc.lease != nil {
+				client = fake.NewClientset(tc.lease.DeepCopy())
+			}
+			enforceResourceVersions(client, "leases")
+			clk := testingclock.NewFakeClock(t0)
+			l := &Lock{Client: client, Namespace: "ns", Name: "tfc-a-lock", Holder: "me", HolderUID: "me-uid", Clock: clk, New: tc.new}
+			ctx := context.Background()
+			if err := l.Acquire(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.renew(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var verbs []string
+			for _, a := range client.Actions() {
+				verbs = append(verbs, a.GetVerb())
+			}
+			if !slices.Equal(verbs, tc.want) {
+				t.Errorf("requests %v, want %v", verbs, tc.want)
+			}
+			lease, _ := client.CoordinationV1().Leases("ns").Get(ctx, "tfc-a-lock", metav1.GetOptions{})
+			if lease.Spec.HolderIdentity != nil {
+				t.Errorf("released lock held by %q", *lease.Spec.HolderIdentity)
+			}
+		})
 	}
 }

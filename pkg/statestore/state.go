@@ -95,6 +95,9 @@ type StateStore struct {
 	Keep string
 	// Clock names backups and chunk generations; nil is the real one.
 	Clock clock.PassiveClock
+	// New says the object was never applied: its claim creates the state
+	// Secret without reading it first.
+	New bool
 
 	// head is the version of the state Secret this store claimed, wrote
 	// or (read-only) checked last. The run holds the lock and its writes are
@@ -106,6 +109,8 @@ type StateStore struct {
 	known    bool   // current is head's
 	readOnly bool
 	backedUp bool
+	// createTried: a claim's first create was tried; a retry reads first.
+	createTried bool
 	// BackupsMade counts backups this store made, BackupErrors the ones it
 	// could not make; LastBackup names the newest.
 	BackupsMade, BackupErrors int
@@ -119,22 +124,38 @@ type StateStore struct {
 // object was applied, and running on an empty state would create everything
 // again.
 func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool) error {
+	create := func() (bool, error) {
+		head := s.newSecret(s.Object.State(), names.SecretTypeState)
+		head.Annotations[AnnotationHolder] = holder
+		created, err := s.secrets().Create(ctx, head, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating state secret: %w", err)
+		}
+		s.head, s.known = created, false
+		return true, nil
+	}
+	// An object never applied has no state yet, as a rule. One that is
+	// there (left by a first apply that failed) is read and claimed as
+	// below, and so is one a claim whose answer was lost created.
+	if s.New && !s.createTried {
+		s.createTried = true
+		if created, err := create(); created || err != nil {
+			return err
+		}
+	}
 	head, err := s.checkedHead(ctx, expectState)
 	if err != nil {
 		return err
 	}
 	if head == nil {
-		head = s.newSecret(s.Object.State(), names.SecretTypeState)
-		head.Annotations[AnnotationHolder] = holder
-		created, err := s.secrets().Create(ctx, head, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
+		created, err := create()
+		if err == nil && !created {
 			return fmt.Errorf("%w: the state Secret appeared while claiming it", ErrFenced)
 		}
-		if err != nil {
-			return fmt.Errorf("creating state secret: %w", err)
-		}
-		s.head, s.known = created, false
-		return nil
+		return err
 	}
 	head = head.DeepCopy()
 	head.Annotations[AnnotationHolder] = holder

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -732,5 +733,75 @@ func TestAClaimedStateOutlivesItsSecret(t *testing.T) {
 	}
 	if _, err := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{}); err == nil {
 		t.Error("the write made a new state Secret")
+	}
+}
+
+// TestClaimRequests: the claim of an object never applied creates its state
+// Secret without reading it first; one that finds a Secret there reads it
+// and claims it as the claim of an applied object does, refusing another
+// object's.
+func TestClaimRequests(t *testing.T) {
+	ctx := context.Background()
+	empty := func() *corev1.Secret { // left by a first apply that failed
+		s := newStore(fake.NewClientset(), 0, 0).newSecret("tfc-c-state", names.SecretTypeState)
+		s.Annotations[names.AnnotationObjectName], s.Labels[names.LabelKind] = "c", "tfc"
+		return s
+	}
+	other := empty()
+	other.Annotations[names.AnnotationObjectName] = "another"
+	tests := map[string]struct {
+		new      bool
+		existing *corev1.Secret
+		want     []string
+		wantErr  error
+		// loseCreate: the create's answer is lost; the claim is tried again.
+		loseCreate bool
+	}{
+		"a new object, the create's answer lost: the retry finds its own": {new: true, loseCreate: true, want: []string{"create", "get", "update"}},
+		"a new object: created at once":                                   {new: true, want: []string{"create"}},
+		"an object applied before: read, then claimed":                    {existing: empty(), want: []string{"get", "update"}},
+		"new, but a first apply that failed left one":                     {new: true, existing: empty(), want: []string{"create", "get", "update"}},
+		"new, but another object's is there: refused":                     {new: true, existing: other, want: []string{"create", "get"}, wantErr: ErrOtherOwner},
+		"not known to be new, and none there: read first":                 {want: []string{"get", "create"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			if tc.existing != nil {
+				client = fake.NewClientset(tc.existing)
+			}
+			if tc.loseCreate {
+				client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					client.ReactionChain = client.ReactionChain[1:]
+					if err := client.Tracker().Create(a.GetResource(), a.(k8stesting.CreateAction).GetObject(), "ns"); err != nil {
+						t.Fatal(err)
+					}
+					return true, nil, io.ErrUnexpectedEOF
+				})
+			}
+			s := newStore(client, 0, 0)
+			s.New = tc.new
+			err := s.Claim(ctx, "pod-uid", false)
+			if tc.loseCreate && errors.Is(err, io.ErrUnexpectedEOF) {
+				err = s.Claim(ctx, "pod-uid", false) // as retry.Transiently does
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Claim = %v, want %v", err, tc.wantErr)
+			}
+			var verbs []string
+			for _, a := range client.Actions() {
+				verbs = append(verbs, a.GetVerb())
+			}
+			if !slices.Equal(verbs, tc.want) {
+				t.Errorf("requests %v, want %v", verbs, tc.want)
+			}
+			if err != nil {
+				return
+			}
+			head, _ := client.CoreV1().Secrets("ns").Get(ctx, "tfc-c-state", metav1.GetOptions{})
+			if head.Annotations[AnnotationHolder] != "pod-uid" {
+				t.Errorf("state holder %q, want the claim's", head.Annotations[AnnotationHolder])
+			}
+		})
 	}
 }
