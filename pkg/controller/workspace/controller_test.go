@@ -999,3 +999,66 @@ func TestMoveUnblockedOnceNoJobRuns(t *testing.T) {
 		}
 	})
 }
+
+// TestCleanDriftChecksLeaveNoJob: a drift check that found no drift keeps
+// no Job (nor result) once the status holds its result, the apply's Job
+// stays, and the next check is still due at its slot; the newest check
+// that found drift is kept while Drifted is True.
+func TestCleanDriftChecksLeaveNoJob(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		ctx := context.Background()
+		f := newFixture(t, k, newObject(k, withFinalizer(k), func(o workspace.Object) {
+			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+		}), k.capi, k.kube...)
+		f.sync()
+		apply := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		clk := testingclock.NewFakeClock(time.Now())
+		f.c.EngineForTest().Clock = clk
+		n := names.Object{Kind: k.short, Name: "prod"}
+		// check runs the next drift check, on time, ending with plan.
+		check := func(plan *run.Plan) *batchv1.Job {
+			t.Helper()
+			start := clk.Now()
+			for len(f.createdJobs()) == 0 && clk.Since(start) < 2*time.Minute {
+				clk.Step(5 * time.Second)
+				f.sync()
+			}
+			jobs := f.createdJobs()
+			if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") || clk.Since(start) < 30*time.Second {
+				t.Fatalf("%s later: created %v, want a drift check after half an interval at least", clk.Since(start), jobNames(jobs))
+			}
+			f.observe(jobs[0])
+			job := f.finishJob(run.Result{Operation: infrav1.OperationDrift, Outcome: run.OutcomeSucceeded, Plan: plan})
+			f.sync() // records it
+			if len(f.jobs.deleted) != 0 {
+				t.Fatalf("Jobs deleted before the check was recorded: %v", f.jobs.deleted)
+			}
+			f.observe()
+			f.sync() // with its result in the status
+			return job
+		}
+		clean := check(&run.Plan{Hash: "2222222222222222"})
+		if !slices.Equal(f.jobs.deleted, []string{clean.Name}) {
+			t.Fatalf("deleted %v once the clean check was recorded, want its Job alone (not the apply's %s)", f.jobs.deleted, apply.Name)
+		}
+		if _, err := f.kube.CoreV1().Secrets("ns").Get(ctx, n.Result(clean.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the clean check's result after its Job went: %v, want deleted", err)
+		}
+		if c := f.condition(infrav1.ConditionDrifted); c == nil || c.Reason != workspace.ReasonNoDrift {
+			t.Fatalf("Drifted %+v, want NoDrift", c)
+		}
+		if err := f.c.EngineForTest().JobIndex.Delete(workspace.CacheJob(clean)); err != nil {
+			t.Fatal(err)
+		}
+		f.observe()
+		drifted := check(&run.Plan{Hash: "3333333333333333", Summary: infrav1.PlanSummary{Change: 1}})
+		if len(f.jobs.deleted) != 0 {
+			t.Errorf("deleted %v while Drifted is True, want the check that found it kept", f.jobs.deleted)
+		}
+		if c := f.condition(infrav1.ConditionDrifted); c == nil || c.Reason != workspace.ReasonDriftDetected {
+			t.Errorf("Drifted %+v after %s, want DriftDetected", c, drifted.Name)
+		}
+	})
+}

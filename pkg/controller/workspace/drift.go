@@ -76,11 +76,12 @@ func driftCheckHash(appliedHash string, due time.Time) string {
 }
 
 // driftDue is when obj's next drift check is due, given its newest drift
-// Job (nil when none is left): the slot after the one its last check was
-// for, or half an interval after an apply at least. Counting from when
-// the last check finished instead would move the next one a whole interval
-// on whenever a check ran more than half an interval late (a backlog of
-// Jobs, a cap): that object would go two intervals unchecked.
+// Job (nil when none is left: a clean check's Job goes once recorded): the
+// slot after the one its last check was for, or half an interval after an
+// apply at least. Counting half an interval from when the last check
+// finished instead would move the next one a whole interval on whenever a
+// check ran more than half an interval late (a backlog of Jobs, a cap):
+// that object would go two intervals unchecked.
 func driftDue(obj Object, latest *CachedJob, appliedHash string, interval time.Duration) (time.Time, bool) {
 	st := obj.WorkspaceStatus()
 	checked, applied := st.LastDriftCheckTime, st.LastAppliedTime
@@ -100,7 +101,14 @@ func driftDue(obj Object, latest *CachedJob, appliedHash string, interval time.D
 			}
 		}
 	}
-	return nextDriftCheck(obj, checked.Time, interval), true
+	if interval <= 0 {
+		return checked.Time, true
+	}
+	// The Job is gone: its check was for the last slot before it
+	// finished, unless it ran a whole interval late. The API server's
+	// clock, which timed its end, may be behind the manager's, which timed
+	// the slot: a minute's allowance.
+	return driftSlot(obj, checked.Add(min(interval/10, time.Minute)), interval).Add(interval), true
 }
 
 // remediationTime is when drift was found that the object's policy
@@ -181,7 +189,8 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 	default:
 		e.RecordJob(r, job, run.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
-		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply (Job "+job.Name+")")
+		// The Job goes once this is recorded (cleanupHistory): not named.
+		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply")
 		return res.Plan.OutputChanges
 	}
 	return nil

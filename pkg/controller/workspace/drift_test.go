@@ -41,6 +41,9 @@ func TestDriftSchedule(t *testing.T) {
 				created = created.Add(time.Duration(rng.Int64N(int64(interval * 9 / 10))))
 			}
 			job := &CachedJob{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}, InputsHash: driftCheckHash("h", due)}
+			if i%2 == 0 {
+				job = nil // a clean check's Job goes once its result is recorded
+			}
 			finished := metav1.NewTime(created.Add(run))
 			obj.Status.LastAppliedTime, obj.Status.LastDriftCheckTime = &metav1.Time{Time: base}, &finished
 			next, _ := driftDue(obj, job, "h", interval)
@@ -65,8 +68,8 @@ func TestDriftSchedule(t *testing.T) {
 }
 
 // TestDriftDue: the next check is the slot after the one the last check
-// was for, however late that check ran or finished; after an apply, or
-// when the last check's Job is gone, half an interval after at least.
+// was for, however late that check ran or finished, its Job kept or gone;
+// after an apply, half an interval after at least.
 func TestDriftDue(t *testing.T) {
 	const interval = 10 * time.Minute
 	obj := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{UID: "29b33912-8e3a-4907-b3a1-000000000042"}}
@@ -85,10 +88,13 @@ func TestDriftDue(t *testing.T) {
 		"a check that finished late (a backlog)": {applied: at(-time.Hour), checked: at(6 * time.Minute), latest: check(5*time.Minute, 6*time.Minute), want: interval},
 		"a check finished after its next slot":   {applied: at(-time.Hour), checked: at(11 * time.Minute), latest: check(9*time.Minute, 11*time.Minute), want: interval},
 		"a Job made a second before its slot":    {applied: at(-time.Hour), checked: at(20 * time.Second), latest: check(-time.Second, 20*time.Second), want: interval},
-		"the last check's Job is gone":           {applied: at(-time.Hour), checked: at(6 * time.Minute), want: 2 * interval},
-		"an apply since the last check":          {applied: at(6 * time.Minute), checked: at(20 * time.Second), latest: check(time.Second, 20*time.Second), want: 2 * interval},
-		"the newest Job checked other inputs":    {applied: at(-time.Hour), checked: at(6 * time.Minute), latest: &CachedJob{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(slot)}, InputsHash: driftCheckHash("before", slot)}, want: 2 * interval},
-		"applied, never checked":                 {applied: at(-4 * time.Minute), want: interval},
+		"the last check's Job is gone":           {applied: at(-time.Hour), checked: at(6 * time.Minute), want: interval},
+		// The API server's clock, which timed the check's end, behind.
+		"gone, its end timed before its slot": {applied: at(-time.Hour), checked: at(-20 * time.Second), want: interval},
+		"gone, finished after its next slot":  {applied: at(-time.Hour), checked: at(11 * time.Minute), want: 2 * interval},
+		"an apply since the last check":       {applied: at(6 * time.Minute), checked: at(20 * time.Second), latest: check(time.Second, 20*time.Second), want: 2 * interval},
+		"the newest Job checked other inputs": {applied: at(-time.Hour), checked: at(6 * time.Minute), latest: &CachedJob{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(slot)}, InputsHash: driftCheckHash("before", slot)}, want: interval},
+		"applied, never checked":              {applied: at(-4 * time.Minute), want: interval},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := obj.DeepCopy()

@@ -430,7 +430,7 @@ func (f *fixture) endJob(res run.Result, succeeded bool) *batchv1.Job {
 		f.t.Fatal("no Job to finish")
 	}
 	job := f.jobs.created[len(f.jobs.created)-1].DeepCopy()
-	now := metav1.Now()
+	now := metav1.NewTime(f.c.EngineForTest().Clock.Now()) // the API server's clock, as the manager's
 	job.CreationTimestamp = metav1.NewTime(now.Add(-1))
 	if succeeded {
 		job.Status.CompletionTime = &now

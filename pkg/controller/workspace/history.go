@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -21,25 +22,38 @@ import (
 // what a killed runner left.) Each object so keeps at most the result of the
 // latest Job of each operation, not two Secrets per Job of its history.
 func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
-	n := e.Names(r.Obj)
 	for _, prev := range r.Jobs { // newest first
 		if prev.Name == job.Name || prev.Operation != job.Operation {
 			continue
 		}
-		for _, name := range []string{n.RunInputs(prev.Name), n.Result(prev.Name)} {
-			if err := e.Kube.CoreV1().Secrets(prev.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				klog.FromContext(ctx).Error(err, "Deleting a run Secret of an earlier Job", "secret", klog.KRef(prev.Namespace, name))
-			}
-		}
+		e.deleteRunSecrets(ctx, r, prev)
 		return
+	}
+}
+
+// deleteRunSecrets deletes the run inputs and the result of job.
+func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
+	n := e.Names(r.Obj)
+	for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
+		if err := e.Kube.CoreV1().Secrets(job.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Deleting a run Secret of an earlier Job", "secret", klog.KRef(job.Namespace, name))
+		}
 	}
 }
 
 // cleanupHistory keeps the newest finished Jobs of each operation within
 // the policy's limits. Their run Secrets went when the next Job of their
 // operation started.
+//
+// A drift check that succeeded keeps no Job once the status holds its
+// result (Drifted, the last check's time), but the newest while Drifted is
+// True: its pod's log shows the plan. A fleet checks every interval, and
+// each kept check was a Job and a pod in the cluster and in the manager's
+// cache (at 10,000 objects and the default limit, 30,000 of each).
 func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	kept := map[string]int32{}
+	st := r.Obj.WorkspaceStatus()
+	drifted := meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionDrifted)
 	var errs []error
 	for _, job := range r.Jobs { // newest first
 		finished, succeeded := JobFinished(job)
@@ -50,6 +64,14 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 		if succeeded {
 			limit = r.Policy.SuccessfulJobsHistoryLimit
 		}
+		recordedCheck := succeeded && job.Operation == infrav1.OperationDrift &&
+			st.LastDriftCheckTime != nil && !FinishTime(job).After(st.LastDriftCheckTime.Time)
+		if recordedCheck {
+			limit = 0
+			if drifted {
+				limit = min(limit+1, r.Policy.SuccessfulJobsHistoryLimit)
+			}
+		}
 		k := string(job.Operation) + strconv.FormatBool(succeeded)
 		if kept[k] < limit {
 			kept[k]++
@@ -57,6 +79,11 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 		}
 		if err := e.JobControl.Delete(ctx, job, metav1.DeletePropagationBackground); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if recordedCheck {
+			// Its result is read; the next check would not find it.
+			e.deleteRunSecrets(ctx, r, job)
 		}
 	}
 	return errors.Join(errs...)
