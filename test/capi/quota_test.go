@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ import (
 	"github.com/captf/captf/test/framework"
 )
 
+// quotaRuns counts the runs of TestQuotaStallsARollout: each has a
+// namespace (and cloud account) of its own.
+var quotaRuns int
+
 // TestQuotaStallsARollout (issue 33, item 5): machines on the local cloud,
 // whose account holds 3 instances (a control-plane machine and 2 workers),
 // in a MachineDeployment of 2 rolled to a new template with maxSurge 1. The surge machine cannot be made: its
@@ -27,10 +32,15 @@ import (
 // its retries back off, the rollout stalls with both old machines and
 // their instances in place. Raising the quota lets the rollout finish with
 // no step by hand: two new machines, the old ones' instances destroyed.
+//
+// It logs the rollout's timeline, the figures of docs/scaling.md (go test
+// ./test/capi -run TestQuotaStallsARollout -count 3 -v): the test asserts
+// what happens, not how fast.
 func TestQuotaStallsARollout(t *testing.T) {
 	ctx := context.Background()
 	root, _ := setup(t)
-	ns := "quota"
+	quotaRuns++
+	ns := fmt.Sprintf("quota-%d", quotaRuns) // -count runs it again
 	cloud, err := framework.StartLocalCloud(t.TempDir(), "-create-latency=100ms")
 	if err != nil {
 		t.Fatal(err)
@@ -155,10 +165,17 @@ func TestQuotaStallsARollout(t *testing.T) {
 
 	// Rolled to a new template: the surge machine meets the quota.
 	template("large", "large")
+	began := time.Now()
+	var timeline []string
+	note := func(at time.Time, what string) {
+		timeline = append(timeline, fmt.Sprintf("%6.1f s  %s", at.Sub(began).Seconds(), what))
+	}
+	defer func() { t.Logf("the rollout's timeline:\n%s", strings.Join(timeline, "\n")) }()
 	patch := []byte(`{"spec":{"template":{"spec":{"infrastructureRef":{"name":"large"}}}}}`)
 	if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Patch(ctx, "workers", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	note(time.Now(), "the MachineDeployment rolled to the large template (maxSurge 1, quota 3 instances, 3 held)")
 	var refused *infrav1.TerraformMachine
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		tms, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
@@ -175,6 +192,7 @@ func TestQuotaStallsARollout(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no TerraformMachine says CloudQuotaExceeded: %v", err)
 	}
+	note(time.Now(), "the surge machine "+refused.Name+" says Ready=False CloudQuotaExceeded")
 	if c := meta.FindStatusCondition(refused.Status.Conditions, infrav1.ConditionReady); !strings.Contains(c.Message, "QuotaExceeded: instance quota of 3 reached in account "+ns) {
 		t.Errorf("the refused machine's Ready message does not quote the cloud: %s", c.Message)
 	}
@@ -203,18 +221,30 @@ func TestQuotaStallsARollout(t *testing.T) {
 	if len(jobs.Items) > 4 {
 		t.Errorf("%d apply Jobs for the refused machine in under a minute: its retries do not back off", len(jobs.Items))
 	}
+	var created []time.Time
+	for _, j := range jobs.Items {
+		created = append(created, j.CreationTimestamp.Time)
+	}
+	slices.SortFunc(created, time.Time.Compare)
+	for i, at := range created {
+		note(at, fmt.Sprintf("apply Job %d of the surge machine (Job creation times are to the second)", i+1))
+	}
+	note(time.Now(), "stalled: the 2 small machines and their instances still there")
 
 	// Raised: the rollout finishes by itself.
 	if err := cloud.SetLimits(ns, `{"quotas": {"instances": 4}}`); err != nil {
 		t.Fatal(err)
 	}
+	note(time.Now(), "quota raised to 4 instances")
 	after := waitMachinesOf("rolled to 2 large ones", 5*time.Minute, func(m map[string]map[string]bool) bool {
 		return len(m["small"]) == 0 && len(m["large"]) == 2 && provisioned(m["large"]) == 2
 	})
+	note(time.Now(), "rolled: 2 large machines provisioned, no small one left")
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		instances, err := cloud.List(ns, "instances")
 		return err == nil && len(instances) == 3, nil
 	})
+	note(time.Now(), "the cloud holds the control plane's instance and the 2 new ones")
 	if err != nil {
 		instances, _ := cloud.List(ns, "instances")
 		t.Errorf("the cloud's instances after the rollout: %+v, want the control plane's and the new 2 (before %v, after %v)", instances, before, after)
