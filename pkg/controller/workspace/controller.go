@@ -235,8 +235,10 @@ func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 	if err == nil && s.Unwritten {
 		err = s.Update(ctx)
 	}
-	if serr := c.writeStatus(ctx, obj, cached); serr != nil && !apierrors.IsNotFound(serr) {
-		err = errors.Join(err, serr)
+	if !s.NoStatus {
+		if serr := c.writeStatus(ctx, obj, cached); serr != nil && !apierrors.IsNotFound(serr) {
+			err = errors.Join(err, serr)
+		}
 	}
 	if err == nil && s.Requeue > 0 {
 		c.loop.Queue.AddAfter(key, s.Requeue)

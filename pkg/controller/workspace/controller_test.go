@@ -1062,3 +1062,25 @@ func TestCleanDriftChecksLeaveNoJob(t *testing.T) {
 		}
 	})
 }
+
+// TestANewObjectWaitsForItsOwnerQuietly: Cluster API makes a machine
+// before the Machine that owns it; for its first seconds the missing owner
+// costs no status write, and a wait that lasts is reported.
+func TestANewObjectWaitsForItsOwnerQuietly(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		clk := testingclock.NewFakeClock(time.Now())
+		f := newFixture(t, k, newObject(k, func(o workspace.Object) {
+			o.SetOwnerReferences(nil)
+			o.SetCreationTimestamp(metav1.NewTime(clk.Now()))
+		}), nil, k.kube...)
+		f.c.EngineForTest().Clock = clk
+		f.sync()
+		f.wantPrefixes("writes of a new object waiting for its owner", f.writes(), nil)
+		clk.Step(10 * time.Second)
+		f.sync()
+		f.wantPrefixes("writes once the wait lasted", f.writes(), []string{"update {res}/status prod"})
+		if r := f.readyReason(); r != k.ownerWait {
+			t.Errorf("Ready reason %q, want %q", r, k.ownerWait)
+		}
+	})
+}

@@ -139,6 +139,8 @@ type Sync struct {
 	// Unwritten: the sync changed the object's metadata or spec without
 	// an Update yet; the controller writes it at the sync's end.
 	Unwritten bool
+	// NoStatus: the sync has nothing to report yet, and writes no status.
+	NoStatus bool
 	// Owner is the object's Cluster API owner (a Cluster, Machine or
 	// MachinePool), nil until Cluster API sets it.
 	Owner *unstructured.Unstructured

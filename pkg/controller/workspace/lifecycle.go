@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +24,10 @@ type Lifecycle struct {
 	Render func() (*Inputs, error)
 }
 
+// ownerGrace is how long a new object waits for its owner before its
+// status says so.
+const ownerGrace = 10 * time.Second
+
 // Wait is why an object waits: a Ready reason and message.
 type Wait struct{ Reason, Message string }
 
@@ -33,6 +38,14 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	obj := r.Obj
 	deleting := obj.GetDeletionTimestamp() != nil
 	if l.OwnerMissing != nil && !deleting {
+		// Cluster API makes a machine, then its Machine, which takes it
+		// as its own at once: a new machine's wait is not reported (a
+		// status write each) unless it lasts.
+		if age := e.Clock.Since(obj.GetCreationTimestamp().Time); age < ownerGrace && len(obj.WorkspaceStatus().Conditions) == 0 {
+			r.NoStatus = true
+			r.requeueWithin(ownerGrace - age)
+			return false, nil
+		}
 		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
 		return false, nil
 	}
