@@ -30,6 +30,8 @@ output "control_plane_endpoint" { value = { host = "imaged.local.test", port = 6
 `}
 	tc.Spec.Variables = nil
 	tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 5 * time.Second}}
+	keep := int32(3) // the clean drift check's Job stays to be looked at
+	tc.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
 	e.create(tc)
 	e.waitFor("imaged", 2*time.Minute, "Ready with a clean drift check", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionDrifted)

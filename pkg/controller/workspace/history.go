@@ -45,11 +45,13 @@ func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *CachedJob) 
 // the policy's limits. Their run Secrets went when the next Job of their
 // operation started.
 //
-// A drift check that succeeded keeps no Job once the status holds its
-// result (Drifted, the last check's time), but the newest while Drifted is
-// True: its pod's log shows the plan. A fleet checks every interval, and
-// each kept check was a Job and a pod in the cluster and in the manager's
-// cache (at 10,000 objects and the default limit, 30,000 of each).
+// By default a drift check that succeeded keeps no Job once the status
+// holds its result (Drifted, the last check's time), but the newest while
+// Drifted is True: its pod's log shows the plan. A fleet checks every
+// interval, and each kept check was a Job and a pod in the cluster and in
+// the manager's cache (at 10,000 objects and a limit of 3, 30,000 of
+// each). A successfulJobsHistoryLimit set by the user keeps them as it
+// keeps other Jobs.
 func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	kept := map[string]int32{}
 	st := r.Obj.WorkspaceStatus()
@@ -67,9 +69,9 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 		recordedCheck := succeeded && job.Operation == infrav1.OperationDrift &&
 			st.LastDriftCheckTime != nil && !FinishTime(job).After(st.LastDriftCheckTime.Time)
 		if recordedCheck {
-			limit = 0
+			limit = r.Policy.CleanDriftChecksKept
 			if drifted {
-				limit = min(limit+1, r.Policy.SuccessfulJobsHistoryLimit)
+				limit = max(limit, min(1, r.Policy.SuccessfulJobsHistoryLimit))
 			}
 		}
 		k := string(job.Operation) + strconv.FormatBool(succeeded)

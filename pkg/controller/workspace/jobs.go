@@ -29,6 +29,10 @@ type Policy struct {
 	LockTimeout                time.Duration
 	SuccessfulJobsHistoryLimit int32
 	FailedJobsHistoryLimit     int32
+	// CleanDriftChecksKept is how many drift checks that found no drift
+	// are kept once recorded: none, unless successfulJobsHistoryLimit is
+	// set (on the object or its cluster's defaults).
+	CleanDriftChecksKept int32
 }
 
 // EffectivePolicy merges the object's policy over its cluster's defaults
@@ -54,6 +58,7 @@ func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
 		}
 		if src.SuccessfulJobsHistoryLimit != nil {
 			p.SuccessfulJobsHistoryLimit = *src.SuccessfulJobsHistoryLimit
+			p.CleanDriftChecksKept = *src.SuccessfulJobsHistoryLimit
 		}
 		if src.FailedJobsHistoryLimit != nil {
 			p.FailedJobsHistoryLimit = *src.FailedJobsHistoryLimit

@@ -31,8 +31,14 @@ func TestEffectivePolicy(t *testing.T) {
 		"CAPTF defaults": {check: func(p Policy) string {
 			if p.ActiveDeadlineSeconds != 3600 || p.LockTimeout != 5*time.Minute || p.SuccessfulJobsHistoryLimit != 3 || p.FailedJobsHistoryLimit != 3 ||
 				p.Resources.Requests.Cpu().String() != "250m" || p.Resources.Requests.Memory().String() != "512Mi" ||
-				p.Resources.Limits.Memory().String() != "2Gi" || !p.Resources.Limits.Cpu().IsZero() {
-				return "defaults are not 1h, 5m, 3+3, 250m/512Mi, 2Gi, no CPU limit"
+				p.Resources.Limits.Memory().String() != "2Gi" || !p.Resources.Limits.Cpu().IsZero() || p.CleanDriftChecksKept != 0 {
+				return "defaults are not 1h, 5m, 3+3 (no clean drift check), 250m/512Mi, 2Gi, no CPU limit"
+			}
+			return ""
+		}},
+		"a history limit set keeps clean drift checks too": {defaults: &infrav1.JobPolicy{SuccessfulJobsHistoryLimit: &three}, check: func(p Policy) string {
+			if p.SuccessfulJobsHistoryLimit != 3 || p.CleanDriftChecksKept != 3 {
+				return "the cluster's successfulJobsHistoryLimit did not keep clean drift checks"
 			}
 			return ""
 		}},

@@ -150,10 +150,10 @@ type JobPolicy struct {
 	LockTimeout *metav1.Duration `json:"lockTimeout,omitempty"`
 
 	// SuccessfulJobsHistoryLimit is how many succeeded Jobs are kept per
-	// operation. Default 3. A drift check that found no drift is kept only
-	// until its result is in the status (the Drifted condition,
-	// lastDriftCheckTime); the newest that found drift, while Drifted is
-	// True.
+	// operation. Default 3, but unless it is set a drift check that found
+	// no drift is kept only until its result is in the status (the Drifted
+	// condition, lastDriftCheckTime), and of those that found drift the
+	// newest, while Drifted is True.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
