@@ -576,9 +576,11 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	err := cmd.Wait()
 	r.mu.Lock()
 	r.child = nil
-	r.terraformTime += r.clock().Since(started)
+	took := r.clock().Since(started)
+	r.terraformTime += took
 	r.terraformRuns++
 	r.mu.Unlock()
+	klog.FromContext(ctx).Info("Terraform command ended", "command", args[0], "took", took.Round(time.Millisecond))
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {

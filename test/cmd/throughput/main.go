@@ -175,10 +175,11 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 		fmt.Printf("a runner pod alone (%d one-machine scales): median %s; less the median bare run: %s\n",
 			len(alone), median(alone), (median(alone) - median(bare)).Round(time.Millisecond))
 	}
-	if own := ownTimes(ex, aloneRuns); len(own) > 0 {
+	if own, inits := ownTimes(ex, aloneRuns); len(own) > 0 {
 		slices.Sort(own)
-		fmt.Printf("the runner's own time per Job alone (its pod's run less its terraform commands'): median %s (%s–%s)\n",
-			median(own), own[0], own[len(own)-1])
+		slices.Sort(inits)
+		fmt.Printf("the runner's own time per Job alone (its pod's run less its terraform commands'): median %s (%s–%s); terraform init in those pods: median %s (%s–%s)\n",
+			median(own), own[0], own[len(own)-1], median(inits), inits[0], inits[len(inits)-1])
 	}
 	fmt.Printf("CPU seconds during the scale, by process (%.1f s of wall time on %d cores):\n", captf.Seconds(), runtime.NumCPU())
 	for _, k := range slices.Sorted(maps.Keys(cpu1)) {
@@ -237,13 +238,16 @@ func appliesSince(ex *framework.Executor, seen int) []time.Duration {
 }
 
 // ownTimeLog is the runner's last line: its pod's run less the time its
-// terraform commands took.
-var ownTimeLog = regexp.MustCompile(`"Run ended".* ownTime="([^"]+)"`)
+// terraform commands took; initLog the line of its terraform init.
+var (
+	ownTimeLog = regexp.MustCompile(`"Run ended".* ownTime="([^"]+)"`)
+	initLog    = regexp.MustCompile(`"Terraform command ended".* command="init" took="([^"]+)"`)
+)
 
 // ownTimes reads the runner's own time of each apply pod since seen, from
-// its log (the pod's run, to the nanosecond, less its terraform commands).
-func ownTimes(ex *framework.Executor, seen int) []time.Duration {
-	var out []time.Duration
+// its log (the pod's run, to the nanosecond, less its terraform commands),
+// and how long its terraform init took.
+func ownTimes(ex *framework.Executor, seen int) (own, inits []time.Duration) {
 	for _, r := range ex.Runs()[seen:] {
 		if !strings.HasPrefix(r.Name, "tfm-") || !strings.Contains(r.Name, "-apply-") || r.ExitCode != 0 {
 			continue
@@ -253,16 +257,18 @@ func ownTimes(ex *framework.Executor, seen int) []time.Duration {
 			fmt.Fprintln(os.Stderr, "throughput:", err)
 			continue
 		}
-		m := ownTimeLog.FindStringSubmatch(logs)
-		if m == nil {
-			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s logged no own time\n", r.Namespace, r.Name)
+		m, i := ownTimeLog.FindStringSubmatch(logs), initLog.FindStringSubmatch(logs)
+		if m == nil || i == nil {
+			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s logged no own time or init\n", r.Namespace, r.Name)
 			continue
 		}
-		if d, err := time.ParseDuration(m[1]); err == nil {
-			out = append(out, d)
+		d, err1 := time.ParseDuration(m[1])
+		di, err2 := time.ParseDuration(i[1])
+		if err1 == nil && err2 == nil {
+			own, inits = append(own, d), append(inits, di)
 		}
 	}
-	return out
+	return own, inits
 }
 
 // requestsByClient counts the requests received between from and to by
