@@ -7,6 +7,7 @@ package jobmetrics
 
 import (
 	"context"
+	"sync"
 
 	"k8s.io/client-go/tools/cache"
 
@@ -22,6 +23,9 @@ type Controller struct {
 	results resultReader
 	jobs    cache.Indexer // of workspace.CachedJob
 	loop    *controller.Loop
+	// finished keeps each Job seen finishing until it is counted: a clean
+	// drift check's Job may be deleted before (workspace cleanupHistory).
+	finished sync.Map // cache.ObjectName → *workspace.CachedJob
 }
 
 // NewController watches the runner Jobs the manager's factory caches, and
@@ -60,6 +64,8 @@ func (c *Controller) updateJob(old, cur any) {
 		return
 	}
 	if now, _ := workspace.JobFinished(j); now {
-		c.loop.Queue.Add(cache.MetaObjectToName(j))
+		key := cache.MetaObjectToName(j)
+		c.finished.Store(key, j)
+		c.loop.Queue.Add(key)
 	}
 }

@@ -30,17 +30,22 @@ type resultReader interface {
 // sync counts one finished Job. An error (the result could not be read)
 // retries it; nothing is counted before the result is read.
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
-	obj, exists, err := c.jobs.GetByKey(key.String())
-	if err != nil {
-		return err
-	}
-	job, ok := obj.(*workspace.CachedJob)
-	if !exists || !ok {
-		klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
-		return nil
+	var job *workspace.CachedJob
+	if seen, ok := c.finished.Load(key); ok {
+		job = seen.(*workspace.CachedJob)
+	} else {
+		obj, exists, err := c.jobs.GetByKey(key.String())
+		if err != nil {
+			return err
+		}
+		if job, _ = obj.(*workspace.CachedJob); !exists || job == nil {
+			klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
+			return nil
+		}
 	}
 	owner := metav1.GetControllerOf(job)
 	if owner == nil {
+		c.finished.Delete(key)
 		return nil
 	}
 	res, err := c.result(ctx, job, owner)
@@ -48,6 +53,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 	observe(job, owner.Kind, res)
+	c.finished.Delete(key)
 	return nil
 }
 

@@ -200,3 +200,28 @@ func TestUpdateJob(t *testing.T) {
 		})
 	}
 }
+
+// TestCountedWhenDeletedAtOnce: a Job deleted as soon as it finished (a
+// clean drift check's, once its result is recorded) is counted all the
+// same, from what was seen of it finishing.
+func TestCountedWhenDeletedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	running := finishedJob("gone", "TerraformCluster", "drift", "", "", 0)
+	done := finishedJob("gone", "TerraformCluster", "drift", batchv1.JobComplete, "", time.Minute)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())
+	defer q.ShutDown()
+	c := &Controller{results: &workspace.Results{Kube: k8sfake.NewClientset()}, jobs: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		loop: &controller.Loop{Queue: q}}
+	c.updateJob(workspace.CacheJob(running), workspace.CacheJob(done)) // then deleted: not in the indexer
+	labels := map[string]string{"kind": "TerraformCluster", "operation": "drift", "result": "succeeded"}
+	before, _ := histogram(t, "captf_job_duration_seconds", labels)
+	if err := c.sync(ctx, cache.MetaObjectToName(done)); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := histogram(t, "captf_job_duration_seconds", labels); after != before+1 {
+		t.Errorf("the deleted Job's duration counted %d times, want once", after-before)
+	}
+	if _, kept := c.finished.Load(cache.MetaObjectToName(done)); kept {
+		t.Error("the counted Job is still kept")
+	}
+}
