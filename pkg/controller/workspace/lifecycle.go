@@ -43,7 +43,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 		// status write each) unless it lasts.
 		if age := e.Clock.Since(obj.GetCreationTimestamp().Time); age < ownerGrace && len(obj.WorkspaceStatus().Conditions) == 0 {
 			r.NoStatus = true
-			r.requeueWithin(ownerGrace - age)
+			r.requeueWithin(min(ownerGrace-age, ownerGrace)) // a clock behind the API server's: age < 0
 			return false, nil
 		}
 		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
