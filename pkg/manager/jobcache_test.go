@@ -14,6 +14,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/names"
 )
 
 // jobsPerObject is what an object with drift checks on keeps once it has
@@ -106,4 +107,40 @@ func heapPerObject(b *testing.B, wire [][]byte, decode func([]byte) (any, error)
 		runtime.KeepAlive(indexer)
 	}
 	return perObject
+}
+
+// TestCachedJobForTheRunnerAPI: the Job the runner API reads from the
+// leader's cache holds what it checks of a runner's Job as the API server
+// serves it (UID, controller, CAPTF's labels); a standby, or a Job the
+// cache does not hold, gives none, and the runner API reads it.
+func TestCachedJobForTheRunnerAPI(t *testing.T) {
+	job := finishedJob(4)
+	m := &manager{}
+	if got := m.cachedJob(job.Namespace, job.Name); got != nil {
+		t.Fatalf("a standby's cachedJob = %v, want none", got)
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := indexer.Add(workspace.CacheJob(job.DeepCopy())); err != nil {
+		t.Fatal(err)
+	}
+	m.jobs.Store(&indexer)
+	got := m.cachedJob(job.Namespace, job.Name)
+	if got == nil {
+		t.Fatal("cachedJob found no Job the cache holds")
+	}
+	if got.Name != job.Name || got.Namespace != job.Namespace || got.UID != job.UID {
+		t.Errorf("cachedJob = %s/%s %s, want %s/%s %s", got.Namespace, got.Name, got.UID, job.Namespace, job.Name, job.UID)
+	}
+	want := metav1.GetControllerOf(job)
+	if c := metav1.GetControllerOf(got); c == nil || c.UID != want.UID || c.Kind != want.Kind || c.APIVersion != want.APIVersion || c.Name != want.Name {
+		t.Errorf("cachedJob's controller = %+v, want %+v", c, want)
+	}
+	for _, label := range []string{names.LabelManagedBy, names.LabelObjectUID} {
+		if got.Labels[label] != job.Labels[label] || job.Labels[label] == "" {
+			t.Errorf("cachedJob's label %s = %q, want %q", label, got.Labels[label], job.Labels[label])
+		}
+	}
+	if got := m.cachedJob(job.Namespace, "another"); got != nil {
+		t.Errorf("cachedJob of a Job not cached = %v, want none", got)
+	}
 }

@@ -224,7 +224,8 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 	if err != nil {
 		return err
 	}
-	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock})
+	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock,
+		CachedJob: m.cachedJob})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	if err := m.runnerAPI.Start(ctx); err != nil {
@@ -296,6 +297,25 @@ type manager struct {
 	runnerAPI *webhook.Server
 	// clock is the one clock of everything the manager runs.
 	clock clock.WithTicker
+	// jobs is the leader's synced Job cache, which the runner API reads;
+	// nil on a standby.
+	jobs atomic.Pointer[cache.Indexer]
+}
+
+// cachedJob is the runner API's look into the leader's Job cache: what it
+// holds of the Job, as a Job. The cache holds only Jobs labelled CAPTF's.
+func (m *manager) cachedJob(namespace, name string) *batchv1.Job {
+	jobs := m.jobs.Load()
+	if jobs == nil {
+		return nil
+	}
+	obj, ok, _ := (*jobs).GetByKey(namespace + "/" + name)
+	j, _ := obj.(*workspace.CachedJob)
+	if !ok || j == nil {
+		return nil
+	}
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID, OwnerReferences: j.OwnerReferences,
+		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: string(j.ObjectUID)}}}
 }
 
 // startWebhook serves the validating webhook; it runs on every replica.
@@ -394,14 +414,18 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	}
 	metrics.SetObjectsCollector(config.Metrics)
 	defer metrics.SetObjectsCollector(nil)
+	jobs := cc.KubeInformers.Batch().V1().Jobs().Informer()
 	stop := start(ctx)
 	defer stop()
+	defer m.jobs.Store(nil)
 	go func() {
 		var synced []cache.InformerSynced
 		for _, c := range controllers {
 			synced = append(synced, c.HasSynced)
 		}
 		if cache.WaitForCacheSync(ctx.Done(), synced...) {
+			indexer := jobs.GetIndexer()
+			m.jobs.Store(&indexer)
 			m.synced.Store(true)
 		}
 	}()

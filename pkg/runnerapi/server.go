@@ -30,6 +30,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -97,6 +98,12 @@ type Server struct {
 	// family than they let a run make.
 	StateBackups  int
 	MaxStateBytes int64
+	// CachedJob finds a Job in the leader's cache of the Jobs CAPTF
+	// labelled as its own: the check of a runner's Job then makes no
+	// request. Nil, or a Job not found there (a standby replica, a Job
+	// too new for the cache, another with the same name), is read from the
+	// API server.
+	CachedJob func(namespace, name string) *batchv1.Job
 
 	meta metadata.Interface
 
@@ -320,7 +327,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
 		return nil, refuse("the pod is not a runner Job's")
 	}
-	job, err := s.Kube.BatchV1().Jobs(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	job, err := s.job(ctx, namespace, ref)
 	if apierrors.IsNotFound(err) {
 		return nil, refuse("the pod's Job is gone")
 	}
@@ -338,6 +345,19 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name,
 		Object:    names.ObjectOf(owner.Kind, owner.Name),
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
+}
+
+// job is the Job ref names, from the cache when it holds that Job (the same
+// UID), else from the API server. A cached Job is at most a watch event
+// behind: the pod, read live, and the token, reviewed every identityTTL,
+// are what a deleted run loses first.
+func (s *Server) job(ctx context.Context, namespace string, ref *metav1.OwnerReference) (*batchv1.Job, error) {
+	if s.CachedJob != nil {
+		if job := s.CachedJob(namespace, ref.Name); job != nil && job.UID == ref.UID {
+			return job, nil
+		}
+	}
+	return s.Kube.BatchV1().Jobs(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 }
 
 // unavailable is an error of the manager's own request, told to a runner

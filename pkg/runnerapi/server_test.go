@@ -181,41 +181,73 @@ func TestIdentify(t *testing.T) {
 		}, wantCode: http.StatusForbidden},
 		"a new pod with the token's pod name": {mutate: func(p *corev1.Pod, _ *batchv1.Job) { p.UID = "uid-other" }, wantCode: http.StatusUnauthorized},
 	}
+	// Each case with the Job read from the API server, from the leader's
+	// cache, and with a cache that holds another Job of that name.
 	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			p, j := pod.DeepCopy(), job.DeepCopy()
-			if tc.mutate != nil {
-				tc.mutate(p, j)
-			}
-			kube := fake.NewClientset(p, j,
-				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfc-prod-state", Namespace: "ns"}})
-			audience := tc.audience
-			if audience == "" {
-				audience = names.RunnerTokenAudience
-			}
-			kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
-				review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience},
-					User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
-						"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
-				return true, review, nil
+		for _, from := range []string{"api", "cache", "stale cache"} {
+			t.Run(name+"/"+from, func(t *testing.T) {
+				p, j := pod.DeepCopy(), job.DeepCopy()
+				if tc.mutate != nil {
+					tc.mutate(p, j)
+				}
+				objects := []runtime.Object{p, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfc-prod-state", Namespace: "ns"}}}
+				var cached *batchv1.Job
+				switch from {
+				case "api":
+					objects = append(objects, j)
+				case "cache":
+					cached = j
+				case "stale cache":
+					objects = append(objects, j)
+					cached = job.DeepCopy()
+					cached.UID = "uid-old-job"
+				}
+				kube := fake.NewClientset(objects...)
+				audience := tc.audience
+				if audience == "" {
+					audience = names.RunnerTokenAudience
+				}
+				kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+					review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience},
+						User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
+							"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
+					return true, review, nil
+				})
+				s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+				if cached != nil {
+					s.CachedJob = func(namespace, name string) *batchv1.Job {
+						if namespace == cached.Namespace && name == cached.Name {
+							return cached
+						}
+						return nil
+					}
+				}
+				if err := s.init(); err != nil {
+					t.Fatal(err)
+				}
+				id, err := s.authenticate(t.Context(), "token", "10.0.0.7")
+				code := http.StatusOK
+				if err != nil {
+					code = int(err.(apierrors.APIStatus).Status().Code)
+				}
+				if code != tc.wantCode {
+					t.Fatalf("authenticate = %v (%d), want %d", err, code, tc.wantCode)
+				}
+				if err == nil && (id.Object != me.Object || id.ObjectRef.UID != "uid-prod" || id.Job != me.Job) {
+					t.Errorf("identity %+v, want %+v", id, me)
+				}
+				jobGets := 0
+				for _, a := range kube.Actions() {
+					if a.GetVerb() == "get" && a.GetResource().Resource == "jobs" {
+						jobGets++
+					}
+				}
+				if wantGets := map[bool]int{true: 0, false: 1}[from == "cache"]; code != http.StatusUnauthorized && metav1.GetControllerOf(p) != nil && jobGets != wantGets {
+					t.Errorf("Job GETs = %d, want %d", jobGets, wantGets)
+				}
 			})
-			s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
-			if err := s.init(); err != nil {
-				t.Fatal(err)
-			}
-			id, err := s.authenticate(t.Context(), "token", "10.0.0.7")
-			code := http.StatusOK
-			if err != nil {
-				code = int(err.(apierrors.APIStatus).Status().Code)
-			}
-			if code != tc.wantCode {
-				t.Fatalf("authenticate = %v (%d), want %d", err, code, tc.wantCode)
-			}
-			if err == nil && (id.Object != me.Object || id.ObjectRef.UID != "uid-prod" || id.Job != me.Job) {
-				t.Errorf("identity %+v, want %+v", id, me)
-			}
-		})
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
@@ -1081,6 +1082,31 @@ func TestANewObjectWaitsForItsOwnerQuietly(t *testing.T) {
 		f.wantPrefixes("writes once the wait lasted", f.writes(), []string{"update {res}/status prod"})
 		if r := f.readyReason(); r != k.ownerWait {
 			t.Errorf("Ready reason %q, want %q", r, k.ownerWait)
+		}
+	})
+}
+
+// TestAFinishedPodNotYetCountedIsNoRefusal: a Job whose pod ended, and
+// that the Job controller has not counted yet, is neither active nor
+// finished; it has had its pod, so nothing reads events for why it has
+// none (a busy Job controller made that read for a run in three).
+func TestAFinishedPodNotYetCountedIsNoRefusal(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		job := f.createdJobs()[0].DeepCopy()
+		job.UID = "job-uid"
+		job.Status.StartTime = &metav1.Time{Time: time.Now().Add(-time.Minute)}
+		job.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"pod-uid"}}
+		f.observe(job)
+		f.sync()
+		for _, a := range f.kube.Actions() {
+			if a.GetResource().Resource == "events" && a.GetVerb() == "list" {
+				t.Errorf("listed the events of Job %s, whose pod ended", job.Name)
+			}
+		}
+		if r := f.readyReason(); r == workspace.ReasonQuotaExceeded || r == workspace.ReasonRunnerPodRefused {
+			t.Errorf("Ready reason %s for a Job whose pod ended", r)
 		}
 	})
 }

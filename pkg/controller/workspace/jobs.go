@@ -337,6 +337,12 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 	if st.Terminating != nil && *st.Terminating > 0 {
 		c.Status.Terminating = st.Terminating
 	}
+	// A pod that ended and that the Job controller has not counted yet:
+	// the Job is neither active nor finished for a moment (longer when the
+	// controller is busy), and it has a pod.
+	if u := st.UncountedTerminatedPods; u != nil && len(u.Succeeded)+len(u.Failed) > 0 {
+		c.Status.UncountedTerminatedPods = u
+	}
 	for _, cond := range st.Conditions {
 		if (cond.Type == batchv1.JobComplete || cond.Type == batchv1.JobFailed) && cond.Status == corev1.ConditionTrue {
 			cond.LastProbeTime = metav1.Time{}
