@@ -131,6 +131,7 @@ type Identity struct {
 	Pod       string
 	PodUID    types.UID
 	Job       string
+	JobUID    types.UID
 	Object    names.Object
 	// ObjectRef is the object as its owner reference names it.
 	ObjectRef metav1.OwnerReference
@@ -292,7 +293,14 @@ func (s *Server) authenticate(ctx context.Context, token, source string) (*Ident
 	if !ok || !strings.HasPrefix(st.User.Username, "system:serviceaccount:") || podName == "" || podUID == "" {
 		return nil, apierrors.NewUnauthorized("the token is not bound to a pod")
 	}
-	id, err := s.identify(ctx, namespace, podName, types.UID(podUID))
+	var id *Identity
+	if known && c.id.Namespace == namespace && c.id.Pod == podName && c.id.PodUID == types.UID(podUID) {
+		// The token is still valid, so its pod is there with the same UID
+		// (a bound token dies with its pod): only its Job may have gone.
+		id, err = c.id, s.jobStillThere(ctx, c.id)
+	} else {
+		id, err = s.identify(ctx, namespace, podName, types.UID(podUID))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -342,15 +350,28 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		job.Labels[names.LabelObjectUID] != string(owner.UID) {
 		return nil, refuse("the pod's Job belongs to no Terraform object")
 	}
-	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name,
+	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
 		Object:    names.ObjectOf(owner.Kind, owner.Name),
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
 }
 
+// jobStillThere checks again that the Job of an identity checked before is
+// there: an orphaned runner pod, whose Job was deleted, loses its identity.
+func (s *Server) jobStillThere(ctx context.Context, id *Identity) error {
+	job, err := s.job(ctx, id.Namespace, &metav1.OwnerReference{Name: id.Job, UID: id.JobUID})
+	if apierrors.IsNotFound(err) || (err == nil && job.UID != id.JobUID) {
+		return apierrors.NewForbidden(corev1.Resource("pods"), id.Pod, errors.New("the pod's Job is gone"))
+	}
+	if err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
 // job is the Job ref names, from the cache when it holds that Job (the same
 // UID), else from the API server. A cached Job is at most a watch event
-// behind: the pod, read live, and the token, reviewed every identityTTL,
-// are what a deleted run loses first.
+// behind: the token, reviewed every identityTTL, dies with its pod, which
+// is what a deleted run loses first.
 func (s *Server) job(ctx context.Context, namespace string, ref *metav1.OwnerReference) (*batchv1.Job, error) {
 	if s.CachedJob != nil {
 		if job := s.CachedJob(namespace, ref.Name); job != nil && job.UID == ref.UID {

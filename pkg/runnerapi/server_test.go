@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -528,6 +529,70 @@ func TestFamilySize(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case tc.wantErr != "" && (err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("got %v, want Forbidden with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestKnownTokenCheckedAgain: once a runner's identity expires (every
+// identityTTL of a long run), its token is reviewed again; the pod it is
+// bound to is not read again (a bound token dies with its pod), the Job is
+// looked for again, in the cache when it holds it. An orphaned pod, whose
+// Job is gone, loses its identity.
+func TestKnownTokenCheckedAgain(t *testing.T) {
+	tests := map[string]struct {
+		cached      bool
+		deleteJob   bool
+		wantCode    int
+		wantActions []string
+	}{
+		"the Job in the cache":        {cached: true, wantCode: http.StatusOK, wantActions: []string{"create tokenreviews"}},
+		"a standby reads the Job":     {wantCode: http.StatusOK, wantActions: []string{"create tokenreviews", "get jobs"}},
+		"the Job deleted, pod orphan": {deleteJob: true, wantCode: http.StatusForbidden, wantActions: []string{"create tokenreviews", "get jobs"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kube := fakeRunnerPod()
+			s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+			if err := s.init(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.authenticate(t.Context(), "runner-token", "10.0.0.7"); err != nil {
+				t.Fatal(err)
+			}
+			job, err := kube.BatchV1().Jobs("ns").Get(t.Context(), me.Job, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cached {
+				s.CachedJob = func(string, string) *batchv1.Job { return job }
+			}
+			if tc.deleteJob {
+				if err := kube.BatchV1().Jobs("ns").Delete(t.Context(), me.Job, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.mu.Lock()
+			for k, c := range s.identities {
+				c.expires = time.Now().Add(-time.Second)
+				s.identities[k] = c
+			}
+			s.mu.Unlock()
+			kube.ClearActions()
+			_, err = s.authenticate(t.Context(), "runner-token", "10.0.0.7")
+			code := http.StatusOK
+			if err != nil {
+				code = int(err.(apierrors.APIStatus).Status().Code)
+			}
+			if code != tc.wantCode {
+				t.Errorf("checked again: %v (%d), want %d", err, code, tc.wantCode)
+			}
+			var actions []string
+			for _, a := range kube.Actions() {
+				actions = append(actions, a.GetVerb()+" "+a.GetResource().Resource)
+			}
+			if !slices.Equal(actions, tc.wantActions) {
+				t.Errorf("requests %q, want %q", actions, tc.wantActions)
 			}
 		})
 	}
