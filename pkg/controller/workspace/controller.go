@@ -430,7 +430,19 @@ func (c *Controller[T]) writeStatus(ctx context.Context, obj, cached T) error {
 	if obj.GetDeletionTimestamp() != nil && !HoldsFinalizer(obj, c.kind.Finalizer) {
 		return nil // gone once the finalizer went
 	}
-	obj.WorkspaceStatus().ObservedGeneration = obj.GetGeneration()
+	st := obj.WorkspaceStatus()
+	st.ObservedGeneration = obj.GetGeneration()
+	// A new generation here is this sync's own write of the spec (a
+	// provider ID; the update was of the cached spec): the conditions set
+	// at the generation before saw it, and say so, or the next sync would
+	// write them again.
+	if before := cached.GetGeneration(); obj.GetGeneration() != before {
+		for i := range st.Conditions {
+			if st.Conditions[i].ObservedGeneration == before {
+				st.Conditions[i].ObservedGeneration = obj.GetGeneration()
+			}
+		}
+	}
 	if equality.Semantic.DeepEqual(c.kind.Status(obj), c.kind.Status(cached)) {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -1109,4 +1110,47 @@ func TestAFinishedPodNotYetCountedIsNoRefusal(t *testing.T) {
 			t.Errorf("Ready reason %s for a Job whose pod ended", r)
 		}
 	})
+}
+
+// TestTheApplyLeavesTheNextSyncNothingToWrite: the sync that records an
+// apply writes the spec (a machine's provider ID), which the API server
+// counts as a new generation; the conditions it set saw that spec, so the
+// next sync has no status to write (it once wrote every condition's
+// observedGeneration again: a status write more per machine).
+func TestTheApplyLeavesTheNextSyncNothingToWrite(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		// The API server's generation: one more for each change of the spec.
+		f.captf.PrependReactor("update", k.resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "" {
+				return false, nil, nil
+			}
+			obj := a.(k8stesting.UpdateAction).GetObject().(workspace.Object)
+			stored, err := f.captf.Tracker().Get(f.gvr(), obj.GetNamespace(), obj.GetName())
+			if err != nil {
+				return false, nil, nil
+			}
+			old := stored.(workspace.Object)
+			obj.SetGeneration(old.GetGeneration())
+			if !equality.Semantic.DeepEqual(specOf(t, old), specOf(t, obj)) {
+				obj.SetGeneration(old.GetGeneration() + 1)
+			}
+			return false, nil, nil
+		})
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		f.sync()
+		f.wantPrefixes("writes of the sync after the apply's", f.writes(), nil)
+	})
+}
+
+// specOf is obj's spec, as the API server compares it.
+func specOf(t *testing.T, obj workspace.Object) any {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u["spec"]
 }
