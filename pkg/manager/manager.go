@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -225,7 +226,7 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 		return err
 	}
 	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock,
-		CachedJob: m.cachedJob})
+		CachedJob: m.cachedJob, ResultWritten: m.resultWritten})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	if err := m.runnerAPI.Start(ctx); err != nil {
@@ -300,6 +301,17 @@ type manager struct {
 	// jobs is the leader's synced Job cache, which the runner API reads;
 	// nil on a standby.
 	jobs atomic.Pointer[cache.Indexer]
+	// results are the leader's readers' results, which the runner API
+	// hands the results it forwards to; nil on a standby.
+	results atomic.Pointer[workspace.Results]
+}
+
+// resultWritten hands a result the runner API forwarded to the leader's
+// readers.
+func (m *manager) resultWritten(job types.UID, data map[string][]byte) {
+	if results := m.results.Load(); results != nil {
+		results.Wrote(job, data)
+	}
 }
 
 // cachedJob is the runner API's look into the leader's Job cache: what it
@@ -418,6 +430,8 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	stop := start(ctx)
 	defer stop()
 	defer m.jobs.Store(nil)
+	m.results.Store(config.Results)
+	defer m.results.Store(nil)
 	go func() {
 		var synced []cache.InformerSynced
 		for _, c := range controllers {

@@ -104,6 +104,10 @@ type Server struct {
 	// too new for the cache, another with the same name), is read from the
 	// API server.
 	CachedJob func(namespace, name string) *batchv1.Job
+	// ResultWritten is told of each result a runner wrote through this
+	// replica, once the API server took it: the leader's readers of the
+	// result then need no request. Nil on a standby.
+	ResultWritten func(job types.UID, data map[string][]byte)
 
 	meta metadata.Interface
 
@@ -212,7 +216,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.forward(ctx, w, r.Method, r.URL.Path, forwardedQueryOf(r), req.body) // the path checked, not its encoding
+	code := s.forward(ctx, w, r.Method, r.URL.Path, forwardedQueryOf(r), req.body) // the path checked, not its encoding
+	if req.result != nil && code/100 == 2 && s.ResultWritten != nil {
+		s.ResultWritten(id.JobUID, req.result.Data)
+	}
 }
 
 // bearer is the runner a request comes from, by its bearer token; an
@@ -405,6 +412,8 @@ type request struct {
 	// created is a Secret of the object's state family this request
 	// creates.
 	created *corev1.Secret
+	// result is this Job's result Secret, which the request writes.
+	result *corev1.Secret
 }
 
 // readBody reads the body of a write, at most maxBody bytes within
@@ -466,6 +475,9 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	req := &request{body: out}
 	if sec, ok := checked.(*corev1.Secret); ok && r.Method == http.MethodPost && id.Object.HoldsState(sec.Name) {
 		req.created = sec
+	}
+	if sec, ok := checked.(*corev1.Secret); ok && sec.Name == id.Object.Result(id.Job) {
+		req.result = sec
 	}
 	return req, nil
 }
@@ -777,7 +789,9 @@ func (s *Server) servePod(ctx context.Context, w http.ResponseWriter, id *Identi
 
 // forward sends the request to the API server with the manager's
 // credentials and streams the answer back.
-func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, path, query string, body []byte) {
+// forward makes the request with the manager's credentials and copies the
+// answer; it returns the answer's status code (0: none came).
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, path, query string, body []byte) int {
 	target := s.host + path
 	if query != "" {
 		target += "?" + query
@@ -789,7 +803,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, pat
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		writeStatus(w, apierrors.NewInternalError(err))
-		return
+		return 0
 	}
 	// Only these headers: never the runner's Authorization, never an
 	// Impersonate-* header.
@@ -801,12 +815,13 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, pat
 	resp, err := s.client.Do(req)
 	if err != nil {
 		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
-		return
+		return 0
 	}
 	defer resp.Body.Close()
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+	return resp.StatusCode
 }
 
 func writeStatus(w http.ResponseWriter, err error) {

@@ -597,3 +597,53 @@ func TestKnownTokenCheckedAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestResultHandedOver: a result the API server took from a runner is
+// handed to the leader's readers with its Job; a write it refused, or of
+// another Secret, is not.
+func TestResultHandedOver(t *testing.T) {
+	result := me.Object.Result(me.Job)
+	data := map[string][]byte{"result.json": []byte(`{"outcome":"Succeeded"}`)}
+	tests := map[string]struct {
+		method, path string
+		body         []byte
+		answer       int
+		want         bool
+	}{
+		"its result created":       {method: http.MethodPost, path: "/api/v1/namespaces/ns/secrets", body: secretBody(t, result, func(s *corev1.Secret) { s.Data = data }), answer: http.StatusCreated, want: true},
+		"its result written again": {method: http.MethodPut, path: "/api/v1/namespaces/ns/secrets/" + result, body: secretBody(t, result, func(s *corev1.Secret) { s.Data = data }), answer: http.StatusOK, want: true},
+		"its result already there": {method: http.MethodPost, path: "/api/v1/namespaces/ns/secrets", body: secretBody(t, result, func(s *corev1.Secret) { s.Data = data }), answer: http.StatusConflict},
+		"the state is no result":   {method: http.MethodPut, path: "/api/v1/namespaces/ns/secrets/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) { s.Data = data }), answer: http.StatusOK},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.answer)
+				_, _ = w.Write([]byte(`{}`))
+			}))
+			defer api.Close()
+			type handed struct {
+				job  types.UID
+				data map[string][]byte
+			}
+			var got []handed
+			s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL},
+				ResultWritten: func(job types.UID, data map[string][]byte) { got = append(got, handed{job, data}) }}
+			req := httptest.NewRequest(tc.method, tc.path, bytes.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer runner-token")
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, req)
+			if rec.Code != tc.answer {
+				t.Fatalf("answer %d %s, want the API server's %d", rec.Code, rec.Body, tc.answer)
+			}
+			switch {
+			case !tc.want && len(got) > 0:
+				t.Errorf("handed over %+v, want nothing", got)
+			case tc.want && (len(got) != 1 || got[0].job != "uid-job" || string(got[0].data["result.json"]) != string(data["result.json"])):
+				t.Errorf("handed over %+v, want the result of Job uid-job once", got)
+			}
+		})
+	}
+}

@@ -30,7 +30,8 @@ var ErrUnreadableResult = errors.New("unreadable result")
 // Job: the controller of a finished Job's object reads its result to record
 // it, and the Job metrics count the same one; the second reader needs no
 // request. A Job's result does not change: its runner writes it once, as
-// it ends. A result not found, not readable or large is not kept.
+// it ends (the runner API hands it over as it forwards the write, see
+// Wrote). A result not found, not readable or large is not kept.
 type Results struct {
 	Kube kubernetes.Interface
 
@@ -95,6 +96,27 @@ func (r *Results) read(ctx context.Context, namespace, name string) (*run.Result
 		return nil, false, fmt.Errorf("%w: %w", ErrUnreadableResult, err)
 	}
 	return res, len(sec.Data[run.KeyResult]) <= keptResultBytes, nil
+}
+
+// Wrote keeps the result a runner has just written for job, the data of
+// its result Secret as the API server took it (the runner API forwarded
+// the write): the readers of the finished Job need no request. A result
+// unreadable or large is left to them to read.
+func (r *Results) Wrote(job types.UID, data map[string][]byte) {
+	if len(data[run.KeyResult]) > keptResultBytes {
+		return
+	}
+	res, err := run.ResultOf(data)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byJob[job]; ok {
+		r.byJob[job] = res // written again: the runner's retry of a write whose answer it lost
+		return
+	}
+	r.keep(job, res)
 }
 
 // keep keeps res for job; r.mu is held.

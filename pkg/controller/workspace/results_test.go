@@ -142,3 +142,44 @@ func TestResultsReadAtOnce(t *testing.T) {
 		t.Errorf("%d GETs by two readers at once, want 1", n)
 	}
 }
+
+// TestResultsWritten: a result the runner API handed over is read without
+// a request, the last one written if written twice; one unreadable or
+// large is read from the API.
+func TestResultsWritten(t *testing.T) {
+	ctx := context.Background()
+	result := func(reason string) map[string][]byte {
+		b, _ := json.Marshal(run.Result{Outcome: run.OutcomeFailed, Reason: reason})
+		return map[string][]byte{run.KeyResult: b}
+	}
+	big, _ := json.Marshal(run.Result{Outcome: run.OutcomeSucceeded, Outputs: map[string]run.Output{"blob": {Value: json.RawMessage(`"` + strings.Repeat("x", 20<<10) + `"`)}}})
+	tests := map[string]struct {
+		written  []map[string][]byte
+		want     string // the result's reason
+		wantGets int
+	}{
+		"handed over":          {written: []map[string][]byte{result("Handed")}, want: "Handed"},
+		"written again":        {written: []map[string][]byte{result("First"), result("Again")}, want: "Again"},
+		"unreadable: read":     {written: []map[string][]byte{{run.KeyResult: []byte("not json")}}, want: "Stored", wantGets: 1},
+		"large: read":          {written: []map[string][]byte{{run.KeyResult: big}}, want: "Stored", wantGets: 1},
+		"nothing handed: read": {want: "Stored", wantGets: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kube := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "r-1", Namespace: "ns"}, Data: result("Stored")})
+			results := &workspace.Results{Kube: kube}
+			for _, data := range tc.written {
+				results.Wrote("job-1", data)
+			}
+			for range 2 {
+				res, err := results.Read(ctx, "ns", "r-1", "job-1")
+				if err != nil || res.Reason != tc.want {
+					t.Fatalf("read %+v, %v; want reason %s", res, err, tc.want)
+				}
+			}
+			if n := len(kube.Actions()); n != tc.wantGets {
+				t.Errorf("%d requests for a result read twice, want %d", n, tc.wantGets)
+			}
+		})
+	}
+}
