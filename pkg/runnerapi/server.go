@@ -788,9 +788,8 @@ func (s *Server) servePod(ctx context.Context, w http.ResponseWriter, id *Identi
 }
 
 // forward sends the request to the API server with the manager's
-// credentials and streams the answer back.
-// forward makes the request with the manager's credentials and copies the
-// answer; it returns the answer's status code (0: none came).
+// credentials and streams the answer back; it returns the answer's status
+// code (0: none came).
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, method, path, query string, body []byte) int {
 	target := s.host + path
 	if query != "" {
