@@ -16,13 +16,16 @@ import (
 type Gate struct {
 	Policy                                infrav1.ApprovalPolicy
 	ApprovedPlan, ApprovedDestructivePlan string
+	// Protect is spec.protect: no approval lets a plan destroy, replace or
+	// forget what it covers.
+	Protect []string
 }
 
 // Of is the Gate of a TerraformCluster: policy (Destructive when unset)
 // and the approvals in annotations. An approval of appliedPlan, the plan
 // applied last, is no approval: an approved plan applies once, and one
 // left in place would approve any later plan that hashes alike.
-func Of(policy infrav1.ApprovalPolicy, annotations map[string]string, appliedPlan string) Gate {
+func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]string, appliedPlan string) Gate {
 	if policy == "" {
 		policy = infrav1.ApprovalPolicyDestructive
 	}
@@ -33,11 +36,25 @@ func Of(policy infrav1.ApprovalPolicy, annotations map[string]string, appliedPla
 		return ""
 	}
 	return Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
-		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan)}
+		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan), Protect: protect}
+}
+
+// Protected names the addresses of plan's protected changes that the
+// gate's patterns still cover: a plan made under other patterns is judged
+// by today's (a pattern removed since frees its addresses).
+func (g Gate) Protected(plan *run.Plan) []string {
+	var out []string
+	for _, a := range plan.Protected {
+		if run.ProtectedBy(g.Protect, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Needed says which annotation must name plan before it may apply, or ""
-// when it may apply: a plan that deletes, replaces or forgets needs
+// when it may apply (Protected is asked apart: no annotation frees a
+// protected change): a plan that deletes, replaces or forgets needs
 // approve-destructive-plan under either policy; under Manual any change
 // needs approve-plan (or approve-destructive-plan). A plan that changes
 // nothing always applies.

@@ -2,6 +2,7 @@ package approval
 
 import (
 	"maps"
+	"reflect"
 	"testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -52,6 +53,7 @@ func TestNeeded(t *testing.T) {
 func TestOf(t *testing.T) {
 	tests := map[string]struct {
 		policy      infrav1.ApprovalPolicy
+		protect     []string
 		annotations map[string]string
 		applied     string
 		want        Gate
@@ -69,6 +71,10 @@ func TestOf(t *testing.T) {
 			applied:     "1111",
 			want:        Gate{Policy: infrav1.ApprovalPolicyManual},
 		},
+		"protected": {
+			protect: []string{"db.*"},
+			want:    Gate{Policy: infrav1.ApprovalPolicyDestructive, Protect: []string{"db.*"}},
+		},
 		"one of each": {
 			annotations: map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "3333"},
 			applied:     "1111",
@@ -77,7 +83,7 @@ func TestOf(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := Of(tc.policy, tc.annotations, tc.applied); got != tc.want {
+			if got := Of(tc.policy, tc.protect, tc.annotations, tc.applied); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Of = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -96,5 +102,27 @@ func TestDropUsed(t *testing.T) {
 	}
 	if DropUsed(annotations, "1111") {
 		t.Error("dropped again")
+	}
+}
+
+// TestProtected: a plan's protected changes count only while today's
+// patterns still cover them.
+func TestProtected(t *testing.T) {
+	plan := &run.Plan{Hash: "1111", Protected: []string{"db.main", "net.gw"}}
+	tests := map[string]struct {
+		protect []string
+		want    []string
+	}{
+		"both still covered":    {protect: []string{"db.*", "net.gw"}, want: []string{"db.main", "net.gw"}},
+		"one pattern removed":   {protect: []string{"net.*"}, want: []string{"net.gw"}},
+		"every pattern removed": {},
+		"another pattern":       {protect: []string{"dns.*"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := (Gate{Protect: tc.protect}).Protected(plan); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Protected = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

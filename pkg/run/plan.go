@@ -15,12 +15,13 @@ import (
 const maxAddressesPerAction = 5
 
 // SummarizePlan derives the hash and summary of a plan from `terraform show
-// -json`. The hash covers each changed resource's address, actions, values
+// -json`, and names the changes of protected addresses (patterns are
+// spec.protect). The hash covers each changed resource's address, actions, values
 // before and planned values after, in address order, so it names exactly
 // what would change and nothing else (not the time, not the source
 // revision): two deletes of one address hash alike only when they delete
 // the same object.
-func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
+func SummarizePlan(p *tfjson.Plan, protect []string) (*Plan, error) {
 	var changes []hashedChange
 	summary := infrav1.PlanSummary{}
 	named := map[string]int{}
@@ -53,7 +54,7 @@ func SummarizePlan(p *tfjson.Plan) (*Plan, error) {
 		}
 	}
 	sort.Strings(outputs)
-	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary, OutputChanges: outputs}, nil
+	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary, OutputChanges: outputs, Protected: protectedChanges(p, protect)}, nil
 }
 
 // countAction counts rc in summary by what it does, and names that:

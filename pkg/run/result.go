@@ -70,10 +70,14 @@ const (
 	StageState         = "state"          // claim the state, start the http backend
 	StageInit          = "init"           // terraform init
 	StagePlan          = "plan"           // terraform plan and show
-	StageGate          = "gate"           // the plan waits for an approval (not a failure)
+	StageGate          = "gate"           // the plan waits for an approval, or changes what spec.protect covers
 	StageOutputs       = "outputs"        // reading the outputs from the state
 	StageDurableInputs = "durable-inputs" // keep the inputs a destroy will use
 )
+
+// ReasonProtectedResourceChange: the plan destroys, replaces or forgets an
+// address the object's spec.protect covers; no approval applies it.
+const ReasonProtectedResourceChange = "ProtectedResourceChange"
 
 // Result is what a runner reports to the manager.
 type Result struct {
@@ -97,7 +101,8 @@ type Result struct {
 	BackupsMade   int               `json:"backupsMade,omitempty"`
 	Interrupted   bool              `json:"interrupted,omitempty"`
 	// Reason names a failure that is about the state, not terraform:
-	// StateMissing, StateOwnedByOther, StateTooLarge, LockLost.
+	// StateMissing, StateOwnedByOther, StateTooLarge, LockLost,
+	// ProtectedResourceChange.
 	Reason string `json:"reason,omitempty"`
 	// RescuedState names the backup holding the state terraform could not
 	// save (its errored.tfstate).
@@ -117,6 +122,9 @@ type Plan struct {
 	// OutputChanges names the outputs whose values would change (not in
 	// the hash: a gate approves changes of resources).
 	OutputChanges []string `json:"outputChanges,omitempty"`
+	// Protected names the addresses the plan destroys, replaces or forgets
+	// that the object's spec.protect covered when it was made (at most 20).
+	Protected []string `json:"protected,omitempty"`
 }
 
 // ResultData is the data of the result Secret that reports res.

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +47,9 @@ type Spec struct {
 	// approval annotations name.
 	Gate                                  infrav1.ApprovalPolicy
 	ApprovedPlan, ApprovedDestructivePlan string
+	// Protect is the object's spec.protect: a plan that destroys, replaces
+	// or forgets an address it covers fails, whatever the approvals.
+	Protect []string
 }
 
 // flag is one of the runner's flags: its name, and where it lives in a
@@ -76,6 +80,7 @@ var specFlags = []specFlag{
 	{"gate", "approval policy of an apply: Destructive or Manual (default: apply every plan)", func(s *Spec) flag.Value { return (*typedValue[infrav1.ApprovalPolicy])(&s.Gate) }, func(s *Spec) bool { return s.Gate != "" }},
 	{"approved-plan", "plan hash captf.io/approve-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedPlan) }, func(s *Spec) bool { return s.ApprovedPlan != "" }},
 	{"approved-destructive-plan", "plan hash captf.io/approve-destructive-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedDestructivePlan) }, func(s *Spec) bool { return s.ApprovedDestructivePlan != "" }},
+	{"protect", "resource address patterns no plan may destroy, replace or forget, as a JSON list (spec.protect)", func(s *Spec) flag.Value { return (*jsonList)(&s.Protect) }, func(s *Spec) bool { return len(s.Protect) > 0 }},
 }
 
 // Args are the flags that tell a runner s, in a fixed order.
@@ -155,6 +160,16 @@ func (v *int64Value) Set(s string) error {
 	*v = int64Value(n)
 	return err
 }
+
+// jsonList is a list of strings as a JSON array: a pattern may hold any
+// character, a comma included.
+type jsonList []string
+
+func (v *jsonList) String() string {
+	b, _ := json.Marshal([]string(*v))
+	return string(b)
+}
+func (v *jsonList) Set(s string) error { return json.Unmarshal([]byte(s), (*[]string)(v)) }
 
 type durationValue time.Duration
 

@@ -3,6 +3,7 @@ package run
 import (
 	"flag"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ func TestSpecArgsRoundTrip(t *testing.T) {
 			s.Terraform, s.WorkDir, s.StateBackups, s.LockTimeout = "tofu", "/workspace", 0, 90*time.Second
 			s.UseDurableInputs, s.ExpectState, s.MaxStateBytes = true, true, 1<<20
 			s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan = infrav1.ApprovalPolicyManual, "1111111111111111", "2222222222222222"
+			s.Protect = []string{"db.main", `module.x["a,b"].*`}
 		},
 		"a destroy with the durable inputs": func(s *Spec) { s.Operation, s.UseDurableInputs = infrav1.OperationDestroy, true },
 	}
@@ -46,7 +48,7 @@ func TestSpecArgsRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parsing %q: %v", want.Args(), err)
 			}
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("args %q read back as\n%+v, want\n%+v", want.Args(), got, want)
 			}
 		})

@@ -93,6 +93,9 @@ func (r *Runner) clock() clock.PassiveClock {
 // limit.
 var errOutOfMemory = errors.New("out of memory")
 
+// errProtected: the plan changes what spec.protect covers.
+var errProtected = errors.New("protected resources")
+
 // outOfMemory explains a failed terraform command when the kernel killed a
 // process of the container for want of memory: a limit too low for the
 // module is the user's to raise, and "signal: killed" or a provider's lost
@@ -211,8 +214,15 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	if r.Config.Operation == infrav1.OperationDrift {
 		return nil
 	}
+	gate := approval.Gate{Policy: r.Config.Gate, ApprovedPlan: r.Config.ApprovedPlan, ApprovedDestructivePlan: r.Config.ApprovedDestructivePlan, Protect: r.Config.Protect}
+	if protected := gate.Protected(res.Plan); len(protected) > 0 {
+		// A failure, not a wait: a destroy Job that succeeded would let
+		// the object go, and no annotation can free it.
+		res.Stage = run.StageGate
+		return fmt.Errorf("%w: plan %s destroys, replaces or forgets %s, which spec.protect covers: no approval applies it; remove the pattern from spec.protect to let it",
+			errProtected, res.Plan.Hash, strings.Join(protected, ", "))
+	}
 	if r.Config.Operation == infrav1.OperationApply {
-		gate := approval.Gate{Policy: r.Config.Gate, ApprovedPlan: r.Config.ApprovedPlan, ApprovedDestructivePlan: r.Config.ApprovedDestructivePlan}
 		if needed := gate.Needed(res.Plan); needed != "" {
 			klog.FromContext(ctx).Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
 			res.Outcome, res.Stage = run.OutcomeBlocked, run.StageGate
@@ -352,7 +362,7 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, 
 	if err := json.Unmarshal(shown, &tfplan); err != nil {
 		return nil, fmt.Errorf("reading the plan: %w", err)
 	}
-	plan, err := run.SummarizePlan(&tfplan)
+	plan, err := run.SummarizePlan(&tfplan, r.Config.Protect)
 	if err != nil {
 		return nil, err
 	}
@@ -706,7 +716,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, data map[string][]byte) er
 var failureReasons = []struct {
 	err    error
 	reason string
-}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}}
+}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}}
 
 // ReasonCloudQuotaExceeded: the cloud refused to make a resource for
 // want of quota (terraform's error says so, in the words of the clouds'

@@ -64,7 +64,7 @@ func destroyPlan(t *testing.T) (*tfjson.Plan, string) {
 	t.Helper()
 	p := &tfjson.Plan{FormatVersion: "1.2", ResourceChanges: []*tfjson.ResourceChange{{Address: "terraform_data.vm", Type: "terraform_data", Name: "vm",
 		Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionDelete}, Before: map[string]any{"id": "i-1"}}}}}
-	s, err := run.SummarizePlan(p)
+	s, err := run.SummarizePlan(p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -113,6 +114,21 @@ func ValidateTerraformMachinePoolTemplate(obj, old *infrav1.TerraformMachinePool
 	return errs
 }
 
+// validateProtect checks spec.protect's patterns: addresses as terraform
+// prints them, where * is any run of characters.
+func validateProtect(patterns []string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, p := range patterns {
+		switch {
+		case strings.TrimSpace(p) != p || p == "":
+			errs = append(errs, field.Invalid(path.Index(i), p, "a resource address pattern has no leading or trailing space"))
+		case strings.IndexFunc(p, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+			errs = append(errs, field.Invalid(path.Index(i), p, "a resource address pattern holds only printable characters"))
+		}
+	}
+	return errs
+}
+
 func dryRun(obj metav1.Object) bool {
 	_, ok := obj.GetAnnotations()[capi.DryRunAnnotation]
 	return ok
@@ -125,6 +141,7 @@ func validateClusterSpec(spec *infrav1.TerraformClusterSpec, path *field.Path) f
 	default:
 		errs = append(errs, field.NotSupported(path.Child("approvalPolicy"), spec.ApprovalPolicy, []infrav1.ApprovalPolicy{infrav1.ApprovalPolicyDestructive, infrav1.ApprovalPolicyManual}))
 	}
+	errs = append(errs, validateProtect(spec.Protect, path.Child("protect"))...)
 	if ep := spec.ControlPlaneEndpoint; !ep.IsZero() {
 		if ep.Host == "" {
 			errs = append(errs, field.Required(path.Child("controlPlaneEndpoint", "host"), "is required with a port"))

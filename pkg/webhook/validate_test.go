@@ -34,6 +34,13 @@ func TestValidateTerraformCluster(t *testing.T) {
 		want   string // "" = valid
 	}{
 		{name: "valid", change: func(*infrav1.TerraformCluster) {}},
+		{name: "protect", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Protect = []string{"aws_db_instance.main", `module.db["a,b"].*`, "*"}
+		}},
+		{name: "protect with a blank pattern", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Protect = []string{"a.b", " "} },
+			want: "spec.protect[1]: Invalid value: \" \": a resource address pattern has no leading or trailing space"},
+		{name: "protect with a newline", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Protect = []string{"a.b\nc.d"} },
+			want: "spec.protect[0]: Invalid value: \"a.b\\nc.d\": a resource address pattern holds only printable characters"},
 		{name: "two module sources", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Inline = "x" },
 			want: "spec.module: Invalid value: \"2 sources\": exactly one of source, configMap or inline must be set"},
 		{name: "no module source", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Source = "" },

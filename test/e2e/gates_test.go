@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,11 +11,13 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -268,5 +272,96 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestProtectedResources (issue 34, item 3): spec.protect refuses a plan
+// that replaces a covered address even with the destructive approval
+// naming exactly that plan, and a delete that would destroy one; removing
+// the pattern lets each go on, with no other step.
+func TestProtectedResources(t *testing.T) {
+	e := newEnv(t)
+	e.startManager()
+	tc := e.localCloud("kept", e.newCluster("kept", false), map[string]any{"instances": 1})
+	tc.Spec.Protect = []string{"terraform_data.instance"}
+	keep := int32(20)
+	tc.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
+	e.create(tc)
+	e.waitFor("kept", 2*time.Minute, "Ready", isReady)
+
+	// A new zone replaces the instance: refused, whatever the approvals.
+	e.update("kept", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances, "zones": []string{"zone-x"}})
+	})
+	tc = waitCondition(e, "kept", infrav1.ConditionDestructivePlanBlocked, "ProtectedResourceChange", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue && c.Reason == run.ReasonProtectedResourceChange
+	})
+	h := tc.Status.LastPlan.Hash
+	msg := condition(tc, infrav1.ConditionDestructivePlanBlocked).Message
+	for _, want := range []string{"Plan " + h + " destroys, replaces or forgets terraform_data.instance[0], which spec.protect covers: no approval applies it"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("DestructivePlanBlocked message %q does not contain %q", msg, want)
+		}
+	}
+	if c := condition(tc, infrav1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != run.ReasonProtectedResourceChange {
+		t.Errorf("Ready of a cluster whose change is refused: %+v", c)
+	}
+	if ev := findEvent(t, e.ns, "kept", run.ReasonProtectedResourceChange); ev == nil || ev.Type != corev1.EventTypeWarning {
+		t.Errorf("no Warning event %s: %+v", run.ReasonProtectedResourceChange, ev)
+	}
+	zoneOf := func() string {
+		b, _ := os.ReadFile(filepath.Join(e.instances, "kept-0"))
+		return strings.TrimSpace(string(b))
+	}
+	applies := len(e.jobs("apply"))
+	e.annotate("kept", infrav1.AnnotationApproveDestructivePlan, h)
+	e.never(5*time.Second, func() error {
+		if n := len(e.jobs("apply")); n != applies {
+			return fmt.Errorf("the approval of a protected plan started %d apply Jobs", n-applies)
+		}
+		if z := zoneOf(); z != "zone=zone-a" {
+			return fmt.Errorf("instance kept-0 is %q after the approval of a protected plan, want it untouched (zone=zone-a)", z)
+		}
+		return nil
+	})
+
+	// The pattern removed, the approved plan applies, exactly it.
+	e.update("kept", func(tc *infrav1.TerraformCluster) { tc.Spec.Protect = nil })
+	e.waitFor("kept", 2*time.Minute, "the approved plan applied", func(tc *infrav1.TerraformCluster) bool {
+		return tc.Status.AppliedPlanHash == h && isReady(tc)
+	})
+	if z := zoneOf(); z != "zone=zone-x" {
+		t.Errorf("instance kept-0 is %q after the approved apply, want zone=zone-x", z)
+	}
+
+	// A delete would destroy a protected instance: it waits, and keeps it.
+	e.update("kept", func(tc *infrav1.TerraformCluster) { tc.Spec.Protect = []string{"terraform_data.*"} })
+	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(context.Background(), "kept", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc = e.waitFor("kept", 2*time.Minute, "the destroy refused", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == run.ReasonProtectedResourceChange
+	})
+	if msg := condition(tc, infrav1.ConditionReady).Message; !strings.Contains(msg, "Destroying (plan ") || !strings.Contains(msg, "terraform_data.instance[0]") || !strings.Contains(msg, infrav1.AnnotationAbandonInfrastructure) {
+		t.Errorf("Ready's message of a refused destroy: %q", msg)
+	}
+	destroys := len(e.jobs("destroy"))
+	e.never(5*time.Second, func() error {
+		if e.get("kept") == nil {
+			return errors.New("the cluster is gone while its destroy is refused")
+		}
+		if files := e.instanceFiles(); len(files) != 1 {
+			return fmt.Errorf("instances %v while the destroy is refused", files)
+		}
+		if n := len(e.jobs("destroy")); n != destroys {
+			return fmt.Errorf("%d more destroy Jobs while the pattern stays: a refused destroy is not retried", n-destroys)
+		}
+		return nil
+	})
+	e.update("kept", func(tc *infrav1.TerraformCluster) { tc.Spec.Protect = nil })
+	e.waitFor("kept", 2*time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool { return tc == nil })
+	if files := e.instanceFiles(); len(files) != 0 {
+		t.Errorf("instance files left after the destroy: %v", files)
 	}
 }

@@ -542,6 +542,7 @@ func TestApprovalPolicyGuardsThePolicy(t *testing.T) {
 	tn := e.newTenant()
 	tc := e.localCloud("guarded", nil, map[string]any{})
 	tc.Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+	tc.Spec.Protect = []string{"db.*", "net.gw"}
 	e.create(tc)
 	tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: e.ns},
 		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: "# nothing"}}}}
@@ -568,6 +569,8 @@ func TestApprovalPolicyGuardsThePolicy(t *testing.T) {
 		{"a cluster's abandon", "cluster", "guarded", annotate(infrav1.AnnotationAbandonInfrastructure, "true"), "setting captf.io/abandon-infrastructure needs the verb approve on terraformclusters"},
 		{"a machine's restore", "machine", "worker", annotate(infrav1.AnnotationRestoreState, "tfm-worker-backup-20261201-000000"), "setting captf.io/restore-state needs the verb approve on terraformmachines"},
 		{"a machine's abandon", "machine", "worker", annotate(infrav1.AnnotationAbandonInfrastructure, "true"), "setting captf.io/abandon-infrastructure needs the verb approve on terraformmachines"},
+		{"a protect pattern removed", "cluster", "guarded", `{"spec":{"protect":["net.gw","dns.*"]}}`, "removing or changing a pattern of spec.protect needs the verb approve on terraformclusters"},
+		{"every protect pattern removed", "cluster", "guarded", `{"spec":{"protect":null}}`, "removing or changing a pattern of spec.protect needs the verb approve"},
 	}
 	// The policy takes effect a moment after it is created.
 	err := waitAPI(func() error {
@@ -587,6 +590,10 @@ func TestApprovalPolicyGuardsThePolicy(t *testing.T) {
 	// Everything else stays a writer's.
 	if err := patch("cluster", "guarded", `{"metadata":{"labels":{"team":"a"}}}`); err != nil {
 		t.Errorf("a writer labels the cluster: %v", err)
+	}
+	// Protecting more grants nothing either.
+	if err := patch("cluster", "guarded", `{"spec":{"protect":["db.*","net.gw","dns.*"]}}`); err != nil {
+		t.Errorf("a writer adds a protect pattern: %v", err)
 	}
 	e.grantApprove("terraformclusters", "terraformmachines")
 	for _, w := range writes {

@@ -191,6 +191,11 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 	if e.holdForRescue(r, job, res) {
 		return 0, false
 	}
+	if hold, now := e.protectedChange(r, job, res); hold {
+		return 0, false
+	} else if now {
+		return job.Attempt + 1, true
+	}
 	msg := JobFailureMessage(job)
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("%s in %s (Job %s): %s", what, res.Stage, job.Name, res.Error)

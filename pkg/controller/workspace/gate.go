@@ -86,3 +86,40 @@ func PlanSummaryText(s infrav1.PlanSummary) string {
 	}
 	return text
 }
+
+// protectedChange reads a run refused because its plan changes what
+// spec.protect covers. While the patterns still cover it the object says
+// so and nothing runs again (no approval frees it; a retry would plan the
+// same); once a pattern that covered it is removed, retry is true: run
+// again now, without the failure's backoff.
+func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold, retry bool) {
+	if res == nil || res.Reason != run.ReasonProtectedResourceChange || res.Plan == nil {
+		return false, false
+	}
+	var protected []string
+	if r.Gate != nil {
+		protected = r.Gate.Protected(res.Plan)
+	}
+	if len(protected) == 0 {
+		return false, true
+	}
+	obj, plan := r.Obj, res.Plan
+	st := obj.WorkspaceStatus()
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: res.Operation, Summary: plan.Summary, Time: metav1.NewTime(FinishTime(job))}
+	what := "Plan " + plan.Hash
+	if res.Operation == infrav1.OperationDestroy {
+		what = "Destroying (plan " + plan.Hash + ")"
+	}
+	msg := fmt.Sprintf("%s destroys, replaces or forgets %s, which spec.protect covers: no approval applies it (Job %s). "+
+		"To let it, remove the pattern from spec.protect: kubectl edit %s -n %s %s",
+		what, strings.Join(protected, ", "), job.Name, strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName())
+	if res.Operation == infrav1.OperationDestroy {
+		msg += fmt.Sprintf("; or keep the infrastructure and let the object go: kubectl annotate %s -n %s %s %s=true",
+			strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationAbandonInfrastructure)
+	} else {
+		SetCondition(obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionTrue, run.ReasonProtectedResourceChange, msg)
+		SetCondition(obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	}
+	e.warnOnChange(obj, infrav1.ConditionReady, metav1.ConditionFalse, run.ReasonProtectedResourceChange, run.ReasonProtectedResourceChange, msg)
+	return true, false
+}

@@ -117,6 +117,8 @@ type JobSpec struct {
 	// object's approvals name (TerraformCluster only).
 	Gate                                  infrav1.ApprovalPolicy
 	ApprovedPlan, ApprovedDestructivePlan string
+	// Protect is spec.protect of an apply or a destroy.
+	Protect []string
 }
 
 // runnerTokenSeconds is the life of a runner pod's token: the shortest the
@@ -217,6 +219,7 @@ func runnerSpec(s JobSpec, name string) run.Spec {
 	if s.Gate != "" {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
 	}
+	spec.Protect = s.Protect
 	return spec
 }
 

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"flag"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -233,7 +234,7 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 			want := run.Spec{Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "prod", ObjectUID: "obj-uid", ObjectAPIVersion: gvk.GroupVersion().String(),
 				Job: job.Name, WorkDir: "/workspace", LockTimeout: 7 * time.Minute, MaxStateBytes: run.DefaultMaxStateBytes}
 			tc.want(&want)
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("the runner reads\n%+v, want\n%+v", got, want)
 			}
 			// The mirror the runner is told of is the image, read-only.

@@ -71,6 +71,9 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
+	if g := r.Gate; g != nil && (op == infrav1.OperationApply || op == infrav1.OperationDestroy) {
+		spec.Protect = g.Protect
+	}
 	return BuildJob(spec), nil
 }
 

@@ -21,6 +21,18 @@ type TerraformClusterSpec struct {
 	// +kubebuilder:default=Destructive
 	ApprovalPolicy ApprovalPolicy `json:"approvalPolicy,omitempty"`
 
+	// Protect lists resource address patterns no plan may destroy, replace
+	// or forget, whatever the approvals (reason ProtectedResourceChange), a
+	// delete of the TerraformCluster included, until the pattern is removed.
+	// A pattern covers its address and all inside it (module.db covers
+	// module.db.x.y); * stands for any characters (aws_db_instance.*).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	Protect []string `json:"protect,omitempty"`
+
 	// Defaults apply to the cluster's TerraformMachines and
 	// TerraformMachinePools unless they set their own values.
 	// +optional

@@ -479,6 +479,11 @@ func (in *TerraformClusterSpec) DeepCopyInto(out *TerraformClusterSpec) {
 	*out = *in
 	in.WorkspaceSpec.DeepCopyInto(&out.WorkspaceSpec)
 	out.ControlPlaneEndpoint = in.ControlPlaneEndpoint
+	if in.Protect != nil {
+		in, out := &in.Protect, &out.Protect
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Defaults != nil {
 		in, out := &in.Defaults, &out.Defaults
 		*out = new(ClusterDefaults)
