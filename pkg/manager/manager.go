@@ -499,7 +499,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	}
 	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, ProviderMirrorImage: o.ProviderMirrorImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &workspace.Results{Kube: cc.Kube}}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &workspace.Results{Kube: cc.Kube}, Records: &workspace.APIRunRecords{Meta: meta}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())

@@ -42,6 +42,10 @@ const (
 	// LabelAbandoned marks state and backups left behind on purpose by
 	// captf.io/abandon-infrastructure.
 	LabelAbandoned = "captf.io/abandoned"
+	// LabelRunRecord marks a run record (RunRecord): "true".
+	LabelRunRecord = "captf.io/run-record"
+	// LabelOutcome is the outcome of the run a record keeps.
+	LabelOutcome = "captf.io/outcome"
 )
 
 // LabelClusterctlMove makes clusterctl move copy a Secret that no object
@@ -136,6 +140,10 @@ func (o Object) RunInputs(job string) string { return job }
 
 // Result is the Secret the runner of a Job writes its result to.
 func (o Object) Result(job string) string { return job + "-result" }
+
+// RunRecord is the ConfigMap that keeps what a Job's run planned and
+// logged, redacted, after the Job and its pod are gone.
+func (o Object) RunRecord(job string) string { return job + "-run" }
 
 // State is the Secret that holds the object's current state (or, for a big
 // state, the index of its chunks).

@@ -71,6 +71,11 @@ type Runner struct {
 	// rest of a run is the runner's own.
 	terraformTime time.Duration
 	terraformRuns int
+	// What the run record keeps: the plan's text (redacted), its JSON
+	// (raw: redacted when the record is made), the log's tail.
+	planText string
+	planJSON []byte
+	tail     *tailBuffer
 }
 
 // TerraformTime is how long the run's terraform commands took in all, and
@@ -120,6 +125,12 @@ func (r *Runner) outOfMemory(command string) error {
 func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 	r.obj = names.ObjectOf(r.Config.ObjectKind, r.Config.ObjectName)
 	started := metav1.Now()
+	r.tail = &tailBuffer{max: run.MaxLogTail}
+	if r.Log != nil {
+		r.Log = io.MultiWriter(r.Log, r.tail)
+	} else {
+		r.Log = r.tail
+	}
 	res := &run.Result{Operation: r.Config.Operation, Outcome: run.OutcomeFailed, Started: &started}
 
 	// SIGTERM goes to terraform, which stops gracefully and writes its state
@@ -160,6 +171,9 @@ func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 	r.mu.Lock()
 	res.Interrupted = r.signal
 	r.mu.Unlock()
+	// Before the result: the manager reports what the result says, and a
+	// user who reads that finds the record.
+	r.writeRecord(context.WithoutCancel(ctx), res, metav1.NewTime(r.clock().Now()))
 	if werr := r.writeResult(context.WithoutCancel(ctx), res); werr != nil {
 		return res, errors.Join(err, fmt.Errorf("writing the result: %w", werr))
 	}
@@ -351,13 +365,16 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, 
 	case infrav1.OperationRefresh:
 		planArgs = append(planArgs, "-refresh-only")
 	}
-	if _, err := r.exec(ctx, tf, dir, env, planArgs...); err != nil {
+	text, err := r.exec(ctx, tf, dir, env, planArgs...)
+	if err != nil {
 		return nil, err
 	}
+	r.planText = r.redact.String(string(text))
 	shown, err := r.exec(ctx, tf, dir, env, "show", "-json", "captf.tfplan")
 	if err != nil {
 		return nil, err
 	}
+	r.planJSON = shown
 	var tfplan tfjson.Plan
 	if err := json.Unmarshal(shown, &tfplan); err != nil {
 		return nil, fmt.Errorf("reading the plan: %w", err)

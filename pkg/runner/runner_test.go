@@ -46,7 +46,7 @@ func fakeTerraform(t *testing.T, plan *tfjson.Plan, applyFails bool) (tf, invoca
 	script := fmt.Sprintf(`#!/bin/sh
 echo "$1" >> %q
 case "$1" in
-plan) cp %q captf.tfplan ;;
+plan) cp %q captf.tfplan; echo "Terraform will perform the following actions: $CAPTF_FAKE_PLAN_SAYS" ;;
 show) cat captf.tfplan ;;
 output) echo '{"id":{"value":"from terraform output","type":"string"}}' ;;
 apply) %s ;;
@@ -104,7 +104,20 @@ func TestRunStages(t *testing.T) {
 		// state is the state before the run (plainState when empty); id
 		// the output the result reports, when the run applies.
 		state, id string
+		protect   []string
 	}{
+		"a protected change fails, whatever the approvals": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, protect: []string{"terraform_data.vm"},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeFailed, stage: run.StageGate, reason: run.ReasonProtectedResourceChange,
+		},
+		"a destroy of what is protected fails": {
+			op: infrav1.OperationDestroy, protect: []string{"terraform_data.*"},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeFailed, stage: run.StageGate, reason: run.ReasonProtectedResourceChange,
+		},
+		"a pattern that covers nothing the plan destroys": {
+			op: infrav1.OperationApply, protect: []string{"terraform_data.other", "module.vm"},
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeSucceeded, applied: true, id: `"i-1"`,
+		},
 		"a destructive plan without approval waits": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive,
 			want: []string{"init", "plan", "show"}, outcome: run.OutcomeBlocked, stage: run.StageGate,
@@ -152,7 +165,7 @@ func TestRunStages(t *testing.T) {
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
 				Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
 				Operation: tc.op, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
-				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved}},
+				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved, Protect: tc.protect}},
 				Clock: &steppingClock{}}
 			res, err := r.Run(ctx)
 			if (err != nil) != (tc.outcome == run.OutcomeFailed) {
@@ -187,6 +200,21 @@ func TestRunStages(t *testing.T) {
 			var reported run.Result
 			if err := json.Unmarshal(written.Data[run.KeyResult], &reported); err != nil || reported.Outcome != tc.outcome {
 				t.Errorf("result Secret says %+v (%v), want %s", reported, err, tc.outcome)
+			}
+			// What people read: the run's record, with what it planned.
+			rec, err := client.CoreV1().ConfigMaps("ns").Get(ctx, obj.RunRecord(job), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("no run record: %v", err)
+			}
+			var recorded run.Record
+			if err := json.Unmarshal([]byte(rec.Data[run.KeyRun]), &recorded); err != nil || recorded.Outcome != tc.outcome || recorded.Plan == nil || recorded.Plan.Hash != hash || recorded.Reason != tc.reason {
+				t.Errorf("run record says %+v (%v), want %s of plan %s (reason %q)", recorded, err, tc.outcome, hash, tc.reason)
+			}
+			if !strings.Contains(rec.Data[run.KeyPlanText], "Terraform will perform") || !strings.Contains(rec.Data[run.KeyLog], "Terraform will perform") || rec.BinaryData[run.KeyPlanJSON] == nil {
+				t.Errorf("run record keeps plan %q, log %q, JSON %d bytes", rec.Data[run.KeyPlanText], rec.Data[run.KeyLog], len(rec.BinaryData[run.KeyPlanJSON]))
+			}
+			if rec.Labels[names.LabelRunRecord] != "true" || rec.Labels[names.LabelOutcome] != tc.outcome || rec.Labels[names.LabelOperation] != string(tc.op) || rec.OwnerReferences[0].UID != "uid" {
+				t.Errorf("run record's labels %v, owners %v", rec.Labels, rec.OwnerReferences)
 			}
 			lease, err := client.CoordinationV1().Leases("ns").Get(ctx, obj.Lock(), metav1.GetOptions{})
 			if err != nil || lease.Spec.HolderIdentity != nil {

@@ -4,8 +4,9 @@
 // bound to the pod. The manager checks it with a TokenReview, finds the pod,
 // the pod's Job and the Job's Terraform* object, and then forwards, with its
 // own rights, only what that object's run needs: its state, state chunks,
-// backups, durable inputs and lock, this Job's inputs and result, and the
-// phase of a pod that holds its lock. Everything else is refused.
+// backups, durable inputs and lock, this Job's inputs, result and run
+// record, and the phase of a pod that holds its lock. Everything else is
+// refused.
 //
 // The API speaks the Kubernetes REST paths of those objects, so the runner
 // uses client-go against it unchanged, and the state store keeps its fenced,
@@ -463,6 +464,8 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 		checked, err = id.checkedSecret(body, name, forbid)
 	case "leases":
 		checked, err = id.checkedLease(body, forbid)
+	case "configmaps":
+		checked, err = id.checkedRecord(body, forbid)
 	}
 	if err != nil {
 		return nil, err
@@ -493,6 +496,10 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 	case "leases":
 		if method == http.MethodDelete || (name != "" && name != id.Object.Lock()) {
 			return "only the object's state lock"
+		}
+	case "configmaps":
+		if method != http.MethodPost || name != "" {
+			return "a run only creates its record"
 		}
 	case "secrets":
 		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
@@ -557,6 +564,43 @@ func (id *Identity) checkedSecret(body []byte, name string, forbid func(string) 
 	}
 	sec.Namespace = id.Namespace
 	return &sec, nil
+}
+
+// checkedRecord is the run record a run creates, once checked: this Job's,
+// labelled as this object's record and owned by the object alone.
+func (id *Identity) checkedRecord(body []byte, forbid func(string) error) (*corev1.ConfigMap, error) {
+	var cm corev1.ConfigMap
+	if err := json.Unmarshal(body, &cm); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if cm.Name != id.Object.RunRecord(id.Job) {
+		return nil, forbid("only this Job's run record " + id.Object.RunRecord(id.Job))
+	}
+	own := names.ObjectLabels(id.ObjectRef.Kind, id.Object.Name, id.ObjectRef.UID)
+	own[names.LabelRunRecord] = "true"
+	for k, v := range cm.Labels {
+		switch want, known := own[k]; {
+		case known && v != want:
+			return nil, forbid(fmt.Sprintf("label %s=%s: this run's record has %q", k, v, want))
+		case known, k == names.LabelOperation || k == names.LabelOutcome:
+			if len(v) > 63 {
+				return nil, forbid("label " + k + ": too long")
+			}
+		default:
+			return nil, forbid("label " + k + ": a run record carries only CAPTF's labels of its run")
+		}
+	}
+	for k := range own {
+		if _, ok := cm.Labels[k]; !ok {
+			return nil, forbid("a run record carries the labels of its object: " + k + " is missing")
+		}
+	}
+	if len(cm.Annotations) > 0 || len(cm.Finalizers) > 0 {
+		return nil, forbid("a run record has no annotations or finalizers")
+	}
+	cm.OwnerReferences = []metav1.OwnerReference{id.ObjectRef}
+	cm.Namespace = id.Namespace
+	return &cm, nil
 }
 
 // checkedLease is the state lock a run writes, once checked.
@@ -762,7 +806,7 @@ func (id *Identity) parsePath(path string) (resource, name string, err error) {
 		name = parts[2]
 	}
 	core := strings.HasPrefix(path, "/api/v1/")
-	if (core && resource != "secrets" && resource != "pods") || (!core && resource != "leases") {
+	if (core && resource != "secrets" && resource != "pods" && resource != "configmaps") || (!core && resource != "leases") {
 		return "", "", apierrors.NewForbidden(corev1.Resource(resource), name, errors.New("not part of a run"))
 	}
 	return resource, name, nil

@@ -32,6 +32,23 @@ var me = &Identity{Namespace: "ns", Pod: "p", Job: "tfc-prod-apply-0123456789abc
 	Object:    names.Object{Kind: "tfc", Name: "prod"},
 	ObjectRef: metav1.OwnerReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "TerraformCluster", Name: "prod", UID: "uid-prod"}}
 
+// recordBody is a run record as the runner writes it, changed by mutate.
+func recordBody(t *testing.T, name string, mutate ...func(*corev1.ConfigMap)) []byte {
+	t.Helper()
+	labels := names.ObjectLabels(me.ObjectRef.Kind, me.Object.Name, me.ObjectRef.UID)
+	labels[names.LabelRunRecord], labels[names.LabelOperation], labels[names.LabelOutcome] = "true", "apply", "Succeeded"
+	c := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: []metav1.OwnerReference{me.ObjectRef}},
+		Data: map[string]string{"plan.txt": "No changes."}}
+	for _, m := range mutate {
+		m(c)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func secretBody(t *testing.T, name string, mutate ...func(*corev1.Secret)) []byte {
 	t.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}, Type: corev1.SecretTypeOpaque}
@@ -51,6 +68,7 @@ func secretBody(t *testing.T, name string, mutate ...func(*corev1.Secret)) []byt
 func TestAuthorize(t *testing.T) {
 	const secrets = "/api/v1/namespaces/ns/secrets"
 	const leases = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
+	const configmaps = "/api/v1/namespaces/ns/configmaps"
 	other := names.Object{Kind: "tfc", Name: "victim"}
 	tests := map[string]struct {
 		method, path string
@@ -78,30 +96,42 @@ func TestAuthorize(t *testing.T) {
 		"an owner of someone else's": {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result", func(s *corev1.Secret) {
 			s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "x", UID: "uid-x", BlockOwnerDeletion: ptrTo(true)}}
 		})},
-		"delete a rotated backup":         {method: "DELETE", path: secrets + "/tfc-prod-backup-20261130-174914-1", allowed: true},
-		"delete its run inputs when done": {method: "DELETE", path: secrets + "/" + me.Job, allowed: true},
-		"delete another Job's run inputs": {method: "DELETE", path: secrets + "/tfc-prod-apply-ffffffffffffffff-0"},
-		"delete its result":               {method: "DELETE", path: secrets + "/" + me.Job + "-result"},
-		"hold its lock":                   {method: "PUT", path: leases + "/tfc-prod-lock", body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
-		"create its lock":                 {method: "POST", path: leases, body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
-		"ask a lock holder's phase":       {method: "GET", path: "/api/v1/namespaces/ns/pods/holder", allowed: true},
-		"read the cluster's kubeconfig":   {method: "GET", path: secrets + "/prod-kubeconfig"},
-		"read another object's state":     {method: "GET", path: secrets + "/" + other.State()},
-		"read a look-alike's state":       {method: "GET", path: secrets + "/tfc-prod-x-state"},
-		"read another Job's result":       {method: "GET", path: secrets + "/tfc-prod-apply-ffffffffffffffff-0-result"},
-		"list secrets":                    {method: "GET", path: secrets},
-		"write another object's state":    {method: "PUT", path: secrets + "/" + other.State(), body: secretBody(t, other.State())},
-		"rename in the body":              {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, other.State())},
-		"create a token Secret":           {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Type = corev1.SecretTypeServiceAccountToken })},
-		"create an unlabelled Secret":     {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Labels = nil })},
-		"create any Secret":               {method: "POST", path: secrets, body: secretBody(t, "mine")},
-		"overwrite its run inputs":        {method: "PUT", path: secrets + "/" + me.Job, body: secretBody(t, me.Job)},
-		"delete its state":                {method: "DELETE", path: secrets + "/tfc-prod-state"},
-		"delete its durable inputs":       {method: "DELETE", path: secrets + "/tfc-prod-inputs"},
-		"take another object's lock":      {method: "PUT", path: leases + "/" + other.Lock(), body: []byte(`{"metadata":{"name":"` + other.Lock() + `"}}`)},
-		"delete its lock":                 {method: "DELETE", path: leases + "/tfc-prod-lock"},
-		"another namespace":               {method: "GET", path: "/api/v1/namespaces/kube-system/secrets/tfc-prod-state"},
-		"configmaps":                      {method: "GET", path: "/api/v1/namespaces/ns/configmaps/x"},
+		"delete a rotated backup":                    {method: "DELETE", path: secrets + "/tfc-prod-backup-20261130-174914-1", allowed: true},
+		"delete its run inputs when done":            {method: "DELETE", path: secrets + "/" + me.Job, allowed: true},
+		"delete another Job's run inputs":            {method: "DELETE", path: secrets + "/tfc-prod-apply-ffffffffffffffff-0"},
+		"delete its result":                          {method: "DELETE", path: secrets + "/" + me.Job + "-result"},
+		"hold its lock":                              {method: "PUT", path: leases + "/tfc-prod-lock", body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
+		"create its lock":                            {method: "POST", path: leases, body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
+		"ask a lock holder's phase":                  {method: "GET", path: "/api/v1/namespaces/ns/pods/holder", allowed: true},
+		"read the cluster's kubeconfig":              {method: "GET", path: secrets + "/prod-kubeconfig"},
+		"read another object's state":                {method: "GET", path: secrets + "/" + other.State()},
+		"read a look-alike's state":                  {method: "GET", path: secrets + "/tfc-prod-x-state"},
+		"read another Job's result":                  {method: "GET", path: secrets + "/tfc-prod-apply-ffffffffffffffff-0-result"},
+		"list secrets":                               {method: "GET", path: secrets},
+		"write another object's state":               {method: "PUT", path: secrets + "/" + other.State(), body: secretBody(t, other.State())},
+		"rename in the body":                         {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, other.State())},
+		"create a token Secret":                      {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Type = corev1.SecretTypeServiceAccountToken })},
+		"create an unlabelled Secret":                {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Labels = nil })},
+		"create any Secret":                          {method: "POST", path: secrets, body: secretBody(t, "mine")},
+		"overwrite its run inputs":                   {method: "PUT", path: secrets + "/" + me.Job, body: secretBody(t, me.Job)},
+		"delete its state":                           {method: "DELETE", path: secrets + "/tfc-prod-state"},
+		"delete its durable inputs":                  {method: "DELETE", path: secrets + "/tfc-prod-inputs"},
+		"take another object's lock":                 {method: "PUT", path: leases + "/" + other.Lock(), body: []byte(`{"metadata":{"name":"` + other.Lock() + `"}}`)},
+		"delete its lock":                            {method: "DELETE", path: leases + "/tfc-prod-lock"},
+		"another namespace":                          {method: "GET", path: "/api/v1/namespaces/kube-system/secrets/tfc-prod-state"},
+		"read a configmap":                           {method: "GET", path: "/api/v1/namespaces/ns/configmaps/x"},
+		"create its run record":                      {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run"), allowed: true},
+		"another Job's run record":                   {method: "POST", path: configmaps, body: recordBody(t, "tfc-prod-apply-ffffffffffffffff-0-run")},
+		"any other configmap":                        {method: "POST", path: configmaps, body: recordBody(t, "kube-root-ca.crt")},
+		"overwrite its run record":                   {method: "PUT", path: configmaps + "/" + me.Job + "-run", body: recordBody(t, me.Job+"-run")},
+		"delete a run record":                        {method: "DELETE", path: configmaps + "/" + me.Job + "-run"},
+		"a run record of another object":             {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { c.Labels[names.LabelObjectUID] = "uid-victim" })},
+		"a run record with a label of Cluster API's": {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { c.Labels["cluster.x-k8s.io/cluster-name"] = "victim" })},
+		"a run record without its object's labels":   {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { delete(c.Labels, names.LabelObjectUID) })},
+		"a run record with a finalizer":              {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { c.Finalizers = []string{"example.com/never"} })},
+		"a run record owned by another": {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) {
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "x", UID: "uid-x"}}
+		}), allowed: true}, // forwarded owned by the object alone
 		"serviceaccount tokens":           {method: "POST", path: "/api/v1/namespaces/ns/serviceaccounts/default/token", body: []byte(`{}`)},
 		"a pod's spec is not a write":     {method: "PUT", path: "/api/v1/namespaces/ns/pods/holder", body: []byte(`{}`)},
 		"any other API":                   {method: "GET", path: "/apis/apps/v1/namespaces/ns/deployments"},

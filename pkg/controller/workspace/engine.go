@@ -82,6 +82,8 @@ type Config struct {
 	// bootstrap data is read only from Secrets its Machine controls or
 	// that are labelled as bootstrap data.
 	BootstrapConfigs BootstrapConfigReader
+	// Records lists and deletes run records; nil: none is pruned.
+	Records RunRecords
 	// Results reads runners' results, shared with the Job metrics; nil:
 	// the controller reads its own.
 	Results *Results
@@ -117,6 +119,8 @@ type Engine struct {
 	BootstrapConfigs BootstrapConfigReader
 	// Results reads runners' results (Config.Results).
 	Results *Results
+	// Records prunes run records (Config.Records); nil keeps them all.
+	Records RunRecords
 }
 
 // Sync is what one sync of one object knows and decides.

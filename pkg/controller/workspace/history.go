@@ -43,7 +43,8 @@ func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *CachedJob) 
 
 // cleanupHistory keeps the newest finished Jobs of each operation within
 // the policy's limits. Their run Secrets went when the next Job of their
-// operation started.
+// operation started; their run records go by the same limits
+// (pruneRecords), checked when a Job that kept one goes.
 //
 // By default a drift check that succeeded keeps no Job once the status
 // holds its result (Drifted, the last check's time), but the newest while
@@ -57,6 +58,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	st := r.Obj.WorkspaceStatus()
 	drifted := meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionDrifted)
 	var errs []error
+	prune := false // a Job with a record went: records may be over the limits
 	for _, job := range r.Jobs { // newest first
 		finished, succeeded := JobFinished(job)
 		if !finished || job.DeletionTimestamp != nil {
@@ -83,10 +85,14 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 			errs = append(errs, err)
 			continue
 		}
+		prune = prune || mayHaveRecord(job, drifted)
 		if recordedCheck {
 			// Its result is read; the next check would not find it.
 			e.deleteRunSecrets(ctx, r, job)
 		}
+	}
+	if prune {
+		e.pruneRecords(ctx, r)
 	}
 	return errors.Join(errs...)
 }
