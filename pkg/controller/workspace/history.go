@@ -58,7 +58,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	st := r.Obj.WorkspaceStatus()
 	drifted := meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionDrifted)
 	var errs []error
-	prune := false // a Job with a record went: records may be over the limits
+	prune := false               // a Job with a record went: records may be over the limits
 	for _, job := range r.Jobs { // newest first
 		finished, succeeded := JobFinished(job)
 		if !finished || job.DeletionTimestamp != nil {
