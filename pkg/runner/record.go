@@ -53,10 +53,13 @@ func (r *Runner) writeRecord(ctx context.Context, res *run.Result, finished meta
 	}
 	cm, err := r.record(res, finished)
 	if err == nil {
+		configMaps := r.Client.CoreV1().ConfigMaps(r.Config.Namespace)
 		err = retry.Transiently(ctx, func() error {
-			_, err := r.Client.CoreV1().ConfigMaps(r.Config.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+			_, err := configMaps.Create(ctx, cm, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				return nil // an answer lost, and the create retried
+				// A Job of the same name ran before this one (it was
+				// deleted and made again), or an answer was lost.
+				_, err = configMaps.Update(ctx, cm, metav1.UpdateOptions{})
 			}
 			return err
 		})

@@ -498,8 +498,10 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 			return "only the object's state lock"
 		}
 	case "configmaps":
-		if method != http.MethodPost || name != "" {
-			return "a run only creates its record"
+		// A Job made again under the same name (its first deleted)
+		// writes its record over the first run's.
+		if !(method == http.MethodPost && name == "") && !(method == http.MethodPut && name == id.Object.RunRecord(id.Job)) {
+			return "a run only writes its record"
 		}
 	case "secrets":
 		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -363,5 +365,82 @@ func TestProtectedResources(t *testing.T) {
 	e.waitFor("kept", 2*time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool { return tc == nil })
 	if files := e.instanceFiles(); len(files) != 0 {
 		t.Errorf("instance files left after the destroy: %v", files)
+	}
+}
+
+// TestRunRecordsOutliveTheirJobs (issue 34, item 2): the plan waiting for
+// approval, as terraform renders it and as JSON, and the log of a failed
+// run stay readable once their Jobs and pods are gone.
+func TestRunRecordsOutliveTheirJobs(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManager()
+	e.gated("kept", "", map[string]any{"instances": 2})
+	e.waitFor("kept", 2*time.Minute, "Ready", isReady)
+	e.update("kept", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
+	})
+	tc := waitCondition(e, "kept", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	hash := tc.Status.LastPlan.Hash
+	// Every Job and pod of the object goes (by hand, a TTL, the history).
+	deleteJobsAndPods := func() {
+		t.Helper()
+		background := metav1.DeletePropagationBackground
+		if err := plane.Kube.BatchV1().Jobs(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitAPI(func() error {
+			pods, err := plane.Kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+			if err == nil && len(pods.Items) > 0 {
+				err = fmt.Errorf("%d pods left", len(pods.Items))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The manager is stopped first: it would plan again for a Job gone.
+	m.Stop()
+	deleteJobsAndPods()
+	records := runRecords(t, e.ns)
+	text, planJSON, about := records["record apply Blocked "+run.KeyPlanText], records["record apply Blocked "+run.KeyPlanJSON], records["record apply Blocked "+run.KeyRun]
+	if !strings.Contains(text, "terraform_data.instance[1] will be destroyed") {
+		t.Errorf("the kept plan's text does not show the destroy:\n%s", text)
+	}
+	var plan struct {
+		ResourceChanges []struct {
+			Address string
+			Change  struct{ Actions []string }
+		} `json:"resource_changes"`
+	}
+	if err := json.Unmarshal([]byte(planJSON), &plan); err != nil {
+		t.Fatalf("the kept plan's JSON: %v", err)
+	}
+	destroys := 0
+	for _, rc := range plan.ResourceChanges {
+		if rc.Address == "terraform_data.instance[1]" && slices.Equal(rc.Change.Actions, []string{"delete"}) {
+			destroys++
+		}
+	}
+	var rec run.Record
+	if err := json.Unmarshal([]byte(about), &rec); err != nil || destroys != 1 || rec.Plan == nil || rec.Plan.Hash != hash {
+		t.Errorf("the kept plan: %d destroys of terraform_data.instance[1] in its JSON, record %+v (%v), want 1 and plan %s", destroys, rec, err, hash)
+	}
+
+	// A failed run: its log's tail stays with its record.
+	m = e.startManager()
+	e.update("kept", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": -1, "instance_dir": e.instances})
+	})
+	e.waitFor("kept", 2*time.Minute, "ApplyFailed", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && c.Reason == workspace.ReasonApplyFailed
+	})
+	m.Stop()
+	deleteJobsAndPods()
+	if log := runRecords(t, e.ns)["record apply Failed "+run.KeyLog]; !strings.Contains(log, "Error: ") || !strings.Contains(log, "count") {
+		t.Errorf("the failed run's kept log does not say what failed:\n%s", log)
 	}
 }

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +28,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -406,6 +410,13 @@ func TestSensitiveValuesStayHidden(t *testing.T) {
 	}
 	mlog, _ := os.ReadFile(m.LogFile)
 	seen["manager log"] = string(mlog)
+	// What the runs kept of their plans and logs.
+	for k, v := range runRecords(t, e.ns) {
+		seen[k] = v
+	}
+	if log := seen["record apply Failed "+run.KeyLog]; !strings.Contains(log, "echo db=") {
+		t.Errorf("the failed run's record keeps no log of what it printed: %q", log)
+	}
 	printed := false
 	for where, text := range seen {
 		for _, canary := range []string{fromSecret, marked} {
@@ -763,4 +774,33 @@ func TestReferenceKeysAreChecked(t *testing.T) {
 	if err := update(func(tc *infrav1.TerraformCluster) { tc.Labels["team"] = "a" }); err != nil {
 		t.Errorf("an update that keeps the reference: %v", err)
 	}
+}
+
+// runRecords is what the run records of namespace ns hold, by
+// "record <operation> <outcome> <key>", the plan's JSON unzipped.
+func runRecords(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	list, err := plane.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelRunRecord + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, cm := range list.Items {
+		prefix := "record " + cm.Labels[names.LabelOperation] + " " + cm.Labels[names.LabelOutcome] + " "
+		for k, v := range cm.Data {
+			out[prefix+k] += v
+		}
+		for k, v := range cm.BinaryData {
+			zr, err := gzip.NewReader(bytes.NewReader(v))
+			if err != nil {
+				t.Fatalf("%s of %s: %v", k, cm.Name, err)
+			}
+			b, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatalf("%s of %s: %v", k, cm.Name, err)
+			}
+			out[prefix+k] += string(b)
+		}
+	}
+	return out
 }
