@@ -172,7 +172,8 @@ func Main(args []string) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
-	cfg.UserAgent = "captf-manager/" + version.Version
+	v, _ := version.Get()
+	cfg.UserAgent = "captf-manager/" + v
 	m := &manager{options: o, clock: clock.RealClock{}}
 	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if err := m.serve(ctx, cfg, health, podNamespace, serviceAccount); err != nil {

@@ -66,7 +66,8 @@ func init() {
 func buildInfo() prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "captf_build_info", Help: "Always 1: the version of this build and the Go version it was built with."},
 		[]string{"version", "goversion"})
-	g.WithLabelValues(version.Version, runtime.Version()).Set(1)
+	v, _ := version.Get()
+	g.WithLabelValues(v, runtime.Version()).Set(1)
 	return g
 }
 

@@ -1,0 +1,217 @@
+package plugin
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/run"
+)
+
+var planCommand = &command{
+	name: "plan", args: "KIND/NAME", short: "Show the plan waiting for approval, or the last one",
+	long: `Show the object's plan waiting for approval, or else its last plan: its
+summary, then the plan as terraform rendered it, sensitive values redacted.
+With --json, print the plan's JSON representation instead (redacted, as
+terraform show -json writes it: resource_changes, resource_drift,
+output_changes, planned_values), for infracost, conftest and the like.
+
+Examples:
+  kubectl captf plan tfc/prod -n team-a
+  kubectl captf plan tfc/prod --json | conftest test -`,
+	minArgs: 1, maxArgs: 1,
+	flags: func(fs *flag.FlagSet, e *env) {
+		fs.BoolVar(&e.json, "json", false, "Print the plan's JSON representation (redacted)")
+	},
+	run: func(e *env, args []string) error {
+		r, err := parseRef(args[0])
+		if err != nil {
+			return err
+		}
+		obj, err := e.get(r)
+		if err != nil {
+			return err
+		}
+		plan := obj.WorkspaceStatus().LastPlan
+		if plan == nil {
+			return fmt.Errorf("%s has made no plan yet", r)
+		}
+		records, err := e.records(obj)
+		if err != nil {
+			return err
+		}
+		rec, found := planRecord(records, plan.Hash)
+		if e.json {
+			if !found {
+				return fmt.Errorf("the run record of plan %s is gone (the Job history limits keep as many as they keep Jobs)", plan.Hash)
+			}
+			b, err := rec.planJSON()
+			if err != nil {
+				return err
+			}
+			_, err = e.out.Write(append(b, '\n'))
+			return err
+		}
+		e.showPlan(r, obj, plan, rec, found)
+		return nil
+	},
+}
+
+// gate says what the object's plan waits for: the annotation that approves
+// it, or that it is protected; "" when nothing waits.
+func gate(obj object) (annotation string, protected *metav1.Condition) {
+	if c := condition(obj, infrav1.ConditionDestructivePlanBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		if c.Reason == run.ReasonProtectedResourceChange {
+			return "", c
+		}
+		return infrav1.AnnotationApproveDestructivePlan, nil
+	}
+	if c := condition(obj, infrav1.ConditionPlanAwaitingApproval); c != nil && c.Status == metav1.ConditionTrue {
+		return infrav1.AnnotationApprovePlan, nil
+	}
+	return "", nil
+}
+
+// showPlan prints the plan's summary, what it waits for, and its text.
+func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, found bool) {
+	w := e.out
+	fmt.Fprintf(w, "Plan %s of %s (%s, %s)\n", plan.Hash, r, plan.Operation, plan.Time.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  %s\n", summaryText(plan.Summary))
+	annotation, protected := gate(obj)
+	switch {
+	case protected != nil:
+		fmt.Fprintf(w, "Refused: %s\n", protected.Message)
+	case annotation != "":
+		fmt.Fprintf(w, "Waiting for approval (%s): kubectl captf approve %s -n %s\n", annotation, r, e.namespace)
+	case obj.WorkspaceStatus().AppliedPlanHash == plan.Hash:
+		fmt.Fprintln(w, "Applied.")
+	}
+	if !found {
+		fmt.Fprintf(w, "\nThe run record of this plan is gone (the Job history limits keep as many as they keep Jobs).\n")
+		return
+	}
+	fmt.Fprintf(w, "Run: %s\n\n", rec.Job)
+	if text := rec.data[run.KeyPlanText]; text != "" {
+		fmt.Fprint(w, text)
+		if !strings.HasSuffix(text, "\n") {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func summaryText(s infrav1.PlanSummary) string {
+	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
+	if s.Forget > 0 {
+		text += fmt.Sprintf(", %d to forget", s.Forget)
+	}
+	if s.Import > 0 {
+		text += fmt.Sprintf(", %d to import", s.Import)
+	}
+	var parts []string
+	for _, res := range s.Resources {
+		parts = append(parts, res.Action+" "+res.Address)
+	}
+	if len(parts) > 0 {
+		text += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return text
+}
+
+var approveCommand = &command{
+	name: "approve", args: "tfc/NAME", short: "Approve the plan waiting, exactly that one",
+	long: `Show the TerraformCluster's plan waiting for approval, ask for confirmation
+and set the annotation that approves exactly that plan
+(captf.io/approve-plan or captf.io/approve-destructive-plan) to its hash.
+Refused when the plan changed since it was shown, and for a plan that
+changes what spec.protect covers (no approval applies it). With the
+approval policy installed, approving needs the verb approve.
+
+Examples:
+  kubectl captf approve tfc/prod -n team-a
+  kubectl captf approve tfc/prod -n team-a --yes`,
+	minArgs: 1, maxArgs: 1,
+	flags: func(fs *flag.FlagSet, e *env) {
+		fs.BoolVar(&e.yes, "yes", false, "Approve without asking")
+	},
+	run: func(e *env, args []string) error {
+		r, err := parseRef(args[0])
+		if err != nil {
+			return err
+		}
+		if r.kind != "TerraformCluster" {
+			return usageError{"only a TerraformCluster's plans wait for approval"}
+		}
+		obj, err := e.get(r)
+		if err != nil {
+			return err
+		}
+		plan := obj.WorkspaceStatus().LastPlan
+		annotation, protected := gate(obj)
+		switch {
+		case protected != nil:
+			return fmt.Errorf("no approval applies this plan: %s", protected.Message)
+		case annotation == "" || plan == nil:
+			return fmt.Errorf("no plan of %s waits for approval", r)
+		}
+		records, err := e.records(obj)
+		if err != nil {
+			return err
+		}
+		rec, found := planRecord(records, plan.Hash)
+		e.showPlan(r, obj, plan, rec, found)
+		if !e.yes && !e.confirm(fmt.Sprintf("Approve plan %s of %s (%s=%s)?", plan.Hash, r, annotation, plan.Hash)) {
+			return errors.New("not approved")
+		}
+		if err := e.approve(r, plan.Hash, annotation); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "%s approved: plan %s (%s)\n", r, plan.Hash, annotation)
+		return nil
+	},
+}
+
+// approve sets annotation to hash, on the object as it is now: only while
+// the plan waiting is still hash, guarded by its resourceVersion.
+func (e *env) approve(r ref, hash, annotation string) error {
+	for range 5 {
+		obj, err := e.get(r)
+		if err != nil {
+			return err
+		}
+		now := obj.WorkspaceStatus().LastPlan
+		if current, _ := gate(obj); now == nil || now.Hash != hash || current != annotation {
+			what := "no plan waits"
+			if now != nil {
+				what = "plan " + now.Hash + " is the last one"
+			}
+			return fmt.Errorf("the plan changed since it was shown (%s): nothing approved; run kubectl captf approve again", what)
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(),
+			"annotations": map[string]string{annotation: hash}}})
+		_, err = e.captf.InfrastructureV1alpha1().TerraformClusters(e.namespace).Patch(e.ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return errors.New("the object kept changing: nothing approved; try again")
+}
+
+// confirm asks a yes/no question on the terminal; only "y" or "yes" is yes.
+func (e *env) confirm(question string) bool {
+	fmt.Fprintf(e.out, "%s [y/N]: ", question)
+	line, _ := bufio.NewReader(e.in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}
