@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/test/framework"
+)
+
+// user makes a ServiceAccount of the test's namespace bound to the Roles
+// docs/security.md shows, and returns a kubeconfig of it, as a person's.
+func (e *env) user(name string, roles ...string) string {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, r := range roles {
+		role, err := framework.DocsRole(r)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		role.Name, role.Namespace = name+"-"+r, ""
+		if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: e.ns}}}
+		if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	cfg, err := plane.ServiceAccountConfig(ctx, e.ns, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	path := filepath.Join(e.t.TempDir(), name+".kubeconfig")
+	if err := framework.WriteKubeconfig(path, cfg, name); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
+}
+
+// pluginRun is one run of the built plugin.
+type pluginRun struct {
+	out, err string
+	code     int
+}
+
+// kubectlCaptf runs the plugin as a user would, with kubeconfig and stdin.
+func (e *env) kubectlCaptf(bin, kubeconfig, stdin string, args ...string) pluginRun {
+	e.t.Helper()
+	cmd := exec.Command(bin, append(args, "--kubeconfig", kubeconfig, "-n", e.ns)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return pluginRun{out.String(), errOut.String(), code}
+}
+
+// TestKubectlPlugin (issue 34, item 1): every command of kubectl captf, run
+// as a user with the docs' Roles: a viewer reads plans, runs, logs and the
+// cluster's tree but cannot approve; an approver approves exactly the plan
+// shown, after confirmation; backups, restore and abandon say what they do.
+func TestKubectlPlugin(t *testing.T) {
+	bin, err := framework.BuildCommand("./cmd/kubectl-captf", "kubectl-captf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	installApprovalPolicy(t)
+	e.startManager()
+	viewer := e.user("viewer", "captf-viewer")
+	approver := e.user("approver", "captf-writer", "captf-approver")
+	admin := plane.KubeconfigFile
+	e.gated("shop", "", map[string]any{"instances": 2})
+	e.waitFor("shop", 2*time.Minute, "Ready", isReady)
+	e.update("shop", func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
+	})
+	tc := waitCondition(e, "shop", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	hash := tc.Status.LastPlan.Hash
+	expect := func(what string, r pluginRun, code int, out, errOut []string) {
+		t.Helper()
+		if r.code != code {
+			t.Errorf("%s: exit %d, want %d\nstdout: %s\nstderr: %s", what, r.code, code, r.out, r.err)
+		}
+		for _, w := range out {
+			if !strings.Contains(r.out, w) {
+				t.Errorf("%s: stdout does not say %q:\n%s", what, w, r.out)
+			}
+		}
+		for _, w := range errOut {
+			if !strings.Contains(r.err, w) {
+				t.Errorf("%s: stderr does not say %q:\n%s", what, w, r.err)
+			}
+		}
+	}
+
+	// A viewer sees the plan, its JSON, the runs, the log, the tree.
+	expect("plan", e.kubectlCaptf(bin, viewer, "", "plan", "tfc/shop"), 0,
+		[]string{"Plan " + hash + " of terraformclusters/shop", "destroy terraform_data.instance[1]", "terraform_data.instance[1] will be destroyed",
+			"Waiting for approval (captf.io/approve-destructive-plan): kubectl captf approve terraformclusters/shop"}, nil)
+	r := e.kubectlCaptf(bin, viewer, "", "plan", "terraformcluster/shop", "--json")
+	var plan struct {
+		ResourceChanges []struct{ Address string } `json:"resource_changes"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &plan); err != nil || r.code != 0 || len(plan.ResourceChanges) == 0 {
+		t.Errorf("plan --json: exit %d, %v: %s %s", r.code, err, r.out, r.err)
+	}
+	expect("runs", e.kubectlCaptf(bin, viewer, "", "runs", "tfc/shop"), 0, []string{"RUN", "apply", "Blocked", hash, "Succeeded"}, nil)
+	expect("logs", e.kubectlCaptf(bin, viewer, "", "logs", "tfc/shop"), 0, []string{"terraform_data.instance[1] will be destroyed"}, nil)
+	expect("describe", e.kubectlCaptf(bin, viewer, "", "describe", "cluster", "shop"), 0,
+		[]string{"Cluster/shop", "└─TerraformCluster/shop", "plan " + hash + " waits for captf.io/approve-destructive-plan"}, nil)
+	expect("a viewer approves", e.kubectlCaptf(bin, viewer, "", "approve", "tfc/shop", "--yes"), 1, nil, []string{"Error from server (Forbidden)"})
+
+	// An approver is asked, and a no approves nothing.
+	expect("approve, answered no", e.kubectlCaptf(bin, approver, "n\n", "approve", "tfc/shop"), 1,
+		[]string{"Plan " + hash, "Approve plan " + hash + " of terraformclusters/shop (captf.io/approve-destructive-plan=" + hash + ")? [y/N]"}, []string{"error: not approved"})
+	if v := e.get("shop").Annotations[infrav1.AnnotationApproveDestructivePlan]; v != "" {
+		t.Fatalf("a no approved %q", v)
+	}
+	expect("approve, answered yes", e.kubectlCaptf(bin, approver, "y\n", "approve", "tfc/shop"), 0, []string{"terraformclusters/shop approved: plan " + hash}, nil)
+	e.waitFor("shop", 2*time.Minute, "the approved plan applied", func(tc *infrav1.TerraformCluster) bool {
+		return tc.Status.AppliedPlanHash == hash && isReady(tc)
+	})
+	expect("approve with nothing waiting", e.kubectlCaptf(bin, approver, "", "approve", "tfc/shop", "--yes"), 1, nil,
+		[]string{"error: no plan of terraformclusters/shop waits for approval"})
+
+	// Backups, a restore and an abandon, by someone who may read states.
+	r = e.kubectlCaptf(bin, admin, "", "backups", "tfc/shop")
+	expect("backups", r, 0, []string{"BACKUP", "tfc-shop-backup-", "serial "}, nil)
+	expect("backups as a viewer", e.kubectlCaptf(bin, viewer, "", "backups", "tfc/shop"), 1, nil, []string{"Error from server (Forbidden)"})
+	expect("restore, answered no", e.kubectlCaptf(bin, admin, "no\n", "restore", "tfc/shop"), 1, []string{"Restoring makes backup tfc-shop-backup-", "Restore? [y/N]"}, []string{"error: not restored"})
+	expect("abandon", e.kubectlCaptf(bin, admin, "y\n", "abandon", "tfc/shop"), 0,
+		[]string{"Abandoning lets terraformclusters/shop be deleted without destroying its infrastructure", "terraformclusters/shop abandoned"}, nil)
+	if v := e.get("shop").Annotations[infrav1.AnnotationAbandonInfrastructure]; v != "true" {
+		t.Errorf("abandon set %s=%q", infrav1.AnnotationAbandonInfrastructure, v)
+	}
+	expect("restore", e.kubectlCaptf(bin, admin, "", "restore", "tfc/shop", "--yes"), 0, []string{"restore of tfc-shop-backup-"}, nil)
+	if v := e.get("shop").Annotations[infrav1.AnnotationRestoreState]; !strings.HasPrefix(v, "tfc-shop-backup-") {
+		t.Errorf("restore set %s=%q", infrav1.AnnotationRestoreState, v)
+	}
+
+	// Help on every command; mistakes said as kubectl says them.
+	for _, c := range []string{"plan", "approve", "runs", "logs", "backups", "restore", "abandon", "describe", "completion", "version"} {
+		expect(c+" -h", e.kubectlCaptf(bin, viewer, "", c, "-h"), 0, []string{"Usage:\n  kubectl captf " + c}, nil)
+	}
+	expect("an unknown command", e.kubectlCaptf(bin, viewer, "", "aply", "tfc/shop"), 1, nil, []string{`error: unknown command "aply" for "kubectl captf"`})
+	expect("a missing object", e.kubectlCaptf(bin, viewer, "", "plan", "tfc/nope"), 1, nil, []string{"Error from server (NotFound)"})
+	expect("not a KIND/NAME", e.kubectlCaptf(bin, viewer, "", "plan", "shop"), 1, nil, []string{`error: "shop" is no KIND/NAME`})
+	expect("completion", e.kubectlCaptf(bin, viewer, "", "completion", "bash"), 0, []string{"complete -F _kubectl_captf kubectl-captf"}, nil)
+}
