@@ -1,0 +1,104 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
+)
+
+// waiting is a TerraformCluster whose plan hash waits for the destructive
+// approval.
+func waiting(hash string) *infrav1.TerraformCluster {
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", ResourceVersion: "7"}}
+	tc.Status.LastPlan = &infrav1.PlanStatus{Hash: hash, Operation: infrav1.OperationApply}
+	tc.Status.Conditions = []metav1.Condition{{Type: infrav1.ConditionDestructivePlanBlocked, Status: metav1.ConditionTrue, Reason: "AwaitingApproval"}}
+	return tc
+}
+
+// TestApprove: the approval names exactly the plan shown, guarded by the
+// object's resourceVersion; a plan that changed between the showing and
+// the answer is approved by nobody, and a protected one never.
+func TestApprove(t *testing.T) {
+	tests := map[string]struct {
+		// then is what the object is when the user has answered.
+		then    *infrav1.TerraformCluster
+		stdin   string
+		wantErr string
+		// patched is the patch sent, "" for none.
+		patched string
+	}{
+		"yes": {then: waiting("1111"), stdin: "y\n",
+			patched: `{"metadata":{"annotations":{"captf.io/approve-destructive-plan":"1111"},"resourceVersion":"7"}}`},
+		"no":               {then: waiting("1111"), stdin: "\n", wantErr: "not approved"},
+		"the plan changed": {then: waiting("2222"), stdin: "yes\n", wantErr: "the plan changed since it was shown (plan 2222 is the last one): nothing approved"},
+		"nothing waits any more": {then: func() *infrav1.TerraformCluster {
+			tc := waiting("1111")
+			tc.Status.Conditions = nil
+			return tc
+		}(), stdin: "y\n", wantErr: "the plan changed since it was shown"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewSimpleClientset(waiting("1111"))
+			gets := 0
+			client.PrependReactor("get", "terraformclusters", func(core.Action) (bool, runtime.Object, error) {
+				gets++
+				if gets == 1 {
+					return true, waiting("1111"), nil
+				}
+				return true, tc.then, nil
+			})
+			var out bytes.Buffer
+			e := &env{ctx: context.Background(), in: strings.NewReader(tc.stdin), out: &out, err: io.Discard, namespace: "ns",
+				captf: client, kube: kubefake.NewSimpleClientset()}
+			err := approveCommand.run(e, []string{"tfc/prod"})
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("approve: %v, want %q", err, tc.wantErr)
+			}
+			var patches []string
+			for _, a := range client.Actions() {
+				if p, ok := a.(core.PatchAction); ok {
+					patches = append(patches, string(p.GetPatch()))
+				}
+			}
+			if want := slices.DeleteFunc([]string{tc.patched}, func(s string) bool { return s == "" }); !slices.Equal(patches, want) {
+				t.Errorf("patches %q, want %q", patches, want)
+			}
+			if !strings.Contains(out.String(), "Plan 1111 of terraformclusters/prod") {
+				t.Errorf("the plan was not shown before the question:\n%s", out.String())
+			}
+		})
+	}
+	t.Run("protected", func(t *testing.T) {
+		tc := waiting("1111")
+		tc.Status.Conditions[0].Reason = "ProtectedResourceChange"
+		tc.Status.Conditions[0].Message = "Plan 1111 destroys, replaces or forgets db.main, which spec.protect covers"
+		client := fake.NewSimpleClientset(tc)
+		e := &env{ctx: context.Background(), in: strings.NewReader("y\n"), out: io.Discard, err: io.Discard, namespace: "ns", captf: client, kube: kubefake.NewSimpleClientset()}
+		if err := approveCommand.run(e, []string{"tfc/prod"}); err == nil || !strings.Contains(err.Error(), "no approval applies this plan: Plan 1111 destroys") {
+			t.Errorf("approve of a protected plan: %v", err)
+		}
+	})
+}
+
+func TestParseInterspersed(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	ns := fs.String("n", "", "")
+	yes := fs.Bool("yes", false, "")
+	args, err := parseInterspersed(fs, []string{"tfc/prod", "-n", "team", "run-1", "--yes", "--", "-odd"})
+	if err != nil || !slices.Equal(args, []string{"tfc/prod", "run-1", "-odd"}) || *ns != "team" || !*yes {
+		t.Errorf("args %q, -n %q, --yes %v, err %v", args, *ns, *yes, err)
+	}
+}
