@@ -18,9 +18,17 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, Prometheus, promtool, CAPI's core manager (and its image) and clusterctl into bin/ (skipped when up to date)
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, CAPI's core manager (and its image) and clusterctl into bin/ (skipped when up to date)
 	./hack/build-controlplane.sh
 	./hack/build-capi.sh
+
+.PHONY: prometheus
+prometheus: ## Build Prometheus and promtool into bin/ for the alert tests (skipped when up to date)
+	./hack/build-controlplane.sh --with-prometheus
+
+.PHONY: plugin
+plugin: ## Build the kubectl plugin, kubectl-captf, into bin/
+	$(GO) build -o bin/kubectl-captf ./cmd/kubectl-captf
 
 .PHONY: images
 images: ## Build the manager and runner images as OCI archives in bin/images (no container engine; tofu built from source, git and busybox from Debian's packages)
@@ -40,7 +48,7 @@ local-up: controlplane localcloud ## Run the quickstart: the local management pl
 	exec bin/local-up
 
 .PHONY: test
-test: controlplane images ## Run every test, against a real local control plane (unit packages with the race detector)
+test: controlplane prometheus images ## Run every test, against a real local control plane (unit packages with the race detector)
 	$(GO) test -race $(TEST_FLAGS) ./pkg/... ./cmd/...
 	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/...
 	$(MAKE) fuzz

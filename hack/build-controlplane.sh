@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane (etcd, kube-apiserver, kube-controller-manager,
-# and kubectl for the kustomize bases), and Prometheus and promtool for the
-# alert tests, from the Go module proxy into bin/, copies the CRDs of
+# and kubectl for the kustomize bases), and with --with-prometheus Prometheus
+# and promtool for the alert tests (over 3 minutes cold: the quickstart runs
+# neither), from the Go module proxy into bin/, copies the CRDs of
 # projects the tests stand in for, builds tofu when no terraform is on PATH,
 # and installs iproute2 when `ip` is missing.
 # A binary is rebuilt only when its recorded version differs from the wanted one.
@@ -40,12 +41,14 @@ build kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}" "${kube_ldflags}"
 
 # Prometheus has a module of its own (hack/tools/prometheus): its
 # dependencies must not move the control plane's. Static scrape targets only.
-MODULE=${TOOLS}/prometheus
-PROM_VERSION=$(tools_version github.com/prometheus/prometheus)
-export MODULE TAGS=remove_all_sd
-build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION}"
-build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
-unset MODULE TAGS
+if [[ "${1:-}" == "--with-prometheus" ]]; then
+  MODULE=${TOOLS}/prometheus
+  PROM_VERSION=$(tools_version github.com/prometheus/prometheus)
+  export MODULE TAGS=remove_all_sd
+  build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION}"
+  build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
+  unset MODULE TAGS
+fi
 
 # copy_crds NAME MODULE@VERSION FILE...: CRDs of a project we do not run
 # (or run a stand-in of), from its module in the Go module proxy, into bin/NAME.

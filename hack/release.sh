@@ -7,6 +7,10 @@
 #     cluster-template*.yaml           the flavors in templates/
 #     clusterclass-*.yaml              the ClusterClasses they use
 #     release-notes.md                 the commits since the previous v* tag
+#     kubectl-captf_<version>_<os>_<arch>.tar.gz, captf.yaml
+#                                      the kubectl plugin for each of
+#                                      $PLUGIN_PLATFORMS (default: this
+#                                      machine's), and its krew manifest
 # Needs kubectl in bin/ (make controlplane builds it) for kustomize.
 set -euo pipefail
 
@@ -35,6 +39,47 @@ mkdir -p "${OUT}"
 cp "${ROOT}/metadata.yaml" "${OUT}/metadata.yaml"
 "${BIN}/kubectl" kustomize "${ROOT}/manifests/clusterctl" 2>/dev/null | sed "s/@VERSION@/${VERSION}/g" > "${OUT}/infrastructure-components.yaml"
 cp "${ROOT}"/templates/cluster-template*.yaml "${ROOT}"/templates/clusterclass-*.yaml "${OUT}/"
+
+# The kubectl plugin, one archive per platform, and the krew manifest that
+# installs it (kubectl krew install --manifest=captf.yaml).
+PLUGIN_PLATFORMS=${PLUGIN_PLATFORMS:-$(go env GOOS)/$(go env GOARCH)}
+URL=${RELEASE_URL:-https://github.com/captf/captf/releases/download/${VERSION}}
+platforms=""
+for p in ${PLUGIN_PLATFORMS}; do
+  os=${p%/*} arch=${p#*/}
+  work=$(mktemp -d)
+  (cd "${ROOT}" && CGO_ENABLED=0 GOOS=${os} GOARCH=${arch} go build -ldflags "-X github.com/captf/captf/pkg/version.Version=${VERSION}" -o "${work}/kubectl-captf" ./cmd/kubectl-captf)
+  cp "${ROOT}/LICENSE" "${work}/" 2>/dev/null || true
+  archive=kubectl-captf_${VERSION}_${os}_${arch}.tar.gz
+  tar -C "${work}" -czf "${OUT}/${archive}" .
+  rm -rf "${work}"
+  sum=$(sha256sum "${OUT}/${archive}" | cut -d' ' -f1)
+  platforms+="  - selector:
+      matchLabels: {os: ${os}, arch: ${arch}}
+    uri: ${URL}/${archive}
+    sha256: ${sum}
+    bin: kubectl-captf
+"
+done
+cat > "${OUT}/captf.yaml" <<EOF
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: captf
+spec:
+  version: ${VERSION}
+  homepage: https://github.com/captf/captf
+  shortDescription: See and approve the Terraform plans and runs of CAPTF
+  description: |
+    kubectl captf shows the plans, runs, logs and state backups of CAPTF's
+    TerraformClusters, TerraformMachines and TerraformMachinePools (a Cluster
+    API infrastructure provider whose infrastructure is Terraform modules),
+    approves exactly the plan shown, restores backups, abandons
+    infrastructure, and describes a Cluster as a tree, with your kubeconfig
+    and your rights.
+  platforms:
+EOF
+printf '%s' "${platforms}" >> "${OUT}/captf.yaml"
 
 previous=$(git -C "${ROOT}" describe --tags --abbrev=0 --match 'v*' HEAD^ 2>/dev/null || true)
 {

@@ -5,6 +5,8 @@ package clusterctl
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -92,6 +95,7 @@ func newSuite(t *testing.T) *suite {
 			t.Fatalf("hack/release.sh %s: %v\n%s", v, err, out)
 		}
 	}
+	checkPlugin(t, filepath.Join(release, "infrastructure-terraform", s.version), s.version)
 	for ref, archive := range maps.Clone(s.images) {
 		if strings.HasSuffix(ref, ":"+s.version) {
 			s.images[strings.TrimSuffix(ref, s.version)+s.previous] = archive
@@ -917,4 +921,47 @@ func clusterClass(t *testing.T, s *suite, vars []string) {
 		t.Fatalf("the ClusterClass cluster's machine pool got no TerraformMachinePool from the template: %v (%s)", err, last)
 	}
 	t.Logf("the ClusterClass cluster's machine pool: %s", last)
+}
+
+// checkPlugin checks the release's kubectl plugin as krew installs it: the
+// manifest names this machine's archive with its sha256, and the binary
+// in it runs and says the release's version.
+func checkPlugin(t *testing.T, dir, version string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "captf.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Kind string
+		Spec struct {
+			Version   string
+			Platforms []struct {
+				Selector struct{ MatchLabels map[string]string } `json:"selector"`
+				URI      string                                  `json:"uri"`
+				Sha256   string                                  `json:"sha256"`
+				Bin      string                                  `json:"bin"`
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &manifest); err != nil || manifest.Kind != "Plugin" || manifest.Spec.Version != version || len(manifest.Spec.Platforms) == 0 {
+		t.Fatalf("krew manifest %v: %+v\n%s", err, manifest, b)
+	}
+	p := manifest.Spec.Platforms[0]
+	archive := filepath.Join(dir, filepath.Base(p.URI))
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != p.Sha256 {
+		t.Fatalf("%s: sha256 %x, the manifest says %s", archive, sum, p.Sha256)
+	}
+	unpacked := t.TempDir()
+	if out, err := exec.Command("tar", "-C", unpacked, "-xzf", archive).CombinedOutput(); err != nil {
+		t.Fatalf("unpacking %s: %v\n%s", archive, err, out)
+	}
+	out, err := exec.Command(filepath.Join(unpacked, p.Bin), "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "kubectl-captf "+version) {
+		t.Errorf("the released plugin says %q (%v), want its version %s", out, err, version)
+	}
 }
