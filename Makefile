@@ -43,7 +43,7 @@ localcloud: ## Build the local cloud (its API server and provider), a provider m
 	./hack/build-localcloud.sh
 
 .PHONY: local-up
-local-up: controlplane localcloud ## Run the quickstart: the local management plane, the local cloud, Cluster API and CAPTF, with examples/quickstart applied
+local-up: controlplane localcloud plugin ## Run the quickstart: the local management plane, the local cloud, Cluster API and CAPTF, with examples/quickstart applied
 	$(GO) build -o bin/local-up ./test/cmd/local-up
 	exec bin/local-up
 

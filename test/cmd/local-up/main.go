@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"slices"
 	"strings"
@@ -101,7 +102,8 @@ Running with their Nodes (%s from the start).
 
 Look around:
 
-  export KUBECONFIG=%s
+  export KUBECONFIG=%s PATH=%s:$PATH    # kubectl, and kubectl captf (bin/kubectl-captf)
+  kubectl captf describe cluster demo -n demo
   kubectl get cluster-api -A
   kubectl -n demo describe cluster demo
   kubectl -n demo describe terraformcluster demo
@@ -132,13 +134,14 @@ A change that destroys or replaces the cluster's resources waits for
 approval of its exact plan, e.g. going down to one instance:
 
   kubectl -n demo patch terraformcluster demo --type=json -p '[{"op":"replace","path":"/spec/variables/2/value","value":1}]'
-  kubectl -n demo get terraformcluster demo -o jsonpath='{.status.conditions[?(@.type=="DestructivePlanBlocked")].message}'
-  kubectl -n demo annotate terraformcluster demo captf.io/approve-destructive-plan=<the hash it names> --overwrite
+  kubectl captf plan tfc/demo -n demo       # what it would do, as terraform renders it
+  kubectl captf approve tfc/demo -n demo    # shows it, asks, approves exactly that plan
+  kubectl captf runs tfc/demo -n demo       # every run: its plan, outcome and times
 
 The manager logs to %s. Ctrl-C stops everything and removes %s.
 `, time.Since(start).Round(100*time.Millisecond), tc.Spec.ControlPlaneEndpoint.Host, tc.Spec.ControlPlaneEndpoint.Port,
 		strings.Join(domains, ", "), strings.Join(machines, ", "), strings.Join(nodes, ", "), strings.Join(resources, ", "), tc.Status.AppliedPlanHash,
-		cp.KubeconfigFile, workload.KubeconfigFile, cloud.URL, cloud.URL, mgr.LogFile, cp.Dir)
+		cp.KubeconfigFile, filepath.Join(root, "bin"), workload.KubeconfigFile, cloud.URL, cloud.URL, mgr.LogFile, cp.Dir)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil
