@@ -150,6 +150,25 @@ mutant rendered-from-misses-bootstrap-secret pkg/controller/workspace/controller
 mutant unblock-never-written pkg/controller/workspace/controller.go \
 	'	if err == nil && s.Unwritten {' '	if false {'
 
+# spec.protect: a protected change applies, a pattern covers nothing
+# inside it, or the runner is never told the patterns.
+mutant runner-applies-protected-change pkg/runner/runner.go \
+	'if protected := gate.Protected(res.Plan); len(protected) > 0 {' 'if protected := gate.Protected(res.Plan); len(protected) > 0 && false {'
+mutant protect-covers-only-itself pkg/run/protect.go \
+	'if (address[i] == '"'"'.'"'"' || address[i] == '"'"'['"'"') && globMatch(pattern, address[:i]) {' 'if false {'
+mutant runner-not-told-protect pkg/run/spec.go \
+	'func(s *Spec) bool { return len(s.Protect) > 0 }}' 'func(s *Spec) bool { return false }}'
+
+# A runner writes a ConfigMap other than its run's record.
+mutant runner-writes-any-configmap pkg/runnerapi/server.go \
+	'if cm.Name != id.Object.RunRecord(id.Job) {' 'if false {'
+# The plugin approves a plan other than the one it showed.
+mutant plugin-approves-changed-plan pkg/plugin/plan.go \
+	'now == nil || now.Hash != hash || current != annotation' 'now == nil'
+# A record keeps a value terraform marks sensitive.
+mutant record-keeps-marked-values pkg/runner/record.go \
+	'	c["after"] = mask(c["after"], c["after_sensitive"])' ''
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

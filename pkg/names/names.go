@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -46,7 +47,36 @@ const (
 	LabelRunRecord = "captf.io/run-record"
 	// LabelOutcome is the outcome of the run a record keeps.
 	LabelOutcome = "captf.io/outcome"
+	// LabelProtect on an apply or destroy Job is ProtectHash of the
+	// spec.protect it was made with.
+	LabelProtect = "captf.io/protect"
 )
+
+// RecordLabels select the run records of o by its kind and name, as state
+// Secrets are: a moved object (clusterctl move) has a new UID, and its
+// records their owner reference to it.
+func RecordLabels(o Object) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedByValue, LabelRunRecord: "true", LabelKind: o.Kind, LabelObjectName: LabelValue(o.Name)}
+}
+
+// OwnedBy tells whether meta's owner references name uid: a record of the
+// object, not a look-alike another object's runner or a user made.
+func OwnedBy(meta metav1.Object, uid types.UID) bool {
+	for _, ref := range meta.GetOwnerReferences() {
+		if ref.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// ProtectHash names a list of spec.protect patterns in a label value.
+func ProtectHash(patterns []string) string {
+	if len(patterns) == 0 {
+		return ""
+	}
+	return hash(strings.Join(patterns, "\x00"), 16)
+}
 
 // LabelClusterctlMove makes clusterctl move copy a Secret that no object
 // owns: state, backups and durable inputs.
@@ -141,9 +171,13 @@ func (o Object) RunInputs(job string) string { return job }
 // Result is the Secret the runner of a Job writes its result to.
 func (o Object) Result(job string) string { return job + "-result" }
 
-// RunRecord is the ConfigMap that keeps what a Job's run planned and
-// logged, redacted, after the Job and its pod are gone.
-func (o Object) RunRecord(job string) string { return job + "-run" }
+// RunRecord is the ConfigMap that keeps what the run of a Job's pod
+// planned and logged, redacted, after the Job and its pod are gone. The
+// pod's UID is in it: a Job made again under the same name (the first one
+// deleted) keeps a record of its own.
+func (o Object) RunRecord(job string, pod types.UID) string {
+	return job + "-run-" + hash(string(pod), 8)
+}
 
 // State is the Secret that holds the object's current state (or, for a big
 // state, the index of its chunks).

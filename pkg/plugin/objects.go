@@ -8,8 +8,10 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -75,16 +77,20 @@ type record struct {
 	binary  map[string][]byte
 }
 
-// records lists the object's run records, newest first.
-func (e *env) records(obj object) ([]record, error) {
-	list, err := e.kube.CoreV1().ConfigMaps(e.namespace).List(e.ctx, metav1.ListOptions{LabelSelector: labels.Set{
-		names.LabelManagedBy: names.ManagedByValue, names.LabelRunRecord: "true", names.LabelObjectUID: string(obj.GetUID())}.String()})
+// records lists the object's run records, newest first: those its
+// runners wrote, owned by the object (a look-alike someone else made is
+// not the object's).
+func (e *env) records(r ref, obj object) ([]record, error) {
+	list, err := e.kube.CoreV1().ConfigMaps(e.namespace).List(e.ctx, metav1.ListOptions{
+		LabelSelector: labels.Set(names.RecordLabels(names.ObjectOf(r.kind, r.name))).String()})
 	if err != nil {
 		return nil, err
 	}
 	var out []record
 	for _, cm := range list.Items {
-		out = append(out, recordOf(&cm))
+		if names.OwnedBy(&cm, obj.GetUID()) {
+			out = append(out, recordOf(&cm))
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if !out[i].created.Equal(&out[j].created) {
@@ -118,14 +124,27 @@ func (r record) planJSON() ([]byte, error) {
 	return io.ReadAll(io.LimitReader(zr, 64<<20))
 }
 
-// planRecord finds the newest record of the run that made plan hash.
-func planRecord(records []record, hash string) (record, bool) {
+// planRecord finds the newest record of the run that made plan, as the
+// object's status (which only the manager writes) summarizes it.
+func planRecord(records []record, plan *infrav1.PlanStatus) (record, bool) {
 	for _, r := range records {
-		if r.Plan != nil && r.Plan.Hash == hash {
+		if r.Plan != nil && r.Plan.Hash == plan.Hash && equality.Semantic.DeepEqual(r.Plan.Summary, plan.Summary) {
 			return r, true
 		}
 	}
 	return record{}, false
+}
+
+// printable drops the control characters of terminal escapes from text a
+// module's output or a provider's error put in a record: what a person
+// reads before approving must be what is there.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
+			return r
+		}
+		return -1
+	}, s)
 }
 
 func condition(obj object, t string) *metav1.Condition {

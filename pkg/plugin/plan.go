@@ -45,14 +45,14 @@ Examples:
 		if plan == nil {
 			return fmt.Errorf("%s has made no plan yet", r)
 		}
-		records, err := e.records(obj)
+		records, err := e.records(r, obj)
 		if err != nil {
 			return err
 		}
-		rec, found := planRecord(records, plan.Hash)
+		rec, found := planRecord(records, plan)
 		if e.json {
 			if !found {
-				return fmt.Errorf("the run record of plan %s is gone (the Job history limits keep as many as they keep Jobs)", plan.Hash)
+				return fmt.Errorf("no run record of plan %s is left (the Job history limits keep as many as they keep Jobs)", plan.Hash)
 			}
 			b, err := rec.planJSON()
 			if err != nil {
@@ -100,7 +100,7 @@ func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, 
 		return
 	}
 	fmt.Fprintf(w, "Run: %s\n\n", rec.Job)
-	if text := rec.data[run.KeyPlanText]; text != "" {
+	if text := printable(rec.data[run.KeyPlanText]); text != "" {
 		fmt.Fprint(w, text)
 		if !strings.HasSuffix(text, "\n") {
 			fmt.Fprintln(w)
@@ -162,11 +162,11 @@ Examples:
 		case annotation == "" || plan == nil:
 			return fmt.Errorf("no plan of %s waits for approval", r)
 		}
-		records, err := e.records(obj)
+		records, err := e.records(r, obj)
 		if err != nil {
 			return err
 		}
-		rec, found := planRecord(records, plan.Hash)
+		rec, found := planRecord(records, plan)
 		e.showPlan(r, obj, plan, rec, found)
 		if !e.yes && !e.confirm(fmt.Sprintf("Approve plan %s of %s (%s=%s)?", plan.Hash, r, annotation, plan.Hash)) {
 			return errors.New("not approved")

@@ -28,7 +28,7 @@ Examples:
 		if err != nil {
 			return err
 		}
-		records, err := e.records(obj)
+		records, err := e.records(r, obj)
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ Examples:
 		if err != nil {
 			return err
 		}
-		records, err := e.records(obj)
+		records, err := e.records(r, obj)
 		if err != nil {
 			return err
 		}
@@ -126,13 +126,13 @@ Examples:
 				fmt.Fprintf(e.err, "(the last %d KiB of the log of run %s)\n", run.MaxLogTail>>10, rec.Job)
 			}
 		}
-		log := rec.data[run.KeyLog]
+		log := printable(rec.data[run.KeyLog])
 		fmt.Fprint(e.out, log)
 		if log != "" && !strings.HasSuffix(log, "\n") {
 			fmt.Fprintln(e.out)
 		}
 		if rec.Error != "" {
-			fmt.Fprintf(e.out, "\n%s %s at %s: %s\n", rec.Operation, rec.Outcome, rec.Stage, rec.Error)
+			fmt.Fprintf(e.out, "\n%s %s at %s: %s\n", rec.Operation, rec.Outcome, rec.Stage, printable(rec.Error))
 		}
 		return nil
 	},

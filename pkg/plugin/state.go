@@ -74,7 +74,14 @@ func (e *env) backups(r ref, obj object) ([]backup, error) {
 		}
 		out = append(out, b)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name > out[j].name })
+	// Newest first by when they were made: a rescued state's name
+	// (-errored-) sorts apart from the backups'.
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].created.Equal(out[j].created) {
+			return out[i].created.After(out[j].created)
+		}
+		return out[i].name > out[j].name
+	})
 	return out, nil
 }
 
@@ -149,7 +156,9 @@ Examples:
 		}
 		var chosen *backup
 		for i := range list {
-			if len(args) == 1 || list[i].name == args[1] {
+			// By default the newest backup, never a rescued state: that
+			// one is restored by name, once compared.
+			if (len(args) == 1 && !list[i].rescued) || (len(args) == 2 && list[i].name == args[1]) {
 				chosen = &list[i]
 				break
 			}

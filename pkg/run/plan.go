@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 
 	tfjson "github.com/hashicorp/terraform-json"
@@ -70,8 +71,9 @@ func countAction(rc *tfjson.ResourceChange, summary *infrav1.PlanSummary) string
 		// Imported (and maybe changed): CAPTF starts managing it.
 		summary.Import++
 		return "import"
-	case a.Forget():
-		// Leaves the state, stays in the cloud: unmanaged from now on.
+	case a.Forget() || slices.Contains(a, tfjson.ActionForget):
+		// Leaves the state, stays in the cloud: unmanaged from now on
+		// (["create", "forget"]: a replace that keeps the old one).
 		summary.Forget++
 		return "forget"
 	case a.NoOp() || a.Read():

@@ -67,17 +67,29 @@ func protectedChanges(p *tfjson.Plan, patterns []string) []string {
 	}
 	var out []string
 	for _, rc := range p.ResourceChanges {
-		if rc.Change == nil {
+		if rc.Change == nil || len(out) == maxProtectedNamed {
 			continue
 		}
-		a := rc.Change.Actions
-		if !(a.Delete() || a.Replace() || a.Forget()) || !ProtectedBy(patterns, rc.Address) {
-			continue
+		// A moved resource is judged by where it was too: a moved block
+		// must not take it out of its pattern, in this plan or the next.
+		moved := rc.PreviousAddress != "" && rc.PreviousAddress != rc.Address
+		switch {
+		case destroys(rc.Change.Actions) && ProtectedBy(patterns, rc.Address):
+			out = append(out, rc.Address)
+		case moved && ProtectedBy(patterns, rc.PreviousAddress) && (destroys(rc.Change.Actions) || !ProtectedBy(patterns, rc.Address)):
+			out = append(out, rc.PreviousAddress)
 		}
-		if len(out) == maxProtectedNamed {
-			break
-		}
-		out = append(out, rc.Address)
 	}
 	return out
+}
+
+// destroys tells whether actions delete or forget the resource, alone or
+// in a replace (delete and create, create and delete, create and forget).
+func destroys(actions tfjson.Actions) bool {
+	for _, a := range actions {
+		if a == tfjson.ActionDelete || a == tfjson.ActionForget {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"slices"
 	"testing"
 
 	tfjson "github.com/hashicorp/terraform-json"
@@ -62,5 +63,43 @@ func TestSummarizePlanProtected(t *testing.T) {
 	}
 	if q, _ := SummarizePlan(plan, nil); q.Hash != p.Hash || q.Protected != nil {
 		t.Errorf("without patterns: hash %s (with: %s), protected %v", q.Hash, p.Hash, q.Protected)
+	}
+}
+
+// TestProtectedMovesAndForgets: a moved block takes nothing out of a
+// pattern, and a replace that forgets the old object is a protected change.
+func TestProtectedMovesAndForgets(t *testing.T) {
+	create, del, forget, noop := tfjson.ActionCreate, tfjson.ActionDelete, tfjson.ActionForget, tfjson.ActionNoop
+	moved := func(from, to string, actions ...tfjson.Action) *tfjson.ResourceChange {
+		rc := change(to, nil, actions...)
+		rc.PreviousAddress = from
+		return rc
+	}
+	tests := map[string]struct {
+		rc   *tfjson.ResourceChange
+		want []string
+	}{
+		"moved out of its pattern":           {rc: moved("db.main", "db2.main", noop), want: []string{"db.main"}},
+		"moved out and replaced":             {rc: moved("db.main", "db2.main", del, create), want: []string{"db.main"}},
+		"moved within its pattern":           {rc: moved("db.main", "db.primary", noop)},
+		"moved within and replaced":          {rc: moved("db.main", "db.primary", del, create), want: []string{"db.primary"}},
+		"moved into a pattern":               {rc: moved("x.main", "db.main", noop)},
+		"replaced, the old object forgotten": {rc: change("db.main", nil, create, forget), want: []string{"db.main"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, err := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{tc.rc}}, []string{"db.*"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(p.Protected, tc.want) {
+				t.Errorf("protected %v, want %v", p.Protected, tc.want)
+			}
+		})
+	}
+	// The forget of a replace is gated like any forget.
+	p, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("x.y", nil, create, forget)}}, nil)
+	if p.Summary.Forget != 1 || !p.Destructive() {
+		t.Errorf("a create-then-forget: summary %+v, destructive %v; want a forget", p.Summary, p.Destructive())
 	}
 }

@@ -53,19 +53,16 @@ func (r *Runner) writeRecord(ctx context.Context, res *run.Result, finished meta
 	}
 	cm, err := r.record(res, finished)
 	if err == nil {
-		configMaps := r.Client.CoreV1().ConfigMaps(r.Config.Namespace)
 		err = retry.Transiently(ctx, func() error {
-			_, err := configMaps.Create(ctx, cm, metav1.CreateOptions{})
+			_, err := r.Client.CoreV1().ConfigMaps(r.Config.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				// A Job of the same name ran before this one (it was
-				// deleted and made again), or an answer was lost.
-				_, err = configMaps.Update(ctx, cm, metav1.UpdateOptions{})
+				return nil // this pod's: an answer was lost, and the create retried
 			}
 			return err
 		})
 	}
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Keeping the run's record; its plan and log are only in this pod's log", "configMap", klog.KRef(r.Config.Namespace, r.obj.RunRecord(r.Config.Job)))
+		klog.FromContext(ctx).Error(err, "Keeping the run's record; its plan and log are only in this pod's log", "configMap", klog.KRef(r.Config.Namespace, r.obj.RunRecord(r.Config.Job, r.Config.PodUID)))
 	}
 }
 
@@ -117,7 +114,7 @@ func (r *Runner) record(res *run.Result, finished metav1.Time) (*corev1.ConfigMa
 	labels[names.LabelOutcome] = res.Outcome
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: r.obj.RunRecord(r.Config.Job), Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		ObjectMeta: metav1.ObjectMeta{Name: r.obj.RunRecord(r.Config.Job, r.Config.PodUID), Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
 		Data:       data, BinaryData: binary,
 	}, nil
 }

@@ -202,7 +202,7 @@ func TestRunStages(t *testing.T) {
 				t.Errorf("result Secret says %+v (%v), want %s", reported, err, tc.outcome)
 			}
 			// What people read: the run's record, with what it planned.
-			rec, err := client.CoreV1().ConfigMaps("ns").Get(ctx, obj.RunRecord(job), metav1.GetOptions{})
+			rec, err := client.CoreV1().ConfigMaps("ns").Get(ctx, obj.RunRecord(job, "pod-uid"), metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("no run record: %v", err)
 			}

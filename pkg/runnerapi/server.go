@@ -498,10 +498,8 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 			return "only the object's state lock"
 		}
 	case "configmaps":
-		// A Job made again under the same name (its first deleted)
-		// writes its record over the first run's.
-		if !(method == http.MethodPost && name == "") && !(method == http.MethodPut && name == id.Object.RunRecord(id.Job)) {
-			return "a run only writes its record"
+		if method != http.MethodPost || name != "" {
+			return "a run only creates its record"
 		}
 	case "secrets":
 		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
@@ -575,8 +573,8 @@ func (id *Identity) checkedRecord(body []byte, forbid func(string) error) (*core
 	if err := json.Unmarshal(body, &cm); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	if cm.Name != id.Object.RunRecord(id.Job) {
-		return nil, forbid("only this Job's run record " + id.Object.RunRecord(id.Job))
+	if want := id.Object.RunRecord(id.Job, id.PodUID); cm.Name != want {
+		return nil, forbid("only this run's record " + want)
 	}
 	own := names.ObjectLabels(id.ObjectRef.Kind, id.Object.Name, id.ObjectRef.UID)
 	own[names.LabelRunRecord] = "true"

@@ -120,18 +120,17 @@ func TestAuthorize(t *testing.T) {
 		"delete its lock":                            {method: "DELETE", path: leases + "/tfc-prod-lock"},
 		"another namespace":                          {method: "GET", path: "/api/v1/namespaces/kube-system/secrets/tfc-prod-state"},
 		"read a configmap":                           {method: "GET", path: "/api/v1/namespaces/ns/configmaps/x"},
-		"create its run record":                      {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run"), allowed: true},
+		"create its run record":                      {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID)), allowed: true},
 		"another Job's run record":                   {method: "POST", path: configmaps, body: recordBody(t, "tfc-prod-apply-ffffffffffffffff-0-run")},
 		"any other configmap":                        {method: "POST", path: configmaps, body: recordBody(t, "kube-root-ca.crt")},
-		"overwrite its run record":                   {method: "PUT", path: configmaps + "/" + me.Job + "-run", body: recordBody(t, me.Job+"-run"), allowed: true},
-		"overwrite another's record":                 {method: "PUT", path: configmaps + "/x-run", body: recordBody(t, "x-run")},
-		"rename its record in the body":              {method: "PUT", path: configmaps + "/" + me.Job + "-run", body: recordBody(t, "x-run")},
-		"delete a run record":                        {method: "DELETE", path: configmaps + "/" + me.Job + "-run"},
-		"a run record of another object":             {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { c.Labels[names.LabelObjectUID] = "uid-victim" })},
-		"a run record with a label of Cluster API's": {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { c.Labels["cluster.x-k8s.io/cluster-name"] = "victim" })},
-		"a run record without its object's labels":   {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { delete(c.Labels, names.LabelObjectUID) })},
-		"a run record with a finalizer":              {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) { c.Finalizers = []string{"example.com/never"} })},
-		"a run record owned by another": {method: "POST", path: configmaps, body: recordBody(t, me.Job+"-run", func(c *corev1.ConfigMap) {
+		"overwrite its run record":                   {method: "PUT", path: configmaps + "/" + me.Object.RunRecord(me.Job, me.PodUID), body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID))},
+		"another pod's record of its Job":            {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, "other-pod"))},
+		"delete a run record":                        {method: "DELETE", path: configmaps + "/" + me.Object.RunRecord(me.Job, me.PodUID)},
+		"a run record of another object":             {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID), func(c *corev1.ConfigMap) { c.Labels[names.LabelObjectUID] = "uid-victim" })},
+		"a run record with a label of Cluster API's": {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID), func(c *corev1.ConfigMap) { c.Labels["cluster.x-k8s.io/cluster-name"] = "victim" })},
+		"a run record without its object's labels":   {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID), func(c *corev1.ConfigMap) { delete(c.Labels, names.LabelObjectUID) })},
+		"a run record with a finalizer":              {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID), func(c *corev1.ConfigMap) { c.Finalizers = []string{"example.com/never"} })},
+		"a run record owned by another": {method: "POST", path: configmaps, body: recordBody(t, me.Object.RunRecord(me.Job, me.PodUID), func(c *corev1.ConfigMap) {
 			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "x", UID: "uid-x"}}
 		}), allowed: true}, // forwarded owned by the object alone
 		"serviceaccount tokens":           {method: "POST", path: "/api/v1/namespaces/ns/serviceaccounts/default/token", body: []byte(`{}`)},

@@ -8,6 +8,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -90,18 +91,17 @@ func PlanSummaryText(s infrav1.PlanSummary) string {
 // protectedChange reads a run refused because its plan changes what
 // spec.protect covers. While the patterns still cover it the object says
 // so and nothing runs again (no approval frees it; a retry would plan the
-// same); once a pattern that covered it is removed, retry is true: run
-// again now, without the failure's backoff.
+// same); once spec.protect changed since the Job was made and covers none
+// of it, retry is true: run again now, without the failure's backoff. The
+// Job's label, not the result (which module code can write), says what
+// the Job was made with.
 func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold, retry bool) {
-	if res == nil || res.Reason != run.ReasonProtectedResourceChange || res.Plan == nil {
+	if r.Gate == nil || res == nil || res.Reason != run.ReasonProtectedResourceChange || res.Plan == nil {
 		return false, false
 	}
-	var protected []string
-	if r.Gate != nil {
-		protected = r.Gate.Protected(res.Plan)
-	}
+	protected := r.Gate.Protected(res.Plan)
 	if len(protected) == 0 {
-		return false, true
+		return false, names.ProtectHash(r.Gate.Protect) != job.Protect
 	}
 	obj, plan := r.Obj, res.Plan
 	st := obj.WorkspaceStatus()

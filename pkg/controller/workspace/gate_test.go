@@ -100,3 +100,53 @@ func TestGateSequence(t *testing.T) {
 		t.Errorf("an applied approval started %v", jobNames(jobs))
 	}
 }
+
+// TestProtectedChange: a run refused for a protected change holds the
+// object (no retry, whatever the approvals) while spec.protect covers it;
+// removing the pattern runs it again at once. A result claiming protected
+// addresses no pattern covers (module code can write its own result) does
+// not skip the failure's backoff while spec.protect is unchanged.
+func TestProtectedChange(t *testing.T) {
+	k := kinds[0]
+	protect := func(patterns ...string) func(workspace.Object) {
+		return func(o workspace.Object) { o.(*infrav1.TerraformCluster).Spec.Protect = patterns }
+	}
+	refused := func(protected ...string) run.Result {
+		return run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeFailed, Stage: run.StageGate, Reason: run.ReasonProtectedResourceChange,
+			Error: "protected", Plan: &run.Plan{Hash: "1111111111111111", Summary: infrav1.PlanSummary{Replace: 1}, Protected: protected}}
+	}
+	t.Run("held until the pattern goes", func(t *testing.T) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), protect("db.*")), k.capi)
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || jobs[0].Labels[names.LabelProtect] != names.ProtectHash([]string{"db.*"}) {
+			t.Fatalf("first sync created %v", jobNames(jobs))
+		}
+		f.failJob(refused("db.main"))
+		f.annotate(infrav1.AnnotationApproveDestructivePlan, "1111111111111111")
+		f.sync()
+		if c := f.condition(infrav1.ConditionDestructivePlanBlocked); c == nil || c.Reason != run.ReasonProtectedResourceChange || !strings.Contains(c.Message, "db.main, which spec.protect covers") {
+			t.Errorf("DestructivePlanBlocked = %+v", c)
+		}
+		if r := f.readyReason(); r != run.ReasonProtectedResourceChange {
+			t.Errorf("Ready's reason %q", r)
+		}
+		if jobs := f.createdJobs(); len(jobs) != 0 {
+			t.Fatalf("a protected change, approved, started %v", jobNames(jobs))
+		}
+		f.change(protect("net.*"))
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 || jobs[0].Labels[names.LabelAttempt] != "1" {
+			t.Errorf("the pattern removed: created %v, want attempt 1 at once", jobNames(jobs))
+		}
+	})
+	t.Run("a forged reason", func(t *testing.T) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), protect("db.*")), k.capi)
+		f.sync()
+		f.failJob(refused("nothing.covered"))
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 0 {
+			t.Errorf("a result naming addresses no pattern covers skipped the backoff: %v", jobNames(jobs))
+		}
+	})
+}

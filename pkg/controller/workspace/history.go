@@ -85,7 +85,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 			errs = append(errs, err)
 			continue
 		}
-		prune = prune || mayHaveRecord(job, drifted)
+		prune = prune || mayHaveRecord(job, succeeded, drifted)
 		if recordedCheck {
 			// Its result is read; the next check would not find it.
 			e.deleteRunSecrets(ctx, r, job)

@@ -145,6 +145,9 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); s.Gate != "" && approved != "" {
 		labels[names.LabelApprovedPlan] = approved
 	}
+	if len(s.Protect) > 0 {
+		labels[names.LabelProtect] = names.ProtectHash(s.Protect)
+	}
 	args := append([]string{"runner"}, runnerSpec(s, name).Args()...)
 	env := runnerEnv(s)
 	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
@@ -303,6 +306,7 @@ type CachedJob struct {
 	InputsHash   string            // names.LabelInputsHash
 	Attempt      int               // names.LabelAttempt
 	ApprovedPlan string            // names.LabelApprovedPlan
+	Protect      string            // names.LabelProtect
 	InputsBytes  int               // names.AnnotationInputsBytes; 0 when absent
 	// The pod counts, start and completion, and the condition that ended
 	// the Job (the message only when it failed).
@@ -323,7 +327,7 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 		CreationTimestamp: job.CreationTimestamp, DeletionTimestamp: job.DeletionTimestamp}
 	labels := job.Labels
 	c := &CachedJob{ObjectUID: types.UID(labels[names.LabelObjectUID]), Operation: infrav1.Operation(labels[names.LabelOperation]),
-		InputsHash: labels[names.LabelInputsHash], ApprovedPlan: labels[names.LabelApprovedPlan]}
+		InputsHash: labels[names.LabelInputsHash], ApprovedPlan: labels[names.LabelApprovedPlan], Protect: labels[names.LabelProtect]}
 	if owner := metav1.GetControllerOf(job); owner != nil {
 		ref := *owner
 		ref.BlockOwnerDeletion = nil

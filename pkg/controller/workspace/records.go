@@ -20,8 +20,8 @@ import (
 // RunRecords lists and deletes run records (the ConfigMaps runners keep
 // their plans and logs in): by their metadata, never reading the plans.
 type RunRecords interface {
-	// List lists the run records of the object with uid.
-	List(ctx context.Context, namespace, uid string) ([]metav1.PartialObjectMetadata, error)
+	// List lists the run records labelled as the object's.
+	List(ctx context.Context, namespace string, obj names.Object) ([]metav1.PartialObjectMetadata, error)
 	// Delete deletes a run record; one already gone is no error.
 	Delete(ctx context.Context, namespace, name string) error
 }
@@ -35,10 +35,9 @@ func (a *APIRunRecords) configMaps(namespace string) metadata.ResourceInterface 
 	return a.Meta.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(namespace)
 }
 
-// List lists the object's run records.
-func (a *APIRunRecords) List(ctx context.Context, namespace, uid string) ([]metav1.PartialObjectMetadata, error) {
-	list, err := a.configMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{
-		names.LabelManagedBy: names.ManagedByValue, names.LabelRunRecord: "true", names.LabelObjectUID: uid}.String()})
+// List lists the run records labelled as the object's.
+func (a *APIRunRecords) List(ctx context.Context, namespace string, obj names.Object) ([]metav1.PartialObjectMetadata, error) {
+	list, err := a.configMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set(names.RecordLabels(obj)).String()})
 	if err != nil {
 		return nil, err
 	}
@@ -64,10 +63,16 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	records, err := e.Records.List(ctx, r.Obj.GetNamespace(), string(r.Obj.GetUID()))
+	listed, err := e.Records.List(ctx, r.Obj.GetNamespace(), e.Names(r.Obj))
 	if err != nil {
 		logger.Error(err, "Listing run records to prune")
 		return
+	}
+	var records []metav1.PartialObjectMetadata
+	for _, rec := range listed {
+		if names.OwnedBy(&rec, r.Obj.GetUID()) {
+			records = append(records, rec)
+		}
 	}
 	slices.SortFunc(records, func(a, b metav1.PartialObjectMetadata) int {
 		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(b.Name, a.Name))
@@ -98,7 +103,7 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 }
 
 // mayHaveRecord tells whether the run of a Job the history drops kept a
-// record: all but clean drift checks do.
-func mayHaveRecord(job *CachedJob, drifted bool) bool {
-	return job.Operation != infrav1.OperationDrift || drifted
+// record: all but drift checks that succeeded and found nothing do.
+func mayHaveRecord(job *CachedJob, succeeded, drifted bool) bool {
+	return job.Operation != infrav1.OperationDrift || !succeeded || drifted
 }

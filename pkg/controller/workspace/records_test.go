@@ -20,7 +20,7 @@ type fakeRunRecords struct {
 	deleted []string
 }
 
-func (f *fakeRunRecords) List(_ context.Context, _, _ string) ([]metav1.PartialObjectMetadata, error) {
+func (f *fakeRunRecords) List(_ context.Context, _ string, _ names.Object) ([]metav1.PartialObjectMetadata, error) {
 	return slices.Clone(f.records), nil
 }
 
@@ -36,6 +36,7 @@ func TestPruneRecords(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	rec := func(i int, op, outcome string) metav1.PartialObjectMetadata {
 		return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("r%d", i), Namespace: "ns",
+			OwnerReferences:   []metav1.OwnerReference{{UID: "uid"}},
 			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(i) * time.Minute)),
 			Labels:            map[string]string{names.LabelOperation: op, names.LabelOutcome: outcome}}}
 	}
@@ -43,6 +44,10 @@ func TestPruneRecords(t *testing.T) {
 		rec(1, "apply", "Succeeded"), rec(2, "apply", "Failed"), rec(3, "apply", "Failed"), rec(4, "apply", "Blocked"),
 		rec(5, "apply", "Succeeded"), rec(6, "drift", "Succeeded"), rec(7, "drift", "Succeeded"), rec(8, "apply", "Failed"),
 	}
+	// A look-alike that is not the object's: never counted, never deleted.
+	forged := rec(9, "apply", "Succeeded")
+	forged.OwnerReferences = nil
+	records = append(records, forged)
 	tests := map[string]struct {
 		succeeded, failed int32
 		want              []string // deleted, newest first
