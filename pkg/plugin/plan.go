@@ -45,7 +45,7 @@ Examples:
 		if plan == nil {
 			return fmt.Errorf("%s has made no plan yet", r)
 		}
-		records, err := e.records(r, obj)
+		records, err := e.planRecords(r, obj)
 		if err != nil {
 			return err
 		}
@@ -64,6 +64,19 @@ Examples:
 		e.showPlan(r, obj, plan, rec, found)
 		return nil
 	},
+}
+
+// planRecords are the object's records, or none when the user may not
+// list ConfigMaps: the plan's hash and summary, from the object's status,
+// are still shown, and they are what an approval names.
+func (e *env) planRecords(r ref, obj object) ([]record, error) {
+	records, err := e.records(r, obj)
+	if apierrors.IsForbidden(err) {
+		fmt.Fprintf(e.err, "(the plan's text is in its run record, and you may not list ConfigMaps: %v)\n", err)
+		e.recordsHidden = true
+		return nil, nil
+	}
+	return records, err
 }
 
 // gate says what the object's plan waits for: the annotation that approves
@@ -95,8 +108,11 @@ func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, 
 	case obj.WorkspaceStatus().AppliedPlanHash == plan.Hash:
 		fmt.Fprintln(w, "Applied.")
 	}
-	if !found {
+	if !found && !e.recordsHidden {
 		fmt.Fprintf(w, "\nThe run record of this plan is gone (the Job history limits keep as many as they keep Jobs).\n")
+		return
+	}
+	if !found {
 		return
 	}
 	fmt.Fprintf(w, "Run: %s\n\n", rec.Job)
@@ -162,7 +178,7 @@ Examples:
 		case annotation == "" || plan == nil:
 			return fmt.Errorf("no plan of %s waits for approval", r)
 		}
-		records, err := e.records(r, obj)
+		records, err := e.planRecords(r, obj)
 		if err != nil {
 			return err
 		}

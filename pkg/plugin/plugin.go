@@ -36,6 +36,8 @@ type env struct {
 	meta      metadata.Interface
 	// Flags of the commands that take them.
 	json, yes bool
+	// recordsHidden: the user may not list run records.
+	recordsHidden bool
 }
 
 type command struct {

@@ -29,6 +29,7 @@ import (
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runner"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -414,7 +415,7 @@ func TestSensitiveValuesStayHidden(t *testing.T) {
 	for k, v := range runRecords(t, e.ns) {
 		seen[k] = v
 	}
-	if log := seen["record apply Failed "+run.KeyLog]; !strings.Contains(log, "echo db=") {
+	if log := seen["record apply Failed "+run.KeyLog]; !strings.Contains(log, "cannot connect with "+runner.Redacted) {
 		t.Errorf("the failed run's record keeps no log of what it printed: %q", log)
 	}
 	printed := false
