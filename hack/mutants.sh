@@ -164,7 +164,7 @@ mutant runner-writes-any-configmap pkg/runnerapi/server.go \
 	'cm.Name != want {' 'cm.Name != want && false {'
 # The plugin approves a plan other than the one it showed.
 mutant plugin-approves-changed-plan pkg/plugin/plan.go \
-	'now == nil || now.Hash != hash || current != annotation' 'now == nil'
+	'now == nil || now.Hash != hash || current != annotation' 'now == nil || current != annotation'
 # A record keeps a value terraform marks sensitive.
 mutant record-keeps-marked-values pkg/runner/record.go \
 	'	c["after"] = mask(c["after"], c["after_sensitive"])' ''
