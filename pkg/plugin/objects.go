@@ -55,6 +55,16 @@ func parseRef(s string) (ref, error) {
 
 func (r ref) String() string { return r.resource + "/" + r.name }
 
+// lookup reads the object arg (KIND/NAME) names.
+func (e *env) lookup(arg string) (ref, object, error) {
+	r, err := parseRef(arg)
+	if err != nil {
+		return r, nil, err
+	}
+	obj, err := e.get(r)
+	return r, obj, err
+}
+
 // get reads the object r names.
 func (e *env) get(r ref) (object, error) {
 	c := e.captf.InfrastructureV1alpha1()

@@ -33,11 +33,7 @@ Examples:
 		fs.BoolVar(&e.json, "json", false, "Print the plan's JSON representation (redacted)")
 	},
 	run: func(e *env, args []string) error {
-		r, err := parseRef(args[0])
-		if err != nil {
-			return err
-		}
-		obj, err := e.get(r)
+		r, obj, err := e.lookup(args[0])
 		if err != nil {
 			return err
 		}
@@ -98,7 +94,7 @@ func gate(obj object) (annotation string, protected *metav1.Condition) {
 func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, found bool) {
 	w := e.out
 	fmt.Fprintf(w, "Plan %s of %s (%s, %s)\n", plan.Hash, r, plan.Operation, plan.Time.UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "  %s\n", summaryText(plan.Summary))
+	fmt.Fprintf(w, "  %s\n", run.PlanSummaryText(plan.Summary))
 	annotation, protected := gate(obj)
 	switch {
 	case protected != nil:
@@ -122,24 +118,6 @@ func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, 
 			fmt.Fprintln(w)
 		}
 	}
-}
-
-func summaryText(s infrav1.PlanSummary) string {
-	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
-	if s.Forget > 0 {
-		text += fmt.Sprintf(", %d to forget", s.Forget)
-	}
-	if s.Import > 0 {
-		text += fmt.Sprintf(", %d to import", s.Import)
-	}
-	var parts []string
-	for _, res := range s.Resources {
-		parts = append(parts, res.Action+" "+res.Address)
-	}
-	if len(parts) > 0 {
-		text += " (" + strings.Join(parts, ", ") + ")"
-	}
-	return text
 }
 
 var approveCommand = &command{

@@ -20,11 +20,7 @@ Examples:
   kubectl captf runs tfm/prod-md-7x2kq -n team-a`,
 	minArgs: 1, maxArgs: 1,
 	run: func(e *env, args []string) error {
-		r, err := parseRef(args[0])
-		if err != nil {
-			return err
-		}
-		obj, err := e.get(r)
+		r, obj, err := e.lookup(args[0])
 		if err != nil {
 			return err
 		}
@@ -91,11 +87,7 @@ Examples:
   kubectl captf logs tfc/prod tfc-prod-apply-4f1c2a9e0b7d3e61-2 -n team-a`,
 	minArgs: 1, maxArgs: 2,
 	run: func(e *env, args []string) error {
-		r, err := parseRef(args[0])
-		if err != nil {
-			return err
-		}
-		obj, err := e.get(r)
+		r, obj, err := e.lookup(args[0])
 		if err != nil {
 			return err
 		}

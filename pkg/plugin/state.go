@@ -103,11 +103,7 @@ Examples:
   kubectl captf backups tfc/prod -n team-a`,
 	minArgs: 1, maxArgs: 1,
 	run: func(e *env, args []string) error {
-		r, err := parseRef(args[0])
-		if err != nil {
-			return err
-		}
-		obj, err := e.get(r)
+		r, obj, err := e.lookup(args[0])
 		if err != nil {
 			return err
 		}
@@ -142,11 +138,7 @@ Examples:
 	minArgs: 1, maxArgs: 2,
 	flags: yesFlag("Restore without asking"),
 	run: func(e *env, args []string) error {
-		r, err := parseRef(args[0])
-		if err != nil {
-			return err
-		}
-		obj, err := e.get(r)
+		r, obj, err := e.lookup(args[0])
 		if err != nil {
 			return err
 		}

@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	tfjson "github.com/hashicorp/terraform-json"
 
@@ -134,4 +136,29 @@ func (p *Plan) Destructive() bool {
 func (p *Plan) HasChanges() bool {
 	s := p.Summary
 	return s.Add+s.Change+s.Destroy+s.Replace+s.Forget+s.Import > 0
+}
+
+// PlanCounts is a plan's counts, with forgets and imports when it has any.
+func PlanCounts(s infrav1.PlanSummary) string {
+	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
+	if s.Forget > 0 {
+		text += fmt.Sprintf(", %d to forget (they stay in the cloud, unmanaged)", s.Forget)
+	}
+	if s.Import > 0 {
+		text += fmt.Sprintf(", %d to import", s.Import)
+	}
+	return text
+}
+
+// PlanSummaryText is a plan's counts and the addresses it names.
+func PlanSummaryText(s infrav1.PlanSummary) string {
+	text := PlanCounts(s)
+	var parts []string
+	for _, r := range s.Resources {
+		parts = append(parts, r.Action+" "+r.Address)
+	}
+	if len(parts) > 0 {
+		text += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return text
 }

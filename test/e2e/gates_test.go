@@ -61,6 +61,22 @@ func approvedJobs(jobs []batchv1.Job, hash string) int {
 	return n
 }
 
+// blockedDestroy makes a gated cluster of two instances, Ready, and then
+// lowers it to one: the plan that destroys the other waits for approval.
+// It returns the cluster then.
+func (e *env) blockedDestroy(name string) *infrav1.TerraformCluster {
+	e.t.Helper()
+	e.gated(name, "", map[string]any{"instances": 2})
+	e.waitFor(name, 2*time.Minute, "Ready", isReady)
+	e.update(name, func(tc *infrav1.TerraformCluster) {
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
+	})
+	tc := waitCondition(e, name, infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	return tc
+}
+
 // TestDestructivePlanGate: under the default policy a plan that destroys or
 // replaces waits for approve-destructive-plan naming its hash; an approval
 // of a stale hash applies nothing; the approved plan applies exactly once.
@@ -375,14 +391,7 @@ func TestRunRecordsOutliveTheirJobs(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	m := e.startManager()
-	e.gated("kept", "", map[string]any{"instances": 2})
-	e.waitFor("kept", 2*time.Minute, "Ready", isReady)
-	e.update("kept", func(tc *infrav1.TerraformCluster) {
-		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
-	})
-	tc := waitCondition(e, "kept", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-		return c.Status == metav1.ConditionTrue
-	})
+	tc := e.blockedDestroy("kept")
 	hash := tc.Status.LastPlan.Hash
 	// Every Job and pod of the object goes (by hand, a TTL, the history).
 	deleteJobsAndPods := func() {

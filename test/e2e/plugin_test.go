@@ -90,14 +90,7 @@ func TestKubectlPlugin(t *testing.T) {
 	viewer := e.user("viewer", "captf-viewer")
 	approver := e.user("approver", "captf-writer", "captf-approver")
 	admin := plane.KubeconfigFile
-	e.gated("shop", "", map[string]any{"instances": 2})
-	e.waitFor("shop", 2*time.Minute, "Ready", isReady)
-	e.update("shop", func(tc *infrav1.TerraformCluster) {
-		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 1, "instance_dir": e.instances})
-	})
-	tc := waitCondition(e, "shop", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
-		return c.Status == metav1.ConditionTrue
-	})
+	tc := e.blockedDestroy("shop")
 	hash := tc.Status.LastPlan.Hash
 	expect := func(what string, r pluginRun, code int, out, errOut []string) {
 		t.Helper()

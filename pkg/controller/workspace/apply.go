@@ -252,7 +252,7 @@ func appliedMessage(st *infrav1.WorkspaceStatus) string {
 	if st.LastPlan == nil {
 		return "The module is applied"
 	}
-	return fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, planCounts(st.LastPlan.Summary))
+	return fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, run.PlanCounts(st.LastPlan.Summary))
 }
 
 // InvalidOutput reports an output the kind cannot read.

@@ -181,7 +181,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 	case res.Plan.HasChanges():
 		e.RecordJob(r, job, run.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
-		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, PlanSummaryText(res.Plan.Summary))
+		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, run.PlanSummaryText(res.Plan.Summary))
 		if _, _, remediate := e.driftPolicy(obj); remediate {
 			msg += "; remediating with an apply"
 		}

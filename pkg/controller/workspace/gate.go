@@ -41,7 +41,7 @@ func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *run.Plan) {
 		reason, prefix = ReasonApprovalForAnotherPlan, fmt.Sprintf("%s names %s, which is not the plan waiting. ", needed, given)
 	}
 	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
-		prefix, plan.Hash, what, PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
+		prefix, plan.Hash, what, run.PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
 	st := obj.WorkspaceStatus()
 	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
 	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
@@ -61,31 +61,6 @@ func (e *Engine) noPlanWaiting(r *Sync) {
 	}
 	SetCondition(r.Obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
 	SetCondition(r.Obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
-}
-
-// planCounts is a plan's counts, with forgets and imports when it has any.
-func planCounts(s infrav1.PlanSummary) string {
-	text := fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", s.Add, s.Change, s.Destroy, s.Replace)
-	if s.Forget > 0 {
-		text += fmt.Sprintf(", %d to forget (they stay in the cloud, unmanaged)", s.Forget)
-	}
-	if s.Import > 0 {
-		text += fmt.Sprintf(", %d to import", s.Import)
-	}
-	return text
-}
-
-// PlanSummaryText is a plan's counts and the addresses it names.
-func PlanSummaryText(s infrav1.PlanSummary) string {
-	text := planCounts(s)
-	var parts []string
-	for _, r := range s.Resources {
-		parts = append(parts, r.Action+" "+r.Address)
-	}
-	if len(parts) > 0 {
-		text += " (" + strings.Join(parts, ", ") + ")"
-	}
-	return text
 }
 
 // protectedChange reads a run refused because its plan changes what
