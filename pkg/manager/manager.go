@@ -353,16 +353,16 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 		ReadTemplate: func(ctx context.Context, namespace, resource, name string) ([]byte, error) {
 			return captf.InfrastructureV1alpha1().RESTClient().Get().Namespace(namespace).Resource(resource).Name(name).DoRaw(ctx)
 		},
-		ClusterPaused: func(ctx context.Context, namespace, name string) (bool, error) {
+		Cluster: func(ctx context.Context, namespace, name string) (found, paused bool, err error) {
 			cluster, err := dyn.Resource(capi.Cluster.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				return false, nil
+				return false, false, nil
 			}
 			if err != nil {
-				return false, err
+				return false, false, err
 			}
-			paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused")
-			return paused, nil
+			paused, _, _ = unstructured.NestedBool(cluster.Object, "spec", "paused")
+			return true, paused, nil
 		},
 	}
 	if podNamespace != "" && serviceAccount != "" {

@@ -63,10 +63,11 @@ type Handler struct {
 	// write provider IDs; empty when POD_NAMESPACE or SERVICE_ACCOUNT_NAME
 	// is unset, and then nobody may.
 	ManagerUser string
-	// ClusterPaused says whether the Cluster namespace/name exists and is
-	// paused: clusterctl move creates a machine with its provider ID
-	// while the moved Cluster is paused.
-	ClusterPaused func(ctx context.Context, namespace, name string) (bool, error)
+	// Cluster says whether the Cluster namespace/name exists and whether
+	// it is paused: clusterctl move creates a machine with its provider ID
+	// while the moved Cluster is paused; a restore (Velero's order) before
+	// the Cluster exists.
+	Cluster func(ctx context.Context, namespace, name string) (found, paused bool, err error)
 	// RunnerPods are the operator's rules for runner pods: a Job policy
 	// that breaks them is refused.
 	RunnerPods runnerpod.Rules
@@ -352,21 +353,24 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	if h.ManagerUser != "" && user == h.ManagerUser {
 		return nil
 	}
-	if req.Operation == admissionv1.Create && h.ClusterPaused != nil && h.Authorize != nil {
-		// clusterctl move recreates objects as they were, provider IDs
-		// included, while their Cluster is paused; only a user with the
-		// move right, which tenants are not given, may.
+	if req.Operation == admissionv1.Create && h.Cluster != nil && h.Authorize != nil {
+		// clusterctl move and a restore recreate objects as they were,
+		// provider IDs included, while their Cluster is paused (move) or
+		// before it exists (a backup tool restores Clusters last, unpaused,
+		// as Velero does): only a user with the move right, which tenants
+		// are not given, may. A running Cluster takes none: an object made
+		// there would be a second claim on instances it already manages.
 		ok, _, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: obj.GetNamespace(), Verb: MoveVerb,
 			Group: infrav1.GroupName, Resource: resourceOf(req)})
 		if err != nil {
 			return field.ErrorList{field.InternalError(path, fmt.Errorf("checking whether %s may move provider IDs: %w", user, err))}
 		}
 		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {
-			paused, err := h.ClusterPaused(ctx, obj.GetNamespace(), cluster)
+			found, paused, err := h.Cluster(ctx, obj.GetNamespace(), cluster)
 			if err != nil {
 				return field.ErrorList{field.InternalError(path, fmt.Errorf("reading Cluster %s to check for a move: %w", cluster, err))}
 			}
-			if paused {
+			if paused || !found {
 				return nil
 			}
 		}
@@ -375,7 +379,7 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	if h.ManagerUser == "" {
 		return field.ErrorList{field.Forbidden(path, "only the CAPTF manager may set it, and the manager's username is unknown: set POD_NAMESPACE and SERVICE_ACCOUNT_NAME on the manager")}
 	}
-	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it (or, into a paused Cluster, a user with the %q verb on %s, as clusterctl move does); %s may not",
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it (or, into a paused Cluster or one not yet restored, a user with the %q verb on %s, as clusterctl move and a restore do); %s may not",
 		h.ManagerUser, MoveVerb, resourceOf(req), user))}
 }
 

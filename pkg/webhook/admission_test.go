@@ -67,8 +67,11 @@ func request(op admissionv1.Operation, user string, obj, old runtime.Object) *ad
 // TestIdentityRule: only the manager writes provider IDs; a clusterctl move
 // into a paused Cluster may create them; other fields stay open to others.
 func TestIdentityRule(t *testing.T) {
-	paused := map[string]bool{"moved": true}
-	h := &Handler{ManagerUser: managerUser, ClusterPaused: func(_ context.Context, _, name string) (bool, error) { return paused[name], nil },
+	paused := map[string]bool{"moved": true, "live": false, "work": false}
+	h := &Handler{ManagerUser: managerUser, Cluster: func(_ context.Context, _, name string) (bool, bool, error) {
+		p, found := paused[name]
+		return found, p, nil
+	},
 		Authorize: func(_ context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
 			return attrs.Verb != MoveVerb || (user.Username == "admin" && attrs.Resource == "terraformmachines" && attrs.Group == infrav1.GroupName), "", nil
 		}}
@@ -95,7 +98,17 @@ func TestIdentityRule(t *testing.T) {
 		{"user creates with providerID", request(admissionv1.Create, "admin", machine("local:///a"), nil), "spec.providerID: Forbidden"},
 		{"move creates with providerID under a paused Cluster", request(admissionv1.Create, "admin", withLabels(machine("local:///a"), "moved"), nil), ""},
 		{"a tenant creates with a providerID under its own paused Cluster", request(admissionv1.Create, "tenant", withLabels(machine("local:///a"), "moved"), nil),
-			`(or, into a paused Cluster, a user with the "move" verb on terraformmachines, as clusterctl move does); tenant may not`},
+			`(or, into a paused Cluster or one not yet restored, a user with the "move" verb on terraformmachines, as clusterctl move and a restore do); tenant may not`},
+		{"a restore creates with providerID before its Cluster", request(admissionv1.Create, "admin", withLabels(machine("local:///a"), "restored-later"), nil), ""},
+		{"a tenant creates with a providerID before its Cluster", request(admissionv1.Create, "tenant", withLabels(machine("local:///a"), "restored-later"), nil),
+			"spec.providerID: Forbidden"},
+		{"a mover creates with a providerID under a running Cluster", request(admissionv1.Create, "admin", withLabels(machine("local:///a"), "live"), nil),
+			"spec.providerID: Forbidden"},
+		{"a mover creates with a providerID and no Cluster label", request(admissionv1.Create, "admin", func() *infrav1.TerraformMachine {
+			m := machine("local:///a")
+			delete(m.Labels, "cluster.x-k8s.io/cluster-name")
+			return m
+		}(), nil), "spec.providerID: Forbidden"},
 		{"CAPI changes other fields", request(admissionv1.Update, "system:serviceaccount:capi-system:capi-manager", relabelled, machine("local:///a")), ""},
 		{"a tenant moves a machine with a providerID to another cluster", request(admissionv1.Update, "tenant", withLabels(machine("local:///a"), "victim"), machine("local:///a")),
 			"metadata.labels[cluster.x-k8s.io/cluster-name]: Forbidden: the object holds provider IDs"},

@@ -15,7 +15,7 @@ import (
 // a review that decodes gets a response with its UID. Seeds live in
 // testdata/fuzz/FuzzAdmissionReview.
 func FuzzAdmissionReview(f *testing.F) {
-	h := &Handler{ManagerUser: managerUser, ClusterPaused: func(context.Context, string, string) (bool, error) { return false, nil }}
+	h := &Handler{ManagerUser: managerUser, Cluster: func(context.Context, string, string) (bool, bool, error) { return true, false, nil }}
 	mux := h.Mux()
 	f.Fuzz(func(t *testing.T, kindIndex uint8, body []byte) {
 		kind := Kinds[int(kindIndex)%len(Kinds)]

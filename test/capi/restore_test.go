@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ import (
 var machineSetsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinesets"}
 
 // restoreOrder is what docs/disaster-recovery.md backs up, in the order it
-// restores: Secrets, the Clusters (paused), then everything else.
+// restores by hand: Secrets, the Clusters (paused), then everything else.
 var restoreOrder = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "secrets"},
 	clustersGVR,
@@ -41,17 +42,37 @@ var restoreOrder = []schema.GroupVersionResource{
 	machinesGVR,
 }
 
+// veleroOrder is the order Velero's server restores restoreOrder in by
+// default: its high priorities first (Secrets), then every other kind
+// sorted by resource and group, Clusters among its low priorities, last.
+// Nothing is paused: Velero restores what it backed up.
+func veleroOrder() []schema.GroupVersionResource {
+	var middle []schema.GroupVersionResource
+	for _, gvr := range restoreOrder {
+		if gvr.Resource != "secrets" && gvr != clustersGVR {
+			middle = append(middle, gvr)
+		}
+	}
+	slices.SortFunc(middle, func(a, b schema.GroupVersionResource) int {
+		return strings.Compare(a.GroupResource().String(), b.GroupResource().String())
+	})
+	return append(append([]schema.GroupVersionResource{{Version: "v1", Resource: "secrets"}}, middle...), clustersGVR)
+}
+
 // TestRestoreOnFreshPlane does what the disaster-recovery page tells an
 // operator: back up a cluster's Cluster API and CAPTF objects and CAPTF's
 // Secrets the way a backup tool does (metadata reset; status dropped, or
-// kept), bring up a fresh control plane with Cluster API and CAPTF, restore
-// in the documented order with the Cluster paused, unpause. Nothing is
-// created or destroyed, every object is Ready, and deleting the restored
-// cluster afterwards destroys everything and leaves no Secret of CAPTF's.
+// kept), bring up a fresh control plane with Cluster API and CAPTF, and
+// restore: in Velero's default order (Clusters last, not paused) with the
+// status dropped, as Velero restores by default; in the hand-made order
+// (the Cluster first, paused, unpaused at the end) with the status kept.
+// Nothing is created or destroyed, every object is Ready, and deleting the
+// restored cluster afterwards destroys everything and leaves no Secret of
+// CAPTF's.
 func TestRestoreOnFreshPlane(t *testing.T) {
 	root, _ := setup(t)
 	for _, keepStatus := range []bool{false, true} {
-		t.Run(map[bool]string{false: "status dropped", true: "status kept"}[keepStatus], func(t *testing.T) {
+		t.Run(map[bool]string{false: "Velero's order, status dropped", true: "paused Cluster first, status kept"}[keepStatus], func(t *testing.T) {
 			ctx := context.Background()
 			ns := map[bool]string{false: "dr", true: "dr-status"}[keepStatus]
 			instances := t.TempDir()
@@ -80,13 +101,17 @@ func TestRestoreOnFreshPlane(t *testing.T) {
 			}
 			t.Logf("fresh plane with Cluster API and CAPTF up in %s", time.Since(start).Round(100*time.Millisecond))
 
-			restore(t, fresh.ControlPlane, ns, backup, keepStatus)
-			// Before unpausing: every state is there, no object lacks one.
-			states, err := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
-			if err != nil || len(states.Items) != 3 {
-				t.Fatalf("state Secrets after the restore: %v (%v), want 3", states, err)
+			if keepStatus {
+				restore(t, fresh.ControlPlane, ns, backup, false, true)
+				// Before unpausing: every state is there, no object lacks one.
+				states, err := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
+				if err != nil || len(states.Items) != 3 {
+					t.Fatalf("state Secrets after the restore: %v (%v), want 3", states, err)
+				}
+				pause(t, fresh.ControlPlane, ns, "dr", false)
+			} else {
+				restore(t, fresh.ControlPlane, ns, backup, true, false)
 			}
-			pause(t, fresh.ControlPlane, ns, "dr", false)
 
 			waitRestored(t, fresh.ControlPlane, ns, keepStatus)
 			if now, _ := framework.InstanceFiles(instances); !maps.Equal(now, before) {
@@ -272,18 +297,32 @@ func backUp(t *testing.T, cp *framework.ControlPlane, ns string, keepStatus bool
 	return out
 }
 
-// restore creates the backup in restoreOrder, each Cluster paused, status
-// through the status subresource.
-func restore(t *testing.T, cp *framework.ControlPlane, ns string, backup map[schema.GroupVersionResource][]unstructured.Unstructured, keepStatus bool) {
+// restore creates the backup as Velero does (its order, its labels, nothing
+// paused) or by hand (restoreOrder, each Cluster paused); the status
+// through the status subresource if keepStatus.
+func restore(t *testing.T, cp *framework.ControlPlane, ns string, backup map[schema.GroupVersionResource][]unstructured.Unstructured, velero, keepStatus bool) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, gvr := range restoreOrder {
+	order := restoreOrder
+	if velero {
+		order = veleroOrder()
+	}
+	for _, gvr := range order {
 		for _, o := range backup[gvr] {
 			o := *o.DeepCopy()
-			if gvr == clustersGVR {
+			if velero {
+				// What Velero adds to everything it restores.
+				labels := o.GetLabels()
+				if labels == nil {
+					labels = map[string]string{}
+				}
+				labels["velero.io/backup-name"], labels["velero.io/restore-name"] = "dr", "dr-20261203"
+				o.SetLabels(labels)
+			}
+			if gvr == clustersGVR && !velero {
 				if err := unstructured.SetNestedField(o.Object, true, "spec", "paused"); err != nil {
 					t.Fatal(err)
 				}

@@ -76,7 +76,7 @@ func TestSync(t *testing.T) {
 			Labels: names.ObjectLabels(k.kind, "prod", "obj-uid")}}
 		leftover.Labels[names.LabelSecretType] = names.SecretTypeRunInputs
 
-		tests := map[string]struct {
+		type syncCase struct {
 			obj        workspace.Object
 			capi       []*unstructured.Unstructured
 			objects    []runtime.Object
@@ -89,7 +89,8 @@ func TestSync(t *testing.T) {
 			wantServiceAcc string
 			// wantDurable checks the durable inputs Secret after the sync.
 			wantDurable func(t *testing.T, s *corev1.Secret)
-		}{
+		}
+		tests := map[string]syncCase{
 			"no owner: waits, writes only its status": {
 				obj:        newObject(k, func(o workspace.Object) { o.SetOwnerReferences(nil) }),
 				wantWrites: []string{"update {res}/status prod"},
@@ -187,6 +188,26 @@ func TestSync(t *testing.T) {
 				wantReady: workspace.ReasonDestroying,
 				wantArgs:  "--durable-inputs",
 			},
+		}
+		if k.kind != "TerraformCluster" {
+			// A restore that brought the object but not its Secrets: its
+			// provider IDs say instances exist, and an apply would make
+			// them a second time.
+			tests["restored with provider IDs, without status or Secrets: StateMissing, no apply"] = syncCase{
+				obj: newObject(k, fin, func(o workspace.Object) {
+					switch o := o.(type) {
+					case *infrav1.TerraformMachine:
+						o.Spec.ProviderID = "local:///i-1"
+					case *infrav1.TerraformMachinePool:
+						o.Spec.ProviderIDList = []string{"local:///i-1"}
+					}
+				}),
+				capi:       k.capi,
+				wantWrites: []string{"update {res}/status prod"},
+				wantReady:  workspace.ReasonStateMissing,
+				wantEvents: []string{"Warning StateMissing"},
+				wantNoJob:  true,
+			}
 		}
 		for name, tc := range tests {
 			t.Run(name, func(t *testing.T) {

@@ -180,16 +180,30 @@ func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bo
 	return sec, nil
 }
 
-// mayHaveInfrastructure tells whether obj's infrastructure may exist: its status or its
-// durable inputs say an apply succeeded. The status alone is not enough:
-// clusterctl move and restores from backups do not carry it.
+// mayHaveInfrastructure tells whether obj's infrastructure may exist: its
+// status, its provider IDs or its durable inputs say an apply succeeded.
+// The status alone is not enough: clusterctl move and restores from
+// backups do not carry it; a restore may bring the object without its
+// Secrets, and only its provider IDs then tell that instances exist.
 func (e *Engine) mayHaveInfrastructure(ctx context.Context, obj Object) (bool, error) {
 	st := obj.WorkspaceStatus()
-	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) {
+	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || hasProviderIDs(obj) {
 		return true, nil
 	}
 	durable, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).DurableInputs(), false)
 	return durable != nil, err
+}
+
+// hasProviderIDs: only the manager, clusterctl move and a restore set
+// them (the webhook's identity rule), each for instances that exist.
+func hasProviderIDs(obj Object) bool {
+	switch o := obj.(type) {
+	case *infrav1.TerraformMachine:
+		return o.Spec.ProviderID != ""
+	case *infrav1.TerraformMachinePool:
+		return len(o.Spec.ProviderIDList) > 0
+	}
+	return false
 }
 
 // checkState runs before every Job. It returns whether a Job may run and
