@@ -49,7 +49,7 @@ func NewLoop(ctx context.Context, name string, cc Context) *Loop {
 	// a manager of 2,000 objects with drift checks (its heap profile), more
 	// at 10,000; an object's events are few and far apart.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
-	metrics.ReconcileErrors.WithLabelValues(name) // from zero
+	metrics.StartReconcileSeries(name)
 	return &Loop{
 		Name: name,
 		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
@@ -97,19 +97,21 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 	defer l.Queue.Done(key)
 	start := l.clock.Now()
 	err := l.Sync(ctx, key)
-	metrics.ReconcileDuration.WithLabelValues(l.Name).Observe(l.clock.Since(start).Seconds())
+	seconds := l.clock.Since(start).Seconds()
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone wrote the object since the cache saw it: the next
 			// sync reads their write. Nothing failed.
 			klog.FromContext(ctx).V(4).Info("Update conflict, syncing again", "object", key)
+			metrics.ObserveReconcile(l.Name, seconds, "requeue")
 		} else {
-			metrics.ReconcileErrors.WithLabelValues(l.Name).Inc()
+			metrics.ObserveReconcile(l.Name, seconds, "error")
 			utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
 		}
 		l.Queue.AddRateLimited(key)
 		return true
 	}
+	metrics.ObserveReconcile(l.Name, seconds, "success")
 	l.Queue.Forget(key)
 	return true
 }

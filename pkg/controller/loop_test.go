@@ -5,11 +5,15 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/captf/captf/pkg/metrics"
 )
 
 // TestLoopRetries: a sync that fails is retried with backoff, one that
@@ -19,10 +23,12 @@ func TestLoopRetries(t *testing.T) {
 	tests := map[string]struct {
 		err         error
 		wantRetries int
+		// wantResult is the result controller_runtime_reconcile_total counts.
+		wantResult string
 	}{
-		"success":  {err: nil, wantRetries: 0},
-		"failure":  {err: errors.New("boom"), wantRetries: 1},
-		"conflict": {err: apierrors.NewConflict(schema.GroupResource{Resource: "x"}, "a", errors.New("changed")), wantRetries: 1},
+		"success":  {err: nil, wantRetries: 0, wantResult: "success"},
+		"failure":  {err: errors.New("boom"), wantRetries: 1, wantResult: "error"},
+		"conflict": {err: apierrors.NewConflict(schema.GroupResource{Resource: "x"}, "a", errors.New("changed")), wantRetries: 1, wantResult: "requeue"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -43,6 +49,21 @@ func TestLoopRetries(t *testing.T) {
 			}
 			if got := l.Queue.NumRequeues(key); got != tc.wantRetries {
 				t.Errorf("requeues = %d, want %d", got, tc.wantRetries)
+			}
+			for _, result := range metrics.ReconcileResults {
+				want := 0.0
+				if result == tc.wantResult {
+					want = 1
+				}
+				if got := testutil.ToFloat64(metrics.ReconcileTotal.WithLabelValues(l.Name, result)); got != want {
+					t.Errorf("controller_runtime_reconcile_total{result=%q} = %v, want %v", result, got, want)
+				}
+			}
+			wantErrors := map[bool]float64{false: 0, true: 1}[tc.wantResult == "error"]
+			for _, c := range []*prometheus.CounterVec{metrics.ReconcileErrors, metrics.ReconcileErrorsCR} {
+				if got := testutil.ToFloat64(c.WithLabelValues(l.Name)); got != wantErrors {
+					t.Errorf("reconcile errors = %v, want %v", got, wantErrors)
+				}
 			}
 		})
 	}

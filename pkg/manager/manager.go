@@ -180,6 +180,9 @@ func Main(args []string) error {
 		return err
 	}
 	if !o.LeaderElect {
+		// The only manager leads: say so as an elected leader would
+		// (CAPTFNoLeader reads leader_election_master_status).
+		metrics.LeadingWithoutElection(names.LeaderLease(o.WatchFilter))
 		return m.runControllers(ctx, cfg)
 	}
 	return m.lead(ctx, cfg, health, podNamespace)
@@ -230,6 +233,7 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 		CachedJob: m.cachedJob, ResultWritten: m.resultWritten})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
+	metrics.WatchCertificate(m.runnerAPI.Name, m.runnerAPI.NotAfter)
 	if err := m.runnerAPI.Start(ctx); err != nil {
 		return err
 	}
@@ -370,6 +374,7 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 	}
 	srv := webhook.NewServer(fmt.Sprintf(":%d", o.WebhookPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, h.Mux())
 	srv.Clock = clk
+	metrics.WatchCertificate(srv.Name, srv.NotAfter)
 	return srv, srv.Start(ctx)
 }
 
@@ -624,6 +629,7 @@ func (m *manager) serveMetrics(ctx context.Context, kube kubernetes.Interface) e
 	srv := webhook.NewServer(o.MetricsBindAddress, cmp.Or(o.MetricsCertDir, o.WebhookCertDir), o.MetricsCertName, o.MetricsKeyName, mux)
 	srv.Clock = m.clock
 	srv.Name = "metrics"
+	metrics.WatchCertificate(srv.Name, srv.NotAfter)
 	return srv.Start(ctx)
 }
 

@@ -119,6 +119,10 @@ func (workqueueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return queueRetries.WithLabelValues(name)
 }
 
+// LeadingWithoutElection reports this replica as the leader of lease: a
+// manager run without leader election is the only one.
+func LeadingWithoutElection(lease string) { leader.WithLabelValues(lease).Set(1) }
+
 type leaderProvider struct{}
 
 func (leaderProvider) NewLeaderMetric() leaderelection.LeaderMetric { return leaderMetric{} }
@@ -215,12 +219,15 @@ func init() {
 	}
 }
 
+// ReconcileDurationBuckets are the buckets of both sync histograms.
+var ReconcileDurationBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
 // Reconciles per controller (controller.Loop).
 var (
 	ReconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "captf_reconcile_duration_seconds",
 		Help:    "Seconds one sync of one object took, by controller; the count is the number of syncs.",
-		Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		Buckets: ReconcileDurationBuckets,
 	}, []string{"controller"})
 	ReconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "captf_reconcile_errors_total",
@@ -228,7 +235,52 @@ var (
 	}, []string{"controller"})
 )
 
-func init() { register(ReconcileDuration, ReconcileErrors) }
+// The same reconciles under the names controller-runtime gives them, so
+// that Cluster API's dashboards and alerts read CAPTF's controllers as they
+// read every other provider's.
+var (
+	ReconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "controller_runtime_reconcile_total",
+		Help: "Syncs by controller and result: success, error, requeue (an update conflict).",
+	}, []string{"controller", "result"})
+	ReconcileTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "controller_runtime_reconcile_time_seconds",
+		Help:    "Seconds one sync of one object took, by controller (as captf_reconcile_duration_seconds).",
+		Buckets: ReconcileDurationBuckets,
+	}, []string{"controller"})
+	ReconcileErrorsCR = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "controller_runtime_reconcile_errors_total",
+		Help: "Syncs that failed, by controller (as captf_reconcile_errors_total).",
+	}, []string{"controller"})
+)
+
+// ReconcileResults are the result label's values of
+// controller_runtime_reconcile_total.
+var ReconcileResults = []string{"success", "error", "requeue"}
+
+func init() { register(ReconcileDuration, ReconcileErrors, ReconcileTotal, ReconcileTime, ReconcileErrorsCR) }
+
+// ObserveReconcile counts one sync of controller under both names: its
+// duration, and its result (see ReconcileResults).
+func ObserveReconcile(controller string, seconds float64, result string) {
+	ReconcileDuration.WithLabelValues(controller).Observe(seconds)
+	ReconcileTime.WithLabelValues(controller).Observe(seconds)
+	ReconcileTotal.WithLabelValues(controller, result).Inc()
+	if result == "error" {
+		ReconcileErrors.WithLabelValues(controller).Inc()
+		ReconcileErrorsCR.WithLabelValues(controller).Inc()
+	}
+}
+
+// StartReconcileSeries makes controller's counters start at zero: a rate
+// over a counter never incremented is 0, not nothing.
+func StartReconcileSeries(controller string) {
+	ReconcileErrors.WithLabelValues(controller)
+	ReconcileErrorsCR.WithLabelValues(controller)
+	for _, r := range ReconcileResults {
+		ReconcileTotal.WithLabelValues(controller, r)
+	}
+}
 
 // objects is the collector of what the leader's listers hold; a standby
 // replica reports none of it.

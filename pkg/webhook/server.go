@@ -154,6 +154,19 @@ func (c *certificate) get(now time.Time) (*tls.Certificate, error) {
 	return nil, err
 }
 
+// NotAfter is when the certificate the server serves expires (its files
+// read again if they changed).
+func (s *Server) NotAfter() (time.Time, error) {
+	c, err := s.certs.get(s.now())
+	if err != nil {
+		return time.Time{}, err
+	}
+	if c.Leaf == nil {
+		return time.Time{}, fmt.Errorf("%s certificate: no leaf", s.Name)
+	}
+	return c.Leaf.NotAfter, nil
+}
+
 func (s *Server) now() time.Time {
 	if s.Clock == nil {
 		return time.Now()

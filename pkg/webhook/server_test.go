@@ -76,10 +76,18 @@ func TestServerCertificateReload(t *testing.T) {
 	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "webhook certificate") {
 		t.Errorf("Ready without a certificate = %v", err)
 	}
+	if _, err := s.NotAfter(); err == nil {
+		t.Error("NotAfter without a certificate: no error")
+	}
 	selfSigned(t, dir, "first")
 	waitServed(t, addr, "first")
 	if err := s.Ready(); err != nil {
 		t.Errorf("Ready with a certificate: %v", err)
+	}
+	// captf_certificate_expiry_timestamp_seconds: the served certificate's
+	// end, an hour from now.
+	if end, err := s.NotAfter(); err != nil || time.Until(end) < 58*time.Minute || time.Until(end) > time.Hour {
+		t.Errorf("NotAfter = %v, %v; want an hour from now", end, err)
 	}
 	selfSigned(t, dir, "second")
 	waitServed(t, addr, "second")

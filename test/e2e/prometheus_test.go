@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,18 +30,22 @@ import (
 // TestPrometheusAlerts: a real Prometheus scrapes a running manager as the
 // shipped ServiceMonitor tells the Prometheus Operator to (HTTPS, the
 // serving certificate's CA and name, honorLabels, the token of ServiceAccount
-// monitoring/prometheus-k8s that the shipped ClusterRoleBinding lets read)
-// and evaluates the shipped rules, with their `for` cut to seconds. It sees
-// CAPTFJobFailing fire for a module that keeps failing and
-// CAPTFClusterDrift for a drifted cluster, and no alert for a healthy one.
+// monitoring/prometheus-k8s that the shipped ClusterRoleBinding lets read),
+// and the API server as kube-prometheus does, and evaluates the shipped
+// rules, with their `for` cut to seconds. It sees CAPTFJobFailing fire for a
+// module that keeps failing, CAPTFClusterDrift for a drifted cluster,
+// CAPTFNotReadyTooLong for a plan left unapproved, and no alert for a
+// healthy one nor for the plane while it is healthy; then
+// CAPTFCertificateExpiring once the serving certificate is one a renewal
+// failed to replace, and CAPTFNoLeader and CAPTFWebhookFailing once the
+// manager is gone and writes fail on its webhook.
 // Scrapes without a token get 401, with a token lacking the permission 403.
 // Every series the rules, the dashboard and the docs name is in what
 // Prometheus scraped.
 func TestPrometheusAlerts(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	m := e.startManager("--leader-elect")
-	waitReady(t, m)
+	m := e.startManagerWithWebhook("--leader-elect")
 	dir := t.TempDir()
 
 	// Refused scrapes, straight to the manager.
@@ -90,7 +96,8 @@ func TestPrometheusAlerts(t *testing.T) {
 			rule = o
 		}
 	}
-	files := map[string]string{"token": prometheusToken, "nobody-token": nobody, "ca.crt": string(m.WebhookCert.CA.CertPEM)}
+	files := map[string]string{"token": prometheusToken, "nobody-token": nobody, "ca.crt": string(m.WebhookCert.CA.CertPEM),
+		"apiserver-ca.crt": string(plane.Config.CAData), "apiserver-client.crt": string(plane.Config.CertData), "apiserver-client.key": string(plane.Config.KeyData)}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
@@ -105,7 +112,9 @@ func TestPrometheusAlerts(t *testing.T) {
 	}
 	t.Cleanup(prom.Stop)
 
-	// A healthy cluster, one that will drift, and a module that keeps failing.
+	// A healthy cluster, one that will drift, a module that keeps failing,
+	// and a plan nobody approves.
+	e.gated("waiting", infrav1.ApprovalPolicyManual, map[string]any{"instances": 1})
 	for _, name := range []string{"healthy", "drifty"} {
 		tc := e.localCloud(name, e.newCluster(name, false), map[string]any{"instances": 1})
 		tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 20 * time.Second}}
@@ -132,15 +141,23 @@ func TestPrometheusAlerts(t *testing.T) {
 		if alerts, err = prom.Alerts(); err != nil {
 			return false, err
 		}
-		return firing("CAPTFJobFailing", "broken") && firing("CAPTFClusterDrift", "drifty"), nil
+		return firing("CAPTFJobFailing", "broken") && firing("CAPTFClusterDrift", "drifty") && firing("CAPTFNotReadyTooLong", "waiting"), nil
 	})
 	t.Logf("alerts seen by Prometheus:\n%s", formatAlerts(alerts))
 	if err != nil {
-		t.Fatalf("CAPTFJobFailing for broken and CAPTFClusterDrift for drifty are not both firing: %v", err)
+		t.Fatalf("CAPTFJobFailing for broken, CAPTFClusterDrift for drifty and CAPTFNotReadyTooLong for waiting are not all firing: %v", err)
 	}
 	for _, a := range alerts {
 		if a.Labels["name"] == "healthy" {
 			t.Errorf("alert %s (%s) for the healthy cluster", a.Labels["alertname"], a.State)
+		}
+		// The plane is healthy: its certificate is fresh, a manager
+		// leads, the webhook answers.
+		if a.Labels["name"] == "" || strings.HasPrefix(a.Labels["name"], "captf-manager") || strings.HasPrefix(a.Labels["name"], "validation.") {
+			t.Errorf("alert %s (%s) on a healthy plane: %v", a.Labels["alertname"], a.State, a.Labels)
+		}
+		if a.Labels["alertname"] == "CAPTFNotReadyTooLong" && a.Labels["reason"] != infrav1.ConditionPlanAwaitingApproval {
+			t.Errorf("CAPTFNotReadyTooLong labels %v, want reason PlanAwaitingApproval", a.Labels)
 		}
 	}
 	if a := alerts[slices.IndexFunc(alerts, func(a framework.PromAlert) bool { return a.Labels["alertname"] == "CAPTFJobFailing" })]; a.Labels["operation"] != "apply" || a.Labels["kind"] != "TerraformCluster" {
@@ -213,6 +230,55 @@ func TestPrometheusAlerts(t *testing.T) {
 	}
 	_, body, _ := m.Scrape(prometheusToken)
 	t.Logf("scrape excerpt:\n%s", grepLines(body, `name="broken"`)+"\n"+grepLines(body, "captf_jobs_failed_total{kind=\"TerraformCluster\",operation=\"apply\""))
+
+	// A renewal that failed: the certificate served has a week left.
+	if err := m.WebhookCert.Reissue(7 * 24 * time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, prom, "an expiring certificate", func(alerts []framework.PromAlert) bool {
+		return slices.ContainsFunc(alerts, func(a framework.PromAlert) bool {
+			return a.Labels["alertname"] == "CAPTFCertificateExpiring" && a.Labels["server"] == "webhook" && a.State == "firing"
+		})
+	})
+
+	// The manager is gone: nobody leads, and writes fail on its webhook
+	// (the shipped configuration fails closed).
+	m.Stop()
+	waitAlerts(t, prom, "no leader and a failing webhook", func(alerts []framework.PromAlert) bool {
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "waiting", metav1.GetOptions{})
+		if err == nil {
+			tc.Labels = map[string]string{"touched": strconv.FormatInt(time.Now().UnixNano(), 10)}
+			_, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Update(ctx, tc, metav1.UpdateOptions{})
+		}
+		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+			t.Errorf("a write with the webhook gone: %v, want it refused for the webhook", err)
+		}
+		return slices.ContainsFunc(alerts, func(a framework.PromAlert) bool { return a.Labels["alertname"] == "CAPTFNoLeader" && a.State == "firing" }) &&
+			slices.ContainsFunc(alerts, func(a framework.PromAlert) bool {
+				return a.Labels["alertname"] == "CAPTFWebhookFailing" && a.Labels["name"] == "validation.terraformcluster.infrastructure.cluster.x-k8s.io" && a.State == "firing"
+			})
+	})
+	// Writes work again for the cleanup (the finalizer held above).
+	if err := plane.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "captf-"+e.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAlerts polls Prometheus' alerts until ok says they are there.
+func waitAlerts(t *testing.T, prom *framework.Prometheus, what string, ok func([]framework.PromAlert) bool) {
+	t.Helper()
+	var alerts []framework.PromAlert
+	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		var err error
+		if alerts, err = prom.Alerts(); err != nil {
+			return false, err
+		}
+		return ok(alerts), nil
+	})
+	if err != nil {
+		t.Fatalf("no alerts for %s: %v; alerts:\n%s", what, err, formatAlerts(alerts))
+	}
+	t.Logf("alerts for %s:\n%s", what, formatAlerts(alerts))
 }
 
 // shippedPrometheusIdentity creates ServiceAccount monitoring/prometheus-k8s
@@ -274,6 +340,14 @@ func prometheusConfig(t *testing.T, sm *unstructured.Unstructured, dir, target s
 		}
 		return j
 	}
+	// The API server, as kube-prometheus scrapes it (its admission webhook
+	// series only: the rest is large and not CAPTF's).
+	apiserver := map[string]any{"job_name": "apiserver", "scheme": "https", "scrape_interval": "4s",
+		"tls_config": map[string]any{"ca_file": filepath.Join(dir, "apiserver-ca.crt"), "cert_file": filepath.Join(dir, "apiserver-client.crt"),
+			"key_file": filepath.Join(dir, "apiserver-client.key")},
+		"static_configs":         []any{map[string]any{"targets": []any{net.JoinHostPort(plane.APIServerHost, strconv.Itoa(plane.APIServerPort))}}},
+		"metric_relabel_configs": []any{map[string]any{"source_labels": []any{"__name__"}, "regex": "apiserver_admission_webhook_.*", "action": "keep"}},
+	}
 	cfg := map[string]any{
 		"global":     map[string]any{"scrape_interval": "2s", "evaluation_interval": "2s"},
 		"rule_files": []any{filepath.Join(dir, "rules.yaml")},
@@ -281,6 +355,7 @@ func prometheusConfig(t *testing.T, sm *unstructured.Unstructured, dir, target s
 			job(scrapeJob(sm), map[string]any{"credentials_file": filepath.Join(dir, "token")}),
 			job("no-token", nil),
 			job("not-allowed", map[string]any{"credentials_file": filepath.Join(dir, "nobody-token")}),
+			apiserver,
 		},
 	}
 	b, err := yaml.Marshal(cfg)
@@ -310,7 +385,7 @@ func shortRules(t *testing.T, rule *unstructured.Unstructured) []byte {
 	return b
 }
 
-var seriesName = regexp.MustCompile(`\b((?:captf|workqueue|rest_client|leader_election)_[a-z0-9_]+)`)
+var seriesName = regexp.MustCompile(`\b((?:captf|workqueue|rest_client|leader_election|controller_runtime)_[a-z0-9_]+)`)
 
 // namedSeries are the series names the shipped rules, the dashboard and
 // docs/observability.md use, histograms by their base name.

@@ -56,8 +56,13 @@ type KeyPair struct {
 }
 
 // Issue signs a certificate for a server (when hosts are given) or a client
-// (user commonName, groups as organizations).
+// (user commonName, groups as organizations), valid for a day.
 func (ca *CA) Issue(commonName string, groups []string, hosts []string) (*KeyPair, error) {
+	return ca.IssueValid(24*time.Hour, commonName, groups, hosts)
+}
+
+// IssueValid is Issue with a certificate valid from now for validity.
+func (ca *CA) IssueValid(validity time.Duration, commonName string, groups []string, hosts []string) (*KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -66,7 +71,7 @@ func (ca *CA) Issue(commonName string, groups []string, hosts []string) (*KeyPai
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: commonName, Organization: groups},
 		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotAfter:     time.Now().Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,20 +27,38 @@ func NewWebhookCert(dir string) (*WebhookCert, error) {
 	return w, w.Rotate()
 }
 
+// ServingValidity is how long the webhook's serving certificate is valid:
+// cert-manager's default, as the shipped Certificate gets it.
+const ServingValidity = 90 * 24 * time.Hour
+
 // Rotate writes a certificate of a new CA in place, each file replaced by a
 // rename as a Secret volume update does, and returns once both are there.
 func (w *WebhookCert) Rotate() error {
-	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
-		return err
-	}
 	ca, err := NewCA("captf-webhook-ca")
 	if err != nil {
+		return err
+	}
+	if err := w.write(ca, ServingValidity); err != nil {
+		return err
+	}
+	w.CA = ca
+	return nil
+}
+
+// Reissue writes a certificate of the same CA valid for validity from now,
+// as a renewal does (or, short, as one that failed leaves it).
+func (w *WebhookCert) Reissue(validity time.Duration) error {
+	return w.write(w.CA, validity)
+}
+
+func (w *WebhookCert) write(ca *CA, validity time.Duration) error {
+	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
 		return err
 	}
 	// Loopback, where the tests reach the managers, and the names of the
 	// shipped Services the shipped Certificate holds (a scraper checks the
 	// name the ServiceMonitor gives).
-	kp, err := ca.Issue("captf-webhook", nil, []string{"127.0.0.1", "localhost",
+	kp, err := ca.IssueValid(validity, "captf-webhook", nil, []string{"127.0.0.1", "localhost",
 		names.MetricsService + ".captf-system.svc", names.RunnerAPIService + ".captf-system.svc", "captf-webhook-service.captf-system.svc"})
 	if err != nil {
 		return err
@@ -53,7 +72,6 @@ func (w *WebhookCert) Rotate() error {
 			return err
 		}
 	}
-	w.CA = ca
 	return nil
 }
 

@@ -41,6 +41,8 @@ var (
 		"Runner Jobs not finished, by kind and operation.", []string{"kind", "operation"}, nil)
 	jobsWaitingDesc = prometheus.NewDesc("captf_jobs_waiting",
 		"Objects whose Job waits for a slot (--max-concurrent-jobs, --max-concurrent-jobs-per-namespace), by kind and operation.", []string{"kind", "operation"}, nil)
+	awaitingApprovalDesc = prometheus.NewDesc("captf_plan_awaiting_approval",
+		"1 while a plan of the object waits for an approval: condition is PlanAwaitingApproval or DestructivePlanBlocked (none while no plan waits).", append(objectLabels, "condition"), nil)
 	stateMaxDesc = prometheus.NewDesc("captf_state_max_bytes",
 		"The largest state CAPTF reads (--max-state-bytes): a larger one stops the object with StateTooLarge.", nil, nil)
 	inputsMaxDesc = prometheus.NewDesc("captf_inputs_max_bytes",
@@ -67,7 +69,7 @@ func (c *Collector) add(e *Engine, store cache.Store) {
 // Describe sends the descriptions of every series the collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{readyDesc, driftedDesc, stateMissingDesc, jobFailingDesc, lastSuccessDesc, driftIntervalDesc,
-		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, jobsWaitingDesc, stateMaxDesc, inputsMaxDesc} {
+		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, jobsWaitingDesc, stateMaxDesc, inputsMaxDesc, awaitingApprovalDesc} {
 		ch <- d
 	}
 }
@@ -127,6 +129,13 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 	gauge(ch, readyDesc, boolValue(ready != nil && ready.Status == metav1.ConditionTrue), kind, ns, name, reason)
 	gauge(ch, driftedDesc, boolValue(meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionDrifted)), kind, ns, name)
 	gauge(ch, stateMissingDesc, boolValue(meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionStateMissing)), kind, ns, name)
+	// Only while one waits: two series an object would cost 10,000
+	// objects memory for nothing.
+	for _, c := range []string{infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked} {
+		if meta.IsStatusConditionTrue(st.Conditions, c) {
+			gauge(ch, awaitingApprovalDesc, 1, kind, ns, name, c)
+		}
+	}
 	if t := obj.GetDeletionTimestamp(); t != nil {
 		gauge(ch, deletingDesc, float64(t.Unix()), kind, ns, name)
 	}

@@ -67,6 +67,12 @@ func TestCollector(t *testing.T) {
 		collectedCluster("broken", func(tc *infrav1.TerraformCluster) {
 			tc.Status.Conditions = []metav1.Condition{condition("Ready", ReasonApplyFailed, metav1.ConditionFalse)}
 		}),
+		// Never applied, its first plan waits for an approval.
+		collectedCluster("waiting", func(tc *infrav1.TerraformCluster) {
+			tc.Status.Conditions = []metav1.Condition{condition("Ready", "PlanAwaitingApproval", metav1.ConditionFalse),
+				condition("PlanAwaitingApproval", ReasonAwaitingApproval, metav1.ConditionTrue),
+				condition("DestructivePlanBlocked", ReasonNoPlanAwaitingApproval, metav1.ConditionFalse)}
+		}),
 		collectedCluster("lost", func(tc *infrav1.TerraformCluster) {
 			tc.Status.AppliedInputsHash = "h"
 			tc.Spec.Drift = &infrav1.DriftPolicy{Enabled: ptr(false)}
@@ -123,6 +129,7 @@ captf_drifted{kind="TerraformCluster",name="broken",namespace="ns"} 0
 captf_drifted{kind="TerraformCluster",name="checkfails",namespace="ns"} 0
 captf_drifted{kind="TerraformCluster",name="healthy",namespace="ns"} 0
 captf_drifted{kind="TerraformCluster",name="lost",namespace="ns"} 1
+captf_drifted{kind="TerraformCluster",name="waiting",namespace="ns"} 0
 # HELP captf_inputs_bytes Size of the inputs rendered for the object's newest Job.
 # TYPE captf_inputs_bytes gauge
 captf_inputs_bytes{kind="TerraformCluster",name="broken",namespace="ns"} 1000
@@ -143,12 +150,16 @@ captf_jobs_active{kind="TerraformCluster",operation="drift"} 1
 captf_last_success_timestamp_seconds{kind="TerraformCluster",name="checkfails",namespace="ns"} 992800
 captf_last_success_timestamp_seconds{kind="TerraformCluster",name="healthy",namespace="ns"} 999700
 captf_last_success_timestamp_seconds{kind="TerraformCluster",name="lost",namespace="ns"} 999460
+# HELP captf_plan_awaiting_approval 1 while a plan of the object waits for an approval: condition is PlanAwaitingApproval or DestructivePlanBlocked (none while no plan waits).
+# TYPE captf_plan_awaiting_approval gauge
+captf_plan_awaiting_approval{condition="PlanAwaitingApproval",kind="TerraformCluster",name="waiting",namespace="ns"} 1
 # HELP captf_ready 1 when the object's Ready condition is True, else 0; reason is the condition's reason.
 # TYPE captf_ready gauge
 captf_ready{kind="TerraformCluster",name="broken",namespace="ns",reason="ApplyFailed"} 0
 captf_ready{kind="TerraformCluster",name="checkfails",namespace="ns",reason="Applied"} 1
 captf_ready{kind="TerraformCluster",name="healthy",namespace="ns",reason="Applied"} 1
 captf_ready{kind="TerraformCluster",name="lost",namespace="ns",reason="StateMissing"} 0
+captf_ready{kind="TerraformCluster",name="waiting",namespace="ns",reason="PlanAwaitingApproval"} 0
 # HELP captf_state_bytes Uncompressed size of the object's Terraform state.
 # TYPE captf_state_bytes gauge
 captf_state_bytes{kind="TerraformCluster",name="healthy",namespace="ns"} 4096
@@ -161,10 +172,11 @@ captf_state_missing{kind="TerraformCluster",name="broken",namespace="ns"} 0
 captf_state_missing{kind="TerraformCluster",name="checkfails",namespace="ns"} 0
 captf_state_missing{kind="TerraformCluster",name="healthy",namespace="ns"} 0
 captf_state_missing{kind="TerraformCluster",name="lost",namespace="ns"} 1
+captf_state_missing{kind="TerraformCluster",name="waiting",namespace="ns"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "captf_ready", "captf_drifted", "captf_state_missing", "captf_job_failing",
 		"captf_last_success_timestamp_seconds", "captf_drift_interval_seconds", "captf_deletion_timestamp_seconds", "captf_state_bytes",
-		"captf_inputs_bytes", "captf_jobs_active", "captf_state_max_bytes"); err != nil {
+		"captf_inputs_bytes", "captf_jobs_active", "captf_state_max_bytes", "captf_plan_awaiting_approval"); err != nil {
 		t.Error(err)
 	}
 
@@ -172,7 +184,7 @@ captf_state_missing{kind="TerraformCluster",name="lost",namespace="ns"} 1
 	if err := objects.Delete(collectedCluster("lost", nil)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c, "captf_ready"); n != 3 {
-		t.Errorf("%d captf_ready series after a delete, want 3", n)
+	if n := testutil.CollectAndCount(c, "captf_ready"); n != 4 {
+		t.Errorf("%d captf_ready series after a delete, want 4", n)
 	}
 }
