@@ -188,16 +188,27 @@ func Main(args []string) error {
 	return m.lead(ctx, cfg, health, podNamespace)
 }
 
-// parseOptions reads the manager's flags and applies its logging flags.
-func parseOptions(args []string) (Options, error) {
+// Flags are the manager's flags with their defaults, as -h lists them.
+func Flags() *flag.FlagSet {
+	fs, _, _ := newFlags()
+	return fs
+}
+
+func newFlags() (*flag.FlagSet, *logflags.Flags, *Options) {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	logs := logflags.Bind(fs)
 	var o Options
 	o.bind(fs)
+	return fs, logs, &o
+}
+
+// parseOptions reads the manager's flags and applies its logging flags.
+func parseOptions(args []string) (Options, error) {
+	fs, logs, o := newFlags()
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return *o, err
 	}
-	return o, logs.Apply()
+	return *o, logs.Apply()
 }
 
 // complete checks the options and derives what they leave out: the runner

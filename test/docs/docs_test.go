@@ -1,9 +1,11 @@
 // Package docs checks that the documentation keeps up with the code: every
 // reason CAPTF can give in a condition or event is explained in the
-// troubleshooting page, and every relative link in the README and docs/
-// leads somewhere inside the repository. (Flags are checked against the
-// configuration page by the e2e suite, metrics against the observability
-// page by test/prometheus.)
+// troubleshooting page, every relative link in the README and docs/ leads
+// somewhere inside the repository, every series name a page gives is
+// exported, every flag default a page quotes is the flag's, and every alert
+// a page names is shipped with the severity the page gives. (That every
+// flag has a line in the configuration page is checked by the e2e suite
+// against -h, that every metric is documented by test/prometheus.)
 package docs
 
 import (

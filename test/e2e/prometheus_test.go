@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,7 +252,9 @@ func TestPrometheusAlerts(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 			t.Errorf("a write with the webhook gone: %v, want it refused for the webhook", err)
 		}
-		return slices.ContainsFunc(alerts, func(a framework.PromAlert) bool { return a.Labels["alertname"] == "CAPTFNoLeader" && a.State == "firing" }) &&
+		return slices.ContainsFunc(alerts, func(a framework.PromAlert) bool {
+			return a.Labels["alertname"] == "CAPTFNoLeader" && a.State == "firing"
+		}) &&
 			slices.ContainsFunc(alerts, func(a framework.PromAlert) bool {
 				return a.Labels["alertname"] == "CAPTFWebhookFailing" && a.Labels["name"] == "validation.terraformcluster.infrastructure.cluster.x-k8s.io" && a.State == "firing"
 			})
@@ -385,8 +386,6 @@ func shortRules(t *testing.T, rule *unstructured.Unstructured) []byte {
 	return b
 }
 
-var seriesName = regexp.MustCompile(`\b((?:captf|workqueue|rest_client|leader_election|controller_runtime)_[a-z0-9_]+)`)
-
 // namedSeries are the series names the shipped rules, the dashboard and
 // docs/observability.md use, histograms by their base name.
 func namedSeries(t *testing.T) []string {
@@ -397,7 +396,7 @@ func namedSeries(t *testing.T) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range seriesName.FindAllStringSubmatch(string(b), -1) {
+		for _, m := range framework.SeriesName.FindAllStringSubmatch(string(b), -1) {
 			name := m[1]
 			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
 				name = strings.TrimSuffix(name, suffix)

@@ -3,22 +3,17 @@
 package prometheus
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/captf/captf/pkg/controller/workspace"
-	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -30,35 +25,15 @@ var alerts = []string{"CAPTFJobFailing", "CAPTFDestroyStuck", "CAPTFStateUnreada
 
 const runbookBase = "https://github.com/captf/captf/blob/main/docs/runbooks/"
 
-type rule struct {
-	Alert       string            `json:"alert"`
-	Expr        string            `json:"expr"`
-	For         string            `json:"for"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
-}
-
-func shippedRules(t *testing.T) (*unstructured.Unstructured, []rule) {
+func shippedRules(t *testing.T) (*unstructured.Unstructured, []framework.AlertRule) {
 	t.Helper()
 	pr, err := framework.ShippedRules()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(pr.Object["spec"])
+	rules, err := framework.ShippedAlertRules()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var spec struct {
-		Groups []struct {
-			Rules []rule `json:"rules"`
-		} `json:"groups"`
-	}
-	if err := json.Unmarshal(b, &spec); err != nil {
-		t.Fatal(err)
-	}
-	var rules []rule
-	for _, g := range spec.Groups {
-		rules = append(rules, g.Rules...)
 	}
 	return pr, rules
 }
@@ -163,30 +138,6 @@ func TestAlertsComplete(t *testing.T) {
 	}
 }
 
-// exported is every series name the manager can report, histograms with
-// their _bucket, _sum and _count.
-func exported() map[string]bool {
-	ch := make(chan *prometheus.Desc, 256)
-	go func() {
-		metrics.Describe(ch)
-		(&workspace.Collector{}).Describe(ch)
-		close(ch)
-	}()
-	fq := regexp.MustCompile(`fqName: "([a-zA-Z_:][a-zA-Z0-9_:]*)"`)
-	names := map[string]bool{}
-	for d := range ch {
-		if m := fq.FindStringSubmatch(d.String()); m != nil {
-			names[m[1]] = true
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				names[m[1]+suffix] = true
-			}
-		}
-	}
-	return names
-}
-
-var seriesName = regexp.MustCompile(`\b((?:captf|workqueue|rest_client|leader_election|controller_runtime)_[a-z0-9_]+)`)
-
 // TestNamedSeriesExist: every series the rules, the dashboard and the docs
 // name is one the manager exports, and every CAPTF series is documented.
 func TestNamedSeriesExist(t *testing.T) {
@@ -194,7 +145,7 @@ func TestNamedSeriesExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := exported()
+	have := framework.ExportedSeries()
 	_, rules := shippedRules(t)
 	sources := map[string]string{}
 	for _, r := range rules {
@@ -208,7 +159,7 @@ func TestNamedSeriesExist(t *testing.T) {
 		sources[f] = string(b)
 	}
 	for src, text := range sources {
-		for _, m := range seriesName.FindAllStringSubmatch(text, -1) {
+		for _, m := range framework.SeriesName.FindAllStringSubmatch(text, -1) {
 			if !have[m[1]] {
 				t.Errorf("%s names %s, which the manager does not export", src, m[1])
 			}
