@@ -169,6 +169,22 @@ mutant plugin-approves-changed-plan pkg/plugin/plan.go \
 mutant record-keeps-marked-values pkg/runner/record.go \
 	'	c["after"] = mask(c["after"], c["after_sensitive"])' ''
 
+# A restore: provider IDs under a running Cluster, or by anyone before its
+# Cluster exists; a machine restored with provider IDs but no state applies.
+mutant restore-into-running-cluster pkg/webhook/admission.go \
+	'			if paused || !found {' '			if true {'
+mutant restore-without-move-right pkg/webhook/admission.go \
+	'		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {' '		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; cluster != "" {'
+mutant provider-ids-mean-nothing pkg/controller/workspace/state.go \
+	' || hasProviderIDs(obj) {' ' {'
+# The plane's alerts lose their inputs.
+mutant no-certificate-expiry pkg/webhook/server.go \
+	'	return c.Leaf.NotAfter, nil' '	return time.Time{}, nil'
+mutant reconcile-result-unlabelled pkg/controller/loop.go \
+	'			metrics.ObserveReconcile(l.Name, seconds, "requeue")' '			metrics.ObserveReconcile(l.Name, seconds, "error")'
+mutant no-plan-awaiting-series pkg/controller/workspace/collector.go \
+	'			gauge(ch, awaitingApprovalDesc, 1, kind, ns, name, c)' '			_ = c'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"
