@@ -258,7 +258,9 @@ var (
 // controller_runtime_reconcile_total.
 var ReconcileResults = []string{"success", "error", "requeue"}
 
-func init() { register(ReconcileDuration, ReconcileErrors, ReconcileTotal, ReconcileTime, ReconcileErrorsCR) }
+func init() {
+	register(ReconcileDuration, ReconcileErrors, ReconcileTotal, ReconcileTime, ReconcileErrorsCR)
+}
 
 // ObserveReconcile counts one sync of controller under both names: its
 // duration, and its result (see ReconcileResults).
