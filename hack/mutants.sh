@@ -177,6 +177,10 @@ mutant restore-without-move-right pkg/webhook/admission.go \
 	'		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {' '		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; cluster != "" {'
 mutant provider-ids-mean-nothing pkg/controller/workspace/state.go \
 	' || hasProviderIDs(obj) {' ' {'
+mutant restored-results-left pkg/controller/workspace/state.go \
+	'				if len(s.OwnerReferences) == 0 {' '				if false {'
+mutant restored-records-left pkg/controller/workspace/state.go \
+	'			if len(r.OwnerReferences) == 0 {' '			if false {'
 # The plane's alerts lose their inputs.
 mutant no-certificate-expiry pkg/webhook/server.go \
 	'	return c.Leaf.NotAfter, nil' '	return time.Time{}, nil'

@@ -128,13 +128,13 @@ func destroySucceeded(jobs []*CachedJob) bool {
 }
 
 // releaseState runs once obj's infrastructure is destroyed: its state
-// Secrets, lock and leftover run inputs go.
+// Secrets, lock and what its runs left go.
 func (e *Engine) releaseState(ctx context.Context, obj Object) error {
-	secrets, runInputs, err := e.objectSecrets(ctx, obj)
+	secrets, leftovers, err := e.objectSecrets(ctx, obj)
 	if err != nil {
 		return err
 	}
-	errs := []error{e.deleteRunInputs(ctx, runInputs)}
+	errs := []error{e.deleteLeftovers(ctx, obj, leftovers)}
 	for _, s := range secrets {
 		errs = append(errs, statestore.DeleteStateSecret(ctx, e.Kube.CoreV1().Secrets(s.Namespace), s.Name))
 	}

@@ -7,11 +7,16 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/statestore"
 )
 
 // fakeRunRecords holds records and records each delete, in order.
@@ -69,5 +74,50 @@ func TestPruneRecords(t *testing.T) {
 				t.Errorf("deleted %v, want %v", fake.deleted, tc.want)
 			}
 		})
+	}
+}
+
+// TestReleaseDeletesLeftovers: once an object's infrastructure is destroyed,
+// what its runs left goes with its state: its run inputs, and the results
+// and records a restore brought back without their owner. Results and
+// records the object owns are left to the garbage collector.
+func TestReleaseDeletesLeftovers(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid"}}
+	n := names.Object{Kind: "tfc", Name: "c"}
+	secret := func(name, secretType, uid string, owned bool) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: names.ObjectLabels("TerraformCluster", "c", types.UID(uid))}}
+		s.Labels[names.LabelSecretType] = secretType
+		if owned {
+			s.OwnerReferences = []metav1.OwnerReference{{UID: types.UID(uid)}}
+		}
+		return s
+	}
+	kube := fake.NewClientset(
+		statestore.NewStateSecret("ns", n.State(), n, names.SecretTypeState, names.ObjectLabels("TerraformCluster", "c", "uid")),
+		secret("tfc-c-apply-1-0", names.SecretTypeRunInputs, "uid", false),
+		secret("tfc-c-apply-0-0-result", names.SecretTypeResult, "old-uid", false), // restored
+		secret("tfc-c-apply-1-0-result", names.SecretTypeResult, "uid", true),
+	)
+	restored := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "tfc-c-apply-0-0-run-1", Namespace: "ns"}}
+	owned := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "tfc-c-apply-1-0-run-2", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{{UID: "uid"}}}}
+	records := &fakeRunRecords{records: []metav1.PartialObjectMetadata{restored, owned}}
+	e := &Engine{Records: records, Kube: kube, GVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster")}
+	if err := e.releaseState(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, a := range kube.Actions() {
+		if d, ok := a.(clienttesting.DeleteAction); ok && d.GetResource().Resource == "secrets" {
+			deleted = append(deleted, d.GetName())
+		}
+	}
+	slices.Sort(deleted)
+	if want := []string{"tfc-c-apply-0-0-result", "tfc-c-apply-1-0", n.State()}; !slices.Equal(deleted, want) {
+		t.Errorf("Secrets deleted %v, want %v", deleted, want)
+	}
+	if !slices.Equal(records.deleted, []string{restored.Name}) {
+		t.Errorf("records deleted %v, want only the restored one", records.deleted)
 	}
 }

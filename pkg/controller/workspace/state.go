@@ -51,11 +51,12 @@ func (e *Engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret,
 // forged backup) as big as --max-state-bytes.
 const secretsPage = 8
 
-// objectSecrets lists obj's state Secrets, and apart its run inputs (the
-// results go with the object, their owner): their metadata only, a page at
-// a time, so that the manager never holds more than a few chunks of a
-// state.
-func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInputs []corev1.Secret, err error) {
+// objectSecrets lists obj's state Secrets, and apart what is left of its
+// runs: run inputs, and results nobody owns (a backup tool restores them
+// without their owner references; the others go with the object, their
+// owner). Their metadata only, a page at a time, so that the manager never
+// holds more than a few chunks of a state.
+func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, leftovers []corev1.Secret, err error) {
 	sel := labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: e.Names(obj).Kind,
 		names.LabelObjectName: names.LabelValue(obj.GetName())}.String()
 	opts := metav1.ListOptions{LabelSelector: sel, Limit: secretsPage}
@@ -69,10 +70,13 @@ func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInput
 			switch s.Labels[names.LabelSecretType] {
 			case names.SecretTypeRunInputs:
 				if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
-					runInputs = append(runInputs, s)
+					leftovers = append(leftovers, s)
 				}
 				continue
 			case names.SecretTypeResult:
+				if len(s.OwnerReferences) == 0 {
+					leftovers = append(leftovers, s)
+				}
 				continue
 			}
 			if n, ok := s.Annotations[names.AnnotationObjectName]; ok && n != obj.GetName() {
@@ -81,18 +85,29 @@ func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, runInput
 			state = append(state, s)
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
-			return state, runInputs, nil
+			return state, leftovers, nil
 		}
 	}
 }
 
-// deleteRunInputs deletes run inputs left over (a runner killed before it
-// deleted its own): they have no owner to take them with the object.
-func (e *Engine) deleteRunInputs(ctx context.Context, secrets []corev1.Secret) error {
+// deleteLeftovers deletes what runs left (run inputs a runner killed before
+// it deleted its own, results a restore brought back without their owner),
+// and the run records a restore brought back likewise: nothing owns them to
+// take them with the object.
+func (e *Engine) deleteLeftovers(ctx context.Context, obj Object, secrets []corev1.Secret) error {
 	var errs []error
 	for _, s := range secrets {
 		if err := e.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
+		}
+	}
+	if e.Records != nil {
+		records, err := e.Records.List(ctx, obj.GetNamespace(), e.Names(obj))
+		errs = append(errs, err)
+		for _, r := range records {
+			if len(r.OwnerReferences) == 0 {
+				errs = append(errs, e.Records.Delete(ctx, r.Namespace, r.Name))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -366,11 +381,11 @@ func nilIfEmpty[T any](list []T) []T {
 // abandon keeps state, backups and inputs, labelled so an operator finds
 // them, and no longer protected: they are the operator's now.
 func (e *Engine) abandon(ctx context.Context, obj Object) error {
-	secrets, runInputs, err := e.objectSecrets(ctx, obj)
+	secrets, leftovers, err := e.objectSecrets(ctx, obj)
 	if err != nil {
 		return err
 	}
-	if err := e.deleteRunInputs(ctx, runInputs); err != nil {
+	if err := e.deleteLeftovers(ctx, obj, leftovers); err != nil {
 		return err
 	}
 	return e.updateSecrets(ctx, secrets, func(s *corev1.Secret) bool {
