@@ -172,9 +172,9 @@ mutant record-keeps-marked-values pkg/runner/record.go \
 # A restore: provider IDs under a running Cluster, or by anyone before its
 # Cluster exists; a machine restored with provider IDs but no state applies.
 mutant restore-into-running-cluster pkg/webhook/admission.go \
-	'			if paused || !found {' '			if true {'
+	'			if paused || !found {' '			if paused || !found || true {'
 mutant restore-without-move-right pkg/webhook/admission.go \
-	'		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {' '		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; cluster != "" {'
+	'		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {' '		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; (ok || true) && cluster != "" {'
 mutant provider-ids-mean-nothing pkg/controller/workspace/state.go \
 	' || hasProviderIDs(obj) {' ' {'
 mutant restored-results-left pkg/controller/workspace/state.go \
