@@ -186,8 +186,8 @@ mutant no-certificate-expiry pkg/webhook/server.go \
 	'	return c.Leaf.NotAfter, nil' '	return time.Time{}, nil'
 mutant reconcile-result-unlabelled pkg/controller/loop.go \
 	'			metrics.ObserveReconcile(l.Name, seconds, "requeue")' '			metrics.ObserveReconcile(l.Name, seconds, "error")'
-mutant no-plan-awaiting-series pkg/controller/workspace/collector.go \
-	'			gauge(ch, awaitingApprovalDesc, 1, kind, ns, name, c)' '			_ = c'
+mutant waiting-since-unreported pkg/controller/workspace/collector.go \
+	'			gauge(ch, waitingSinceDesc, float64(c.LastTransitionTime.Unix()), kind, ns, name, c.Type)' '			_ = c'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

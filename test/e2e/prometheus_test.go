@@ -18,7 +18,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -127,6 +129,24 @@ func TestPrometheusAlerts(t *testing.T) {
 		return isReady(tc) && c != nil && c.Reason == workspace.ReasonNoDrift
 	})
 	if err := os.WriteFile(filepath.Join(e.instances, "drifty-0"), []byte("zone=elsewhere\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The unapproved plan has waited two days, as far as its status says
+	// (the alert counts from the condition's transition, which the manager
+	// keeps while the plan waits); a day is more than a test can wait.
+	waitCondition(e, "waiting", infrav1.ConditionPlanAwaitingApproval, "a plan waiting", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "waiting", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		meta.FindStatusCondition(tc.Status.Conditions, infrav1.ConditionPlanAwaitingApproval).LastTransitionTime = metav1.NewTime(time.Now().Add(-48 * time.Hour))
+		_, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).UpdateStatus(ctx, tc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 

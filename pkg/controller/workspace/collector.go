@@ -41,8 +41,8 @@ var (
 		"Runner Jobs not finished, by kind and operation.", []string{"kind", "operation"}, nil)
 	jobsWaitingDesc = prometheus.NewDesc("captf_jobs_waiting",
 		"Objects whose Job waits for a slot (--max-concurrent-jobs, --max-concurrent-jobs-per-namespace), by kind and operation.", []string{"kind", "operation"}, nil)
-	awaitingApprovalDesc = prometheus.NewDesc("captf_plan_awaiting_approval",
-		"1 while a plan of the object waits for an approval: condition is PlanAwaitingApproval or DestructivePlanBlocked (none while no plan waits).", append(objectLabels, "condition"), nil)
+	waitingSinceDesc = prometheus.NewDesc("captf_waiting_since_timestamp_seconds",
+		"Since when the object waits: since its Ready condition turned False (reason: Ready's), or since a plan of it began to wait for an approval (reason: PlanAwaitingApproval or DestructivePlanBlocked). None while it waits for nothing.", append(objectLabels, "reason"), nil)
 	stateMaxDesc = prometheus.NewDesc("captf_state_max_bytes",
 		"The largest state CAPTF reads (--max-state-bytes): a larger one stops the object with StateTooLarge.", nil, nil)
 	inputsMaxDesc = prometheus.NewDesc("captf_inputs_max_bytes",
@@ -69,7 +69,7 @@ func (c *Collector) add(e *Engine, store cache.Store) {
 // Describe sends the descriptions of every series the collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{readyDesc, driftedDesc, stateMissingDesc, jobFailingDesc, lastSuccessDesc, driftIntervalDesc,
-		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, jobsWaitingDesc, stateMaxDesc, inputsMaxDesc, awaitingApprovalDesc} {
+		deletingDesc, stateBytesDesc, inputsBytesDesc, jobsActiveDesc, jobsWaitingDesc, stateMaxDesc, inputsMaxDesc, waitingSinceDesc} {
 		ch <- d
 	}
 }
@@ -129,11 +129,18 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 	gauge(ch, readyDesc, boolValue(ready != nil && ready.Status == metav1.ConditionTrue), kind, ns, name, reason)
 	gauge(ch, driftedDesc, boolValue(meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionDrifted)), kind, ns, name)
 	gauge(ch, stateMissingDesc, boolValue(meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionStateMissing)), kind, ns, name)
-	// Only while one waits: two series an object would cost 10,000
-	// objects memory for nothing.
-	for _, c := range []string{infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked} {
-		if meta.IsStatusConditionTrue(st.Conditions, c) {
-			gauge(ch, awaitingApprovalDesc, 1, kind, ns, name, c)
+	// Only while it waits. The times are the conditions' own, so a
+	// leader change (which leaves a gap in every series) does not restart
+	// the count, as an alert's `for` would.
+	gated := func(reason string) bool {
+		return reason == infrav1.ConditionPlanAwaitingApproval || reason == infrav1.ConditionDestructivePlanBlocked
+	}
+	if ready != nil && ready.Status == metav1.ConditionFalse && !gated(ready.Reason) {
+		gauge(ch, waitingSinceDesc, float64(ready.LastTransitionTime.Unix()), kind, ns, name, ready.Reason)
+	}
+	for _, c := range st.Conditions {
+		if gated(c.Type) && c.Status == metav1.ConditionTrue {
+			gauge(ch, waitingSinceDesc, float64(c.LastTransitionTime.Unix()), kind, ns, name, c.Type)
 		}
 	}
 	if t := obj.GetDeletionTimestamp(); t != nil {

@@ -42,7 +42,7 @@ func collectedJob(object, op string, age time.Duration, failed *bool, annotation
 }
 
 func condition(t, reason string, status metav1.ConditionStatus) metav1.Condition {
-	return metav1.Condition{Type: t, Status: status, Reason: reason}
+	return metav1.Condition{Type: t, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}
 }
 
 // TestCollector: the series come from the caches as they are now: Ready
@@ -150,9 +150,6 @@ captf_jobs_active{kind="TerraformCluster",operation="drift"} 1
 captf_last_success_timestamp_seconds{kind="TerraformCluster",name="checkfails",namespace="ns"} 992800
 captf_last_success_timestamp_seconds{kind="TerraformCluster",name="healthy",namespace="ns"} 999700
 captf_last_success_timestamp_seconds{kind="TerraformCluster",name="lost",namespace="ns"} 999460
-# HELP captf_plan_awaiting_approval 1 while a plan of the object waits for an approval: condition is PlanAwaitingApproval or DestructivePlanBlocked (none while no plan waits).
-# TYPE captf_plan_awaiting_approval gauge
-captf_plan_awaiting_approval{condition="PlanAwaitingApproval",kind="TerraformCluster",name="waiting",namespace="ns"} 1
 # HELP captf_ready 1 when the object's Ready condition is True, else 0; reason is the condition's reason.
 # TYPE captf_ready gauge
 captf_ready{kind="TerraformCluster",name="broken",namespace="ns",reason="ApplyFailed"} 0
@@ -173,10 +170,15 @@ captf_state_missing{kind="TerraformCluster",name="checkfails",namespace="ns"} 0
 captf_state_missing{kind="TerraformCluster",name="healthy",namespace="ns"} 0
 captf_state_missing{kind="TerraformCluster",name="lost",namespace="ns"} 1
 captf_state_missing{kind="TerraformCluster",name="waiting",namespace="ns"} 0
+# HELP captf_waiting_since_timestamp_seconds Since when the object waits: since its Ready condition turned False (reason: Ready's), or since a plan of it began to wait for an approval (reason: PlanAwaitingApproval or DestructivePlanBlocked). None while it waits for nothing.
+# TYPE captf_waiting_since_timestamp_seconds gauge
+captf_waiting_since_timestamp_seconds{kind="TerraformCluster",name="broken",namespace="ns",reason="ApplyFailed"} 996400
+captf_waiting_since_timestamp_seconds{kind="TerraformCluster",name="lost",namespace="ns",reason="StateMissing"} 996400
+captf_waiting_since_timestamp_seconds{kind="TerraformCluster",name="waiting",namespace="ns",reason="PlanAwaitingApproval"} 996400
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "captf_ready", "captf_drifted", "captf_state_missing", "captf_job_failing",
 		"captf_last_success_timestamp_seconds", "captf_drift_interval_seconds", "captf_deletion_timestamp_seconds", "captf_state_bytes",
-		"captf_inputs_bytes", "captf_jobs_active", "captf_state_max_bytes", "captf_plan_awaiting_approval"); err != nil {
+		"captf_inputs_bytes", "captf_jobs_active", "captf_state_max_bytes", "captf_waiting_since_timestamp_seconds"); err != nil {
 		t.Error(err)
 	}
 
