@@ -184,8 +184,8 @@ mutant restored-records-left pkg/controller/workspace/state.go \
 # The plane's alerts lose their inputs.
 mutant no-certificate-expiry pkg/webhook/server.go \
 	'	return c.Leaf.NotAfter, nil' '	return time.Time{}, nil'
-mutant reconcile-result-unlabelled pkg/controller/loop.go \
-	'			metrics.ObserveReconcile(l.Name, seconds, "requeue")' '			metrics.ObserveReconcile(l.Name, seconds, "error")'
+mutant conflict-counted-as-failure pkg/controller/loop.go \
+	'			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncConflicted)' '			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncFailed)'
 mutant waiting-since-unreported pkg/controller/workspace/collector.go \
 	'			gauge(ch, waitingSinceDesc, float64(c.LastTransitionTime.Unix()), kind, ns, name, c.Type)' '			_ = c'
 

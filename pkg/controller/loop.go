@@ -103,15 +103,15 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 			// Someone wrote the object since the cache saw it: the next
 			// sync reads their write. Nothing failed.
 			klog.FromContext(ctx).V(4).Info("Update conflict, syncing again", "object", key)
-			metrics.ObserveReconcile(l.Name, seconds, "requeue")
+			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncConflicted)
 		} else {
-			metrics.ObserveReconcile(l.Name, seconds, "error")
+			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncFailed)
 			utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
 		}
 		l.Queue.AddRateLimited(key)
 		return true
 	}
-	metrics.ObserveReconcile(l.Name, seconds, "success")
+	metrics.ObserveReconcile(l.Name, seconds, metrics.SyncSucceeded)
 	l.Queue.Forget(key)
 	return true
 }

@@ -241,7 +241,7 @@ var (
 var (
 	ReconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "controller_runtime_reconcile_total",
-		Help: "Syncs by controller and result: success, error, requeue (an update conflict).",
+		Help: "Syncs by controller and result: success, or error (an update conflict included, as controller-runtime counts it).",
 	}, []string{"controller", "result"})
 	ReconcileTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "controller_runtime_reconcile_time_seconds",
@@ -250,27 +250,41 @@ var (
 	}, []string{"controller"})
 	ReconcileErrorsCR = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "controller_runtime_reconcile_errors_total",
-		Help: "Syncs that failed, by controller (as captf_reconcile_errors_total).",
+		Help: "Syncs that failed, by controller (as captf_reconcile_errors_total, update conflicts included).",
 	}, []string{"controller"})
 )
 
 // ReconcileResults are the result label's values of
-// controller_runtime_reconcile_total.
-var ReconcileResults = []string{"success", "error", "requeue"}
+// controller_runtime_reconcile_total (CAPTF's syncs ask for no requeue).
+var ReconcileResults = []string{"success", "error"}
+
+// How a sync ended, for ObserveReconcile.
+const (
+	SyncSucceeded = "success"
+	SyncFailed    = "error"
+	// SyncConflicted: an update conflict, synced again at once. No error
+	// of CAPTF's own (captf_reconcile_errors_total), an error to
+	// controller-runtime's counters, as Cluster API's dashboards expect.
+	SyncConflicted = "conflict"
+)
 
 func init() {
 	register(ReconcileDuration, ReconcileErrors, ReconcileTotal, ReconcileTime, ReconcileErrorsCR)
 }
 
 // ObserveReconcile counts one sync of controller under both names: its
-// duration, and its result (see ReconcileResults).
-func ObserveReconcile(controller string, seconds float64, result string) {
+// duration, and how it ended (SyncSucceeded, SyncFailed, SyncConflicted).
+func ObserveReconcile(controller string, seconds float64, ended string) {
 	ReconcileDuration.WithLabelValues(controller).Observe(seconds)
 	ReconcileTime.WithLabelValues(controller).Observe(seconds)
-	ReconcileTotal.WithLabelValues(controller, result).Inc()
-	if result == "error" {
+	if ended == SyncSucceeded {
+		ReconcileTotal.WithLabelValues(controller, "success").Inc()
+		return
+	}
+	ReconcileTotal.WithLabelValues(controller, "error").Inc()
+	ReconcileErrorsCR.WithLabelValues(controller).Inc()
+	if ended == SyncFailed {
 		ReconcileErrors.WithLabelValues(controller).Inc()
-		ReconcileErrorsCR.WithLabelValues(controller).Inc()
 	}
 }
 

@@ -286,7 +286,9 @@ func (e *Engine) reportStateMissing(ctx context.Context, r *Sync) error {
 	msg := fmt.Sprintf("State Secret %s is missing, yet this object was applied: CAPTF applies and destroys nothing until a state is back, "+
 		"else it would create every resource a second time, or destroy nothing. ", n.State())
 	if len(backups) == 0 {
-		msg += "No backup of this object is left: put the state Secret back (from a backup of the namespace), or import the resources."
+		msg += fmt.Sprintf("No backup of this object is left: put the state Secret back (from a backup of the namespace), or import the resources; "+
+			"or, if its infrastructure is gone or is to be left as it is, let the object go without a destroy: kubectl annotate %s -n %s %s %s=true",
+			strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationAbandonInfrastructure)
 	} else {
 		msg += fmt.Sprintf("Backups, newest first: %s. Restore one: kubectl annotate %s -n %s %s %s=%s",
 			strings.Join(backups, ", "), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationRestoreState, backups[0])
