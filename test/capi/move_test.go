@@ -152,7 +152,7 @@ func TestMoveNeverDestroys(t *testing.T) {
 	// clusterctl move, target side (here the same namespace): the Cluster
 	// comes back paused, then its machine with its provider ID, written by
 	// the user running clusterctl. The webhook lets that one through; the
-	// same write under a Cluster that is not paused is refused.
+	// same write under a running Cluster is refused.
 	target := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
 		"metadata": map[string]any{"name": "src", "namespace": ns}, "spec": map[string]any{"paused": true,
 			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": "src"}}}}
@@ -168,6 +168,16 @@ func TestMoveNeverDestroys(t *testing.T) {
 	}
 	if err := moved("src-m", "src"); err != nil {
 		t.Errorf("the moved machine with its provider ID was refused under a paused Cluster: %v", err)
+	}
+	// A running Cluster takes none, even from a user who may move (one that
+	// does not exist yet may: a restore brings Clusters last).
+	running := target.DeepCopy()
+	running.SetName("other")
+	if err := unstructured.SetNestedField(running.Object, false, "spec", "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, running, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	if err := moved("forged", "other"); err == nil || !strings.Contains(err.Error(), "spec.providerID: Forbidden: only the CAPTF manager") {
 		t.Errorf("a machine with a provider ID under a Cluster that is not paused: %v, want it refused", err)

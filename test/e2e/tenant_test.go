@@ -270,8 +270,9 @@ func ptrTo[T any](v T) *T { return &v }
 
 // TestTenantProviderIDs: a tenant cannot take another team's instance: not
 // by creating a machine with its provider ID under a paused Cluster of its
-// own (the clusterctl move exception needs the move verb), not by moving a
-// machine that holds one to another cluster.
+// own or one that does not exist yet (the clusterctl move and restore
+// exceptions need the move verb), not by moving a machine that holds one to
+// another cluster.
 func TestTenantProviderIDs(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -287,6 +288,12 @@ func TestTenantProviderIDs(t *testing.T) {
 	_, err := tn.captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, machine("forged", "intruder", "local:///victim-0"), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), `with the "move" verb on terraformmachines`) {
 		t.Errorf("a tenant's machine with another's provider ID: %v, want refused", err)
+	}
+	// Nor before its Cluster exists: a restore's exception needs the move
+	// verb too.
+	_, err = tn.captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, machine("forged-early", "restored-later", "local:///victim-1"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `with the "move" verb on terraformmachines`) {
+		t.Errorf("a tenant's machine with another's provider ID before its Cluster exists: %v, want refused", err)
 	}
 	// What clusterctl move does, as a cluster admin: allowed.
 	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(e.ns).Create(ctx, machine("moved", "intruder", "local:///moved-0"), metav1.CreateOptions{}); err != nil {
