@@ -176,6 +176,9 @@ func TestMoveNeverDestroys(t *testing.T) {
 	if err := unstructured.SetNestedField(running.Object, false, "spec", "paused"); err != nil {
 		t.Fatal(err)
 	}
+	if err := unstructured.SetNestedField(running.Object, "other", "spec", "infrastructureRef", "name"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(ns).Create(ctx, running, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
