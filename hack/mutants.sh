@@ -185,7 +185,7 @@ mutant restored-records-left pkg/controller/workspace/state.go \
 mutant no-certificate-expiry pkg/webhook/server.go \
 	'	return c.Leaf.NotAfter, nil' '	return time.Time{}, nil'
 mutant conflict-counted-as-failure pkg/controller/loop.go \
-	'			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncConflicted)' '			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncFailed)'
+	'			l.reconciles.Observe(seconds, metrics.SyncConflicted)' '			l.reconciles.Observe(seconds, metrics.SyncFailed)'
 mutant waiting-since-unreported pkg/controller/workspace/collector.go \
 	'			gauge(ch, waitingSinceDesc, float64(c.LastTransitionTime.Unix()), kind, ns, name, c.Type)' '			_ = c'
 

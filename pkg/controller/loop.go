@@ -34,6 +34,7 @@ type Loop struct {
 	kube        kubernetes.Interface
 	clock       clock.PassiveClock
 	broadcaster record.EventBroadcaster
+	reconciles  *metrics.Reconciles
 }
 
 // eventCacheSize is how many events each cache of a loop's event
@@ -49,9 +50,9 @@ func NewLoop(ctx context.Context, name string, cc Context) *Loop {
 	// a manager of 2,000 objects with drift checks (its heap profile), more
 	// at 10,000; an object's events are few and far apart.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
-	metrics.StartReconcileSeries(name)
 	return &Loop{
-		Name: name,
+		Name:       name,
+		reconciles: metrics.ReconcilesOf(name),
 		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: name}),
 		Recorder:    broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: "captf-manager"}),
@@ -103,15 +104,15 @@ func (l *Loop) processNextWorkItem(ctx context.Context) bool {
 			// Someone wrote the object since the cache saw it: the next
 			// sync reads their write. Nothing failed.
 			klog.FromContext(ctx).V(4).Info("Update conflict, syncing again", "object", key)
-			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncConflicted)
+			l.reconciles.Observe(seconds, metrics.SyncConflicted)
 		} else {
-			metrics.ObserveReconcile(l.Name, seconds, metrics.SyncFailed)
+			l.reconciles.Observe(seconds, metrics.SyncFailed)
 			utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "controller", l.Name, "object", key)
 		}
 		l.Queue.AddRateLimited(key)
 		return true
 	}
-	metrics.ObserveReconcile(l.Name, seconds, metrics.SyncSucceeded)
+	l.reconciles.Observe(seconds, metrics.SyncSucceeded)
 	l.Queue.Forget(key)
 	return true
 }

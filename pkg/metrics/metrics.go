@@ -258,7 +258,7 @@ var (
 // controller_runtime_reconcile_total (CAPTF's syncs ask for no requeue).
 var ReconcileResults = []string{"success", "error"}
 
-// How a sync ended, for ObserveReconcile.
+// How a sync ended, for Reconciles.Observe.
 const (
 	SyncSucceeded = "success"
 	SyncFailed    = "error"
@@ -272,29 +272,41 @@ func init() {
 	register(ReconcileDuration, ReconcileErrors, ReconcileTotal, ReconcileTime, ReconcileErrorsCR)
 }
 
-// ObserveReconcile counts one sync of controller under both names: its
-// duration, and how it ended (SyncSucceeded, SyncFailed, SyncConflicted).
-func ObserveReconcile(controller string, seconds float64, ended string) {
-	ReconcileDuration.WithLabelValues(controller).Observe(seconds)
-	ReconcileTime.WithLabelValues(controller).Observe(seconds)
-	if ended == SyncSucceeded {
-		ReconcileTotal.WithLabelValues(controller, "success").Inc()
-		return
-	}
-	ReconcileTotal.WithLabelValues(controller, "error").Inc()
-	ReconcileErrorsCR.WithLabelValues(controller).Inc()
-	if ended == SyncFailed {
-		ReconcileErrors.WithLabelValues(controller).Inc()
+// Reconciles are one controller's sync series under both names, resolved
+// once: a sync observes them without looking its labels up again. Making
+// them starts the counters at zero (a rate over a counter never
+// incremented is 0, not nothing).
+type Reconciles struct {
+	duration, time    prometheus.Observer
+	succeeded, failed prometheus.Counter
+	errors, errorsCR  prometheus.Counter
+}
+
+// ReconcilesOf resolves controller's series.
+func ReconcilesOf(controller string) *Reconciles {
+	return &Reconciles{
+		duration:  ReconcileDuration.WithLabelValues(controller),
+		time:      ReconcileTime.WithLabelValues(controller),
+		succeeded: ReconcileTotal.WithLabelValues(controller, "success"),
+		failed:    ReconcileTotal.WithLabelValues(controller, "error"),
+		errors:    ReconcileErrors.WithLabelValues(controller),
+		errorsCR:  ReconcileErrorsCR.WithLabelValues(controller),
 	}
 }
 
-// StartReconcileSeries makes controller's counters start at zero: a rate
-// over a counter never incremented is 0, not nothing.
-func StartReconcileSeries(controller string) {
-	ReconcileErrors.WithLabelValues(controller)
-	ReconcileErrorsCR.WithLabelValues(controller)
-	for _, r := range ReconcileResults {
-		ReconcileTotal.WithLabelValues(controller, r)
+// Observe counts one sync under both names: its duration, and how it ended
+// (SyncSucceeded, SyncFailed, SyncConflicted).
+func (r *Reconciles) Observe(seconds float64, ended string) {
+	r.duration.Observe(seconds)
+	r.time.Observe(seconds)
+	if ended == SyncSucceeded {
+		r.succeeded.Inc()
+		return
+	}
+	r.failed.Inc()
+	r.errorsCR.Inc()
+	if ended == SyncFailed {
+		r.errors.Inc()
 	}
 }
 
