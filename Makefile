@@ -26,6 +26,10 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, C
 prometheus: ## Build Prometheus and promtool into bin/ for the alert tests (skipped when up to date)
 	./hack/build-controlplane.sh --with-prometheus
 
+.PHONY: velero
+velero: ## Build Velero, its AWS object-store plugin and an S3 stand-in into bin/ for the disaster-recovery test (skipped when up to date)
+	./hack/build-controlplane.sh --with-velero
+
 .PHONY: plugin
 plugin: ## Build the kubectl plugin, kubectl-captf, into bin/
 	$(GO) build -o bin/kubectl-captf ./cmd/kubectl-captf
@@ -48,7 +52,7 @@ local-up: controlplane localcloud plugin ## Run the quickstart: the local manage
 	exec bin/local-up
 
 .PHONY: test
-test: controlplane prometheus images ## Run every test, against a real local control plane (unit packages with the race detector)
+test: controlplane prometheus velero images ## Run every test, against a real local control plane (unit packages with the race detector)
 	$(GO) test -race $(TEST_FLAGS) ./pkg/... ./cmd/...
 	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/...
 	$(MAKE) fuzz
@@ -74,6 +78,7 @@ verify: ## Fail on stale generated code or CRDs, gofmt, vet or go.mod drift
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
 	cd hack/tools/prometheus && $(GO) mod tidy -diff
+	cd hack/tools/velero && $(GO) mod tidy -diff && $(GO) vet ./s3
 	cd hack/tools/imagebuild && $(GO) mod tidy -diff && $(GO) vet ./...
 	cd test/localcloud && $(GO) mod tidy -diff && $(GO) vet ./...
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test control plane (etcd, kube-apiserver, kube-controller-manager,
-# and kubectl for the kustomize bases), and with --with-prometheus Prometheus
+# and kubectl for the kustomize bases), with --with-prometheus Prometheus
 # and promtool for the alert tests (over 3 minutes cold: the quickstart runs
-# neither), from the Go module proxy into bin/, copies the CRDs of
+# neither), with --with-velero Velero, its AWS plugin and an S3 stand-in for
+# the disaster-recovery test, from the Go module proxy into bin/, copies the CRDs of
 # projects the tests stand in for, builds tofu when no terraform is on PATH,
 # and installs iproute2 when `ip` is missing.
 # A binary is rebuilt only when its recorded version differs from the wanted one.
@@ -20,7 +21,7 @@ tools_version() { (cd "${MODULE:-${TOOLS}}" && go list -m -f '{{.Version}}' "$1"
 # with build tags $TAGS.
 build() {
   local name=$1 pkg=$2 version=$3 ldflags=${4:-} module=${MODULE:-${TOOLS}} tags=${TAGS:-}
-  local stamp="${BIN}/.${name}.version" want="${version} $(go env GOVERSION)"
+  local stamp="${BIN}/.${name//\//-}.version" want="${version} $(go env GOVERSION)"
   if [[ -x "${BIN}/${name}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
     echo "${name} ${version}: up to date"
     return
@@ -41,13 +42,27 @@ build kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}" "${kube_ldflags}"
 
 # Prometheus has a module of its own (hack/tools/prometheus): its
 # dependencies must not move the control plane's. Static scrape targets only.
-if [[ "${1:-}" == "--with-prometheus" ]]; then
+if [[ " $* " == *" --with-prometheus "* ]]; then
   MODULE=${TOOLS}/prometheus
   PROM_VERSION=$(tools_version github.com/prometheus/prometheus)
   export MODULE TAGS=remove_all_sd
   build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION}"
   build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
   unset MODULE TAGS
+fi
+
+# Velero, its AWS object-store plugin (in bin/velero-plugins, the server's
+# --plugin-dir) and the S3 stand-in the backups go to: one module of their
+# own (hack/tools/velero), Velero builds against Kubernetes v0.33.
+if [[ " $* " == *" --with-velero "* ]]; then
+  MODULE=${TOOLS}/velero
+  export MODULE
+  mkdir -p "${BIN}/velero-plugins"
+  build velero github.com/vmware-tanzu/velero/cmd/velero "$(tools_version github.com/vmware-tanzu/velero)"
+  build velero-plugins/velero-plugin-for-aws github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws \
+    "$(tools_version github.com/vmware-tanzu/velero-plugin-for-aws)"
+  build velero-s3 ./s3 "$(cat "${MODULE}/go.sum" "${MODULE}/s3/main.go" | sha256sum | cut -c1-16)"
+  unset MODULE
 fi
 
 # copy_crds NAME MODULE@VERSION FILE...: CRDs of a project we do not run

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,10 +26,7 @@ import (
 	"github.com/captf/captf/test/framework"
 )
 
-var (
-	machineSetsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinesets"}
-	configMapsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-)
+var machineSetsGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinesets"}
 
 // restoreOrder is what docs/disaster-recovery.md backs up, in the order it
 // restores by hand: Secrets, the Clusters (paused), then everything else.
@@ -45,131 +41,221 @@ var restoreOrder = []schema.GroupVersionResource{
 	machinesGVR,
 }
 
-// veleroOrder is the order Velero's server restores restoreOrder in by
-// default: its high priorities first (Secrets, ConfigMaps), then every other kind
-// sorted by resource and group, Clusters among its low priorities, last.
-// Nothing is paused: Velero restores what it backed up.
-func veleroOrder() []schema.GroupVersionResource {
-	var middle []schema.GroupVersionResource
-	for _, gvr := range restoreOrder {
-		if gvr.Resource != "secrets" && gvr.Resource != "configmaps" && gvr != clustersGVR {
-			middle = append(middle, gvr)
-		}
-	}
-	slices.SortFunc(middle, func(a, b schema.GroupVersionResource) int {
-		return strings.Compare(a.GroupResource().String(), b.GroupResource().String())
-	})
-	return append(append([]schema.GroupVersionResource{{Version: "v1", Resource: "secrets"}, configMapsGVR}, middle...), clustersGVR)
-}
-
 // TestRestoreOnFreshPlane does what the disaster-recovery page tells an
-// operator: back up a cluster's Cluster API and CAPTF objects and CAPTF's
-// Secrets the way a backup tool does (metadata reset; status dropped, or
-// kept), bring up a fresh control plane with Cluster API and CAPTF, and
-// restore: in Velero's default order (Clusters last, not paused) with the
-// status dropped, as Velero restores by default; in the hand-made order
-// (the Cluster first, paused, unpaused at the end) with the status kept.
-// Nothing is created or destroyed, every object is Ready, and deleting the
-// restored cluster afterwards destroys everything and leaves no Secret of
-// CAPTF's.
+// operator who restores by hand: back up a cluster's Cluster API and CAPTF
+// objects and CAPTF's Secrets with their status (metadata reset, as a
+// backup tool does), bring up a fresh control plane with Cluster API and
+// CAPTF, and restore them in the page's order, the Cluster first and
+// paused, unpaused at the end. Nothing is created or destroyed, no Job
+// runs, every object is Ready, and deleting the restored cluster
+// afterwards destroys everything and leaves no Secret of CAPTF's.
+// TestVeleroRestoreIntoFreshPlane does the same with Velero.
 func TestRestoreOnFreshPlane(t *testing.T) {
 	root, _ := setup(t)
-	for _, keepStatus := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Velero's order, status dropped", true: "paused Cluster first, status kept"}[keepStatus], func(t *testing.T) {
-			ctx := context.Background()
-			ns := map[bool]string{false: "dr", true: "dr-status"}[keepStatus]
-			instances := t.TempDir()
-			makeRestorableCluster(t, plane, root, ns, instances)
-			before, err := framework.InstanceFiles(instances)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(before) != 4 {
-				t.Fatalf("instances %v, want the cluster's 2 and 2 workers", before)
-			}
+	ctx := context.Background()
+	ns := "dr-status"
+	instances := t.TempDir()
+	makeRestorableCluster(t, plane, root, ns, instances, false)
+	before := instanceSet(t, instances, 4)
 
-			// Velero backs up every Secret and ConfigMap of the namespace
-			// (runs' inputs, results and records too); by hand, only what
-			// the page lists.
-			backup := backUp(t, plane, ns, !keepStatus, keepStatus)
-			// The old plane is lost: its Cluster paused, nothing there runs
-			// again.
-			pause(t, plane, ns, "dr", true)
+	backup := backUp(t, plane, ns)
+	// The old plane is lost: its Cluster paused, nothing there runs again.
+	pause(t, plane, ns, "dr", true)
 
-			start := time.Now()
-			fresh, err := framework.StartLocal(ctx, root, binary, framework.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(fresh.Stop)
-			if _, err := fresh.RegisterWebhook(ctx, "captf", fresh.Manager.WebhookAddr, fresh.Manager.WebhookCert.CA.CertPEM, ns); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("fresh plane with Cluster API and CAPTF up in %s", time.Since(start).Round(100*time.Millisecond))
+	fresh := startFreshPlane(t, root, ns)
+	restore(t, fresh.ControlPlane, ns, backup)
+	// Before unpausing: every state is there, no object lacks one.
+	states, err := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
+	if err != nil || len(states.Items) != 3 {
+		t.Fatalf("state Secrets after the restore: %v (%v), want 3", states, err)
+	}
+	pause(t, fresh.ControlPlane, ns, "dr", false)
 
-			if keepStatus {
-				restore(t, fresh.ControlPlane, ns, backup, false, true)
-				// Before unpausing: every state is there, no object lacks one.
-				states, err := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
-				if err != nil || len(states.Items) != 3 {
-					t.Fatalf("state Secrets after the restore: %v (%v), want 3", states, err)
-				}
-				pause(t, fresh.ControlPlane, ns, "dr", false)
-			} else {
-				restore(t, fresh.ControlPlane, ns, backup, true, false)
-			}
+	waitRestored(t, fresh.ControlPlane, ns, true, false)
+	checkRestored(t, fresh, ns, instances, before, 0)
+}
 
-			waitRestored(t, fresh.ControlPlane, ns, keepStatus)
-			if now, _ := framework.InstanceFiles(instances); !maps.Equal(now, before) {
-				t.Errorf("instances changed by the restore:\nbefore %v\nafter  %v", before, now)
-			}
-			jobs, err := fresh.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ran []string
-			for _, j := range jobs.Items {
-				ran = append(ran, j.Name)
-				if !strings.Contains(j.Name, "-apply-") || keepStatus {
-					t.Errorf("Job %s ran after the restore; want %s", j.Name, map[bool]string{false: "one apply per object", true: "none"}[keepStatus])
-				}
-			}
-			t.Logf("Jobs on the fresh plane: %v", ran)
-			if !keepStatus && len(jobs.Items) != 3 {
-				t.Errorf("%d Jobs on the fresh plane, want one apply per object (3)", len(jobs.Items))
-			}
+// veleroBackedUp is what the disaster-recovery page tells Velero to back
+// up: the Cluster API and CAPTF kinds, Secrets and ConfigMaps.
+var veleroBackedUp = []string{
+	"clusters.cluster.x-k8s.io", "machinedeployments.cluster.x-k8s.io", "machinesets.cluster.x-k8s.io",
+	"machines.cluster.x-k8s.io", "machinepools.cluster.x-k8s.io",
+	"terraformclusters.infrastructure.cluster.x-k8s.io", "terraformclustertemplates.infrastructure.cluster.x-k8s.io",
+	"terraformmachines.infrastructure.cluster.x-k8s.io", "terraformmachinetemplates.infrastructure.cluster.x-k8s.io",
+	"terraformmachinepools.infrastructure.cluster.x-k8s.io",
+	"secrets", "configmaps",
+}
 
-			// Deleting the restored cluster leaves nothing behind.
-			if err := fresh.Dynamic.Resource(clustersGVR).Namespace(ns).Delete(ctx, "dr", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			var left []string
-			err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-				left = nil
-				if _, err := fresh.Dynamic.Resource(clustersGVR).Namespace(ns).Get(ctx, "dr", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					left = append(left, "cluster/dr")
-				}
-				files, _ := framework.InstanceFiles(instances)
-				for f := range files {
-					left = append(left, "instance "+f)
-				}
-				secrets, _ := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelManagedBy + "=" + names.ManagedByValue})
-				for _, s := range secrets.Items {
-					left = append(left, "secret/"+s.Name)
-				}
-				return len(left) == 0, nil
-			})
-			if err != nil {
-				t.Errorf("left after deleting the restored cluster: %v", left)
-			}
-		})
+// TestVeleroRestoreIntoFreshPlane is the disaster-recovery page's Velero
+// flow, with Velero's own server and AWS plugin backing up into an S3
+// stand-in: a provisioned cluster with two machines and a pool is backed
+// up with `velero backup create` (Cluster API and CAPTF kinds, Secrets and
+// ConfigMaps), its plane is lost, and `velero restore create` brings it
+// into a fresh plane with the same versions. Velero restores in its own
+// order (Secrets and ConfigMaps, then the kinds by name, Clusters last),
+// pauses nothing and drops the status: every object runs one apply whose
+// plan changes nothing and is Ready again, no instance is created or
+// destroyed, and deleting the restored cluster destroys every instance and
+// leaves no Secret of CAPTF's.
+func TestVeleroRestoreIntoFreshPlane(t *testing.T) {
+	root, _ := setup(t)
+	ctx := context.Background()
+	ns := "dr-velero"
+	instances := t.TempDir()
+	makeRestorableCluster(t, plane, root, ns, instances, true)
+	before := instanceSet(t, instances, 6)
+	store, err := framework.StartObjectStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Stop)
+	velero, err := plane.StartVelero(ctx, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := velero.Run(ctx, "backup", "create", "dr", "--include-namespaces", ns,
+		"--include-resources", strings.Join(veleroBackedUp, ","), "--wait")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, velero.Logs(40))
+	}
+	t.Logf("velero backup create: %s", lastLine(out))
+	if phase := veleroPhase(t, plane, "backups", "dr"); phase != "Completed" {
+		out, _ := velero.Run(ctx, "backup", "describe", "dr", "--details")
+		t.Fatalf("backup dr is %s, want Completed:\n%s", phase, out)
+	}
+	// The old plane is lost: Velero and the Cluster stop there.
+	velero.Stop()
+	pause(t, plane, ns, "dr", true)
+
+	fresh := startFreshPlane(t, root, ns)
+	if velero, err = fresh.StartVelero(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	// Velero's server finds the backup in the bucket: it looks once a
+	// minute (a fixed period), a minute of this test's time.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return veleroPhase(t, fresh.ControlPlane, "backups", "dr") == "Completed", nil
+	})
+	if err != nil {
+		t.Fatalf("the fresh plane's Velero never listed backup dr:\n%s", velero.Logs(40))
+	}
+	out, err = velero.Run(ctx, "restore", "create", "dr", "--from-backup", "dr", "--wait")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, velero.Logs(40))
+	}
+	t.Logf("velero restore create: %s", lastLine(out))
+	if phase := veleroPhase(t, fresh.ControlPlane, "restores", "dr"); phase != "Completed" {
+		out, _ := velero.Run(ctx, "restore", "describe", "dr", "--details")
+		t.Fatalf("restore dr is %s, want Completed:\n%s", phase, out)
+	}
+
+	waitRestored(t, fresh.ControlPlane, ns, false, true)
+	checkRestored(t, fresh, ns, instances, before, 4)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// veleroPhase is the phase of a Backup or Restore, "" while there is none.
+func veleroPhase(t *testing.T, cp *framework.ControlPlane, resource, name string) string {
+	t.Helper()
+	got, err := cp.Dynamic.Resource(framework.VeleroResource(resource)).Namespace("velero").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+	return phase
+}
+
+// instanceSet is the local cloud's instances, want of them.
+func instanceSet(t *testing.T, dir string, want int) map[string]string {
+	t.Helper()
+	files, err := framework.InstanceFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != want {
+		t.Fatalf("instances %v, want %d", files, want)
+	}
+	return files
+}
+
+// startFreshPlane starts a plane with Cluster API and CAPTF, its webhook
+// guarding ns, stopped at the end of the test.
+func startFreshPlane(t *testing.T, root, ns string) *framework.Local {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	fresh, err := framework.StartLocal(ctx, root, binary, framework.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fresh.Stop)
+	if _, err := fresh.RegisterWebhook(ctx, "captf", fresh.Manager.WebhookAddr, fresh.Manager.WebhookCert.CA.CertPEM, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fresh plane with Cluster API and CAPTF up in %s", time.Since(start).Round(100*time.Millisecond))
+	return fresh
+}
+
+// checkRestored checks a restored cluster: the instances are those before,
+// applies Jobs ran (one per object, each with the plan waitRestored saw),
+// and deleting the Cluster destroys every instance and leaves no Secret of
+// CAPTF's.
+func checkRestored(t *testing.T, fresh *framework.Local, ns, instances string, before map[string]string, applies int) {
+	t.Helper()
+	ctx := context.Background()
+	if now, _ := framework.InstanceFiles(instances); !maps.Equal(now, before) {
+		t.Errorf("instances changed by the restore:\nbefore %v\nafter  %v", before, now)
+	}
+	jobs, err := fresh.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, j := range jobs.Items {
+		ran = append(ran, j.Name)
+		if !strings.Contains(j.Name, "-apply-") {
+			t.Errorf("Job %s ran after the restore; want only applies", j.Name)
+		}
+	}
+	t.Logf("Jobs on the fresh plane: %v", ran)
+	if len(jobs.Items) != applies {
+		t.Errorf("%d Jobs on the fresh plane, want %d (one apply per object without its status)", len(jobs.Items), applies)
+	}
+
+	// Deleting the restored cluster leaves nothing behind.
+	if err := fresh.Dynamic.Resource(clustersGVR).Namespace(ns).Delete(ctx, "dr", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		left = nil
+		if _, err := fresh.Dynamic.Resource(clustersGVR).Namespace(ns).Get(ctx, "dr", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "cluster/dr")
+		}
+		files, _ := framework.InstanceFiles(instances)
+		for f := range files {
+			left = append(left, "instance "+f)
+		}
+		secrets, _ := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelManagedBy + "=" + names.ManagedByValue})
+		for _, s := range secrets.Items {
+			left = append(left, "secret/"+s.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("left after deleting the restored cluster: %v", left)
 	}
 }
 
 // makeRestorableCluster makes, in a new namespace, a Cluster of
 // examples/local-cloud with 2 instances and a MachineDeployment of 2
-// TerraformMachines, and waits until they are provisioned.
-func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, instances string) {
+// TerraformMachines (and withPool a MachinePool of 2 with a
+// TerraformMachinePool), and waits until they are provisioned.
+func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, instances string, withPool bool) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -200,30 +286,46 @@ func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, i
 	infraRef := func(kind, name string) map[string]any {
 		return map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": kind, "name": name}
 	}
+	clusterLabel := map[string]any{"cluster.x-k8s.io/cluster-name": "dr"}
 	workers := map[string]any{"pool": "dr-md", "cluster.x-k8s.io/cluster-name": "dr"}
-	for gvr, o := range map[schema.GroupVersionResource]map[string]any{
+	objects := map[schema.GroupVersionResource]map[string]any{
 		clustersGVR: {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": map[string]any{"name": "dr", "namespace": ns},
 			"spec": map[string]any{"infrastructureRef": infraRef("TerraformCluster", "dr")}},
 		machineDeploymentsGVR: {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-			"metadata": map[string]any{"name": "dr-md", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "dr"}},
+			"metadata": map[string]any{"name": "dr-md", "namespace": ns, "labels": clusterLabel},
 			"spec": map[string]any{"clusterName": "dr", "replicas": int64(2),
 				"rollout":  map[string]any{"strategy": map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
 				"selector": map[string]any{"matchLabels": workers},
 				"template": map[string]any{"metadata": map[string]any{"labels": workers},
 					"spec": map[string]any{"clusterName": "dr", "bootstrap": map[string]any{"dataSecretName": "dr-boot"},
 						"infrastructureRef": infraRef("TerraformMachineTemplate", "dr-md")}}}},
-	} {
+	}
+	if withPool {
+		if _, err := cp.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Create(ctx, &infrav1.TerraformMachinePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "dr-pool", Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "dr"}},
+			Spec:       infrav1.TerraformMachinePoolSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: module("local-pool"), Variables: variables[:1]}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		objects[machinePoolsGVR] = map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+			"metadata": map[string]any{"name": "dr-pool", "namespace": ns, "labels": clusterLabel},
+			"spec": map[string]any{"clusterName": "dr", "replicas": int64(2),
+				"template": map[string]any{"spec": map[string]any{"clusterName": "dr", "bootstrap": map[string]any{"dataSecretName": "dr-boot"},
+					"infrastructureRef": infraRef("TerraformMachinePool", "dr-pool")}}}}
+	}
+	for gvr, o := range objects {
 		if _, err := cp.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: o}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitRestored(t, cp, ns, true)
+	waitRestored(t, cp, ns, true, withPool)
 }
 
-// waitRestored waits until the TerraformCluster and both TerraformMachines
-// are Ready (with a plan that changed nothing, unless anyPlan) and both
-// Machines have their provider IDs.
-func waitRestored(t *testing.T, cp *framework.ControlPlane, ns string, anyPlan bool) {
+// waitRestored waits until the TerraformCluster, both TerraformMachines
+// (and withPool the TerraformMachinePool) are Ready (with a plan that
+// changed nothing, unless anyPlan) and both Machines (and the pool) have
+// their provider IDs.
+func waitRestored(t *testing.T, cp *framework.ControlPlane, ns string, anyPlan, withPool bool) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -256,6 +358,14 @@ func waitRestored(t *testing.T, cp *framework.ControlPlane, ns string, anyPlan b
 			}
 		}
 		last += fmt.Sprintf("; %d of %d Machines with a provider ID", withID, len(machines.Items))
+		if withPool {
+			pool, err := cp.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Get(ctx, "dr-pool", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			ready = ready && ok(pool.Status.Conditions) && len(pool.Spec.ProviderIDList) == 2
+			last += fmt.Sprintf("; TerraformMachinePool %v %+v", pool.Spec.ProviderIDList, meta.FindStatusCondition(pool.Status.Conditions, infrav1.ConditionReady))
+		}
 		return ready && len(tms.Items) == 2 && withID == 2 && len(machines.Items) == 2, nil
 	})
 	if err != nil {
@@ -263,28 +373,24 @@ func waitRestored(t *testing.T, cp *framework.ControlPlane, ns string, anyPlan b
 	}
 }
 
-// backUp exports ns as a backup tool does: the objects of restoreOrder
-// (everything, and every ConfigMap too, as Velero takes them; else CAPTF's
-// Secrets by the labels the disaster-recovery page gives, and the
-// bootstrap Secret the Machines name), metadata reduced to name,
-// namespace, labels, annotations and finalizers; status kept or not.
-func backUp(t *testing.T, cp *framework.ControlPlane, ns string, everything, keepStatus bool) map[schema.GroupVersionResource][]unstructured.Unstructured {
+// backUp exports ns as the disaster-recovery page's hand-made backup does:
+// the objects of restoreOrder, CAPTF's Secrets by the labels the page
+// gives and the bootstrap Secret the Machines name, with their status,
+// metadata reduced to name, namespace, labels, annotations and finalizers
+// (a backup tool's reset).
+func backUp(t *testing.T, cp *framework.ControlPlane, ns string) map[schema.GroupVersionResource][]unstructured.Unstructured {
 	t.Helper()
 	out := map[schema.GroupVersionResource][]unstructured.Unstructured{}
-	kinds := restoreOrder
-	if everything {
-		kinds = append(slices.Clone(restoreOrder), configMapsGVR)
-	}
-	for _, gvr := range kinds {
+	for _, gvr := range restoreOrder {
 		opts := metav1.ListOptions{}
-		if gvr.Resource == "secrets" && !everything {
+		if gvr.Resource == "secrets" {
 			opts.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "," + names.LabelSecretType + " in (state,state-chunk,backup,backup-chunk,durable-inputs)"
 		}
 		list, err := cp.Dynamic.Resource(gvr).Namespace(ns).List(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if gvr.Resource == "secrets" && !everything {
+		if gvr.Resource == "secrets" {
 			boot, err := cp.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), "dr-boot", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -299,55 +405,34 @@ func backUp(t *testing.T, cp *framework.ControlPlane, ns string, everything, kee
 			o.SetLabels(labels)
 			o.SetAnnotations(annotations)
 			o.SetFinalizers(finalizers)
-			if !keepStatus {
-				delete(o.Object, "status")
-			}
 			out[gvr] = append(out[gvr], o)
 		}
 	}
 	return out
 }
 
-// restore creates the backup as Velero does (its order, its labels, nothing
-// paused) or by hand (restoreOrder, each Cluster paused); the status
-// through the status subresource if keepStatus.
-func restore(t *testing.T, cp *framework.ControlPlane, ns string, backup map[schema.GroupVersionResource][]unstructured.Unstructured, velero, keepStatus bool) {
+// restore creates the backup in restoreOrder, each Cluster paused, with
+// the status through the status subresource.
+func restore(t *testing.T, cp *framework.ControlPlane, ns string, backup map[schema.GroupVersionResource][]unstructured.Unstructured) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	order := restoreOrder
-	if velero {
-		order = veleroOrder()
-	}
-	for _, gvr := range order {
+	for _, gvr := range restoreOrder {
 		for _, o := range backup[gvr] {
 			o := *o.DeepCopy()
-			if velero {
-				// What Velero adds to everything it restores.
-				labels := o.GetLabels()
-				if labels == nil {
-					labels = map[string]string{}
-				}
-				labels["velero.io/backup-name"], labels["velero.io/restore-name"] = "dr", "dr-20261203"
-				o.SetLabels(labels)
-			}
-			if gvr == clustersGVR && !velero {
+			if gvr == clustersGVR {
 				if err := unstructured.SetNestedField(o.Object, true, "spec", "paused"); err != nil {
 					t.Fatal(err)
 				}
 			}
 			status, hasStatus := o.Object["status"]
 			created, err := cp.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, &o, metav1.CreateOptions{})
-			if velero && apierrors.IsAlreadyExists(err) {
-				// Velero skips what is there (kube-root-ca.crt), with a warning.
-				continue
-			}
 			if err != nil {
 				t.Fatalf("restoring %s %s: %v", gvr.Resource, o.GetName(), err)
 			}
-			if keepStatus && hasStatus && gvr.Resource != "secrets" {
+			if hasStatus && gvr.Resource != "secrets" {
 				// The controllers may write the new object first: as a backup
 				// tool does, try again on the newest.
 				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

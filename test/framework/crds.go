@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -76,7 +77,7 @@ func CAPICRDDir() (string, error) {
 // InstallCRDs creates every CRD in the YAML files of dirs (server-side: some
 // are too big for client-side apply) and waits until all are established.
 func (cp *ControlPlane) InstallCRDs(ctx context.Context, dirs ...string) error {
-	var names []string
+	var crds []*unstructured.Unstructured
 	for _, dir := range dirs {
 		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		if err != nil {
@@ -86,21 +87,42 @@ func (cp *ControlPlane) InstallCRDs(ctx context.Context, dirs ...string) error {
 			return fmt.Errorf("no CRDs in %s", dir)
 		}
 		for _, f := range files {
-			crds, err := ReadObjects(f)
+			objs, err := ReadObjects(f)
 			if err != nil {
 				return err
 			}
-			for _, crd := range crds {
-				if crd.GetKind() != "CustomResourceDefinition" {
-					continue
-				}
-				_, err := cp.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{FieldManager: "captf-test"})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					return fmt.Errorf("creating CRD %s from %s: %w", crd.GetName(), f, err)
-				}
-				names = append(names, crd.GetName())
-			}
+			crds = append(crds, objs...)
 		}
+	}
+	return cp.CreateCRDs(ctx, crds)
+}
+
+// CreateCRDs creates the CustomResourceDefinitions among objs (and in the
+// Lists among them) and waits until they are established.
+func (cp *ControlPlane) CreateCRDs(ctx context.Context, objs []*unstructured.Unstructured) error {
+	var names []string
+	create := func(crd *unstructured.Unstructured) error {
+		if crd.GetKind() != "CustomResourceDefinition" {
+			return nil
+		}
+		_, err := cp.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{FieldManager: "captf-test"})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating CRD %s: %w", crd.GetName(), err)
+		}
+		names = append(names, crd.GetName())
+		return nil
+	}
+	for _, obj := range objs {
+		if obj.IsList() {
+			if err := obj.EachListItem(func(o runtime.Object) error { return create(o.(*unstructured.Unstructured)) }); err != nil {
+				return err
+			}
+		} else if err := create(obj); err != nil {
+			return err
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("no CRDs among %d objects", len(objs))
 	}
 	for _, name := range names {
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
