@@ -82,7 +82,7 @@ var veleroBackedUp = []string{
 	"machines.cluster.x-k8s.io", "machinepools.cluster.x-k8s.io",
 	"terraformclusters.infrastructure.cluster.x-k8s.io", "terraformclustertemplates.infrastructure.cluster.x-k8s.io",
 	"terraformmachines.infrastructure.cluster.x-k8s.io", "terraformmachinetemplates.infrastructure.cluster.x-k8s.io",
-	"terraformmachinepools.infrastructure.cluster.x-k8s.io",
+	"terraformmachinepools.infrastructure.cluster.x-k8s.io", "terraformmachinepooltemplates.infrastructure.cluster.x-k8s.io",
 	"secrets", "configmaps",
 }
 
