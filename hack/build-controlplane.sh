@@ -17,28 +17,46 @@ mkdir -p "${BIN}"
 
 tools_version() { (cd "${MODULE:-${TOOLS}}" && go list -m -f '{{.Version}}' "$1"); }
 
-# build NAME PACKAGE VERSION [LDFLAGS], in module $MODULE (the tools module)
-# with build tags $TAGS.
+# build [NAME PACKAGE VERSION]...: those of the binaries whose recorded
+# version is not the wanted one, in one go build (one binary links while
+# another compiles), in module $MODULE (the tools module) with build tags
+# $TAGS and linker flags $LDFLAGS.
 build() {
-  local name=$1 pkg=$2 version=$3 ldflags=${4:-} module=${MODULE:-${TOOLS}} tags=${TAGS:-}
-  local stamp="${BIN}/.${name//\//-}.version" want="${version} $(go env GOVERSION)"
-  if [[ -x "${BIN}/${name}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
-    echo "${name} ${version}: up to date"
-    return
-  fi
-  echo "building ${name} ${version} ..."
-  local start=${SECONDS}
-  (cd "${module}" && CGO_ENABLED=0 go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${BIN}/${name}" "${pkg}")
-  echo "${want}" > "${stamp}"
-  echo "built ${name} in $((SECONDS - start))s"
+  local module=${MODULE:-${TOOLS}} goversion names=() pkgs=() wants=()
+  goversion=$(go env GOVERSION)
+  while (($#)); do
+    local name=$1 pkg=$2 want="$3 ${goversion}"
+    shift 3
+    if [[ -x "${BIN}/${name}" && "$(cat "${BIN}/.${name//\//-}.version" 2>/dev/null)" == "${want}" ]]; then
+      echo "${name} ${want% *}: up to date"
+      continue
+    fi
+    names+=("${name}") pkgs+=("${pkg}") wants+=("${want}")
+  done
+  ((${#names[@]})) || return 0
+  echo "building ${names[*]} ..."
+  local start=${SECONDS} out
+  out=$(mktemp -d "${BIN}/.build.XXXXXX")
+  (cd "${module}" && CGO_ENABLED=0 go build -trimpath -tags "${TAGS:-}" -ldflags "-s -w ${LDFLAGS:-}" -o "${out}/" "${pkgs[@]}")
+  for i in "${!names[@]}"; do
+    # go build names a binary after its package, a major version suffix
+    # (go.etcd.io/etcd/server/v3) left out.
+    local base=${pkgs[$i]##*/}
+    if [[ "${base}" =~ ^v[0-9]+$ ]]; then base=${pkgs[$i]%/*} base=${base##*/}; fi
+    mv "${out}/${base}" "${BIN}/${names[$i]}"
+    echo "${wants[$i]}" > "${BIN}/.${names[$i]//\//-}.version"
+  done
+  rm -rf "${out}"
+  echo "built ${names[*]} in $((SECONDS - start))s"
 }
 
 kube_ldflags="-X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
 
-build etcd go.etcd.io/etcd/server/v3 "$(tools_version go.etcd.io/etcd/server/v3)"
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_VERSION}" "${kube_ldflags}"
-build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_VERSION}" "${kube_ldflags}"
-build kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}" "${kube_ldflags}"
+# etcd ignores the Kubernetes version flags.
+LDFLAGS=${kube_ldflags} build etcd go.etcd.io/etcd/server/v3 "$(tools_version go.etcd.io/etcd/server/v3)" \
+  kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_VERSION}" \
+  kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_VERSION}" \
+  kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}"
 
 # Prometheus has a module of its own (hack/tools/prometheus): its
 # dependencies must not move the control plane's. Static scrape targets only.
@@ -46,8 +64,8 @@ if [[ " $* " == *" --with-prometheus "* ]]; then
   MODULE=${TOOLS}/prometheus
   PROM_VERSION=$(tools_version github.com/prometheus/prometheus)
   export MODULE TAGS=remove_all_sd
-  build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION}"
-  build promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
+  build prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROM_VERSION}" \
+    promtool github.com/prometheus/prometheus/cmd/promtool "${PROM_VERSION}"
   unset MODULE TAGS
 fi
 
@@ -58,10 +76,10 @@ if [[ " $* " == *" --with-velero "* ]]; then
   MODULE=${TOOLS}/velero
   export MODULE
   mkdir -p "${BIN}/velero-plugins"
-  build velero github.com/vmware-tanzu/velero/cmd/velero "$(tools_version github.com/vmware-tanzu/velero)"
-  build velero-plugins/velero-plugin-for-aws github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws \
-    "$(tools_version github.com/vmware-tanzu/velero-plugin-for-aws)"
-  build velero-s3 ./s3 "$(cat "${MODULE}/go.sum" "${MODULE}/s3/main.go" | sha256sum | cut -c1-16)"
+  build velero github.com/vmware-tanzu/velero/cmd/velero "$(tools_version github.com/vmware-tanzu/velero)" \
+    velero-plugins/velero-plugin-for-aws github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws \
+    "$(tools_version github.com/vmware-tanzu/velero-plugin-for-aws)" \
+    velero-s3 ./s3 "$(cat "${MODULE}/go.sum" "${MODULE}/s3/main.go" | sha256sum | cut -c1-16)"
   unset MODULE
 fi
 
