@@ -14,13 +14,16 @@ BIN=${CAPTF_BIN_DIR:-${ROOT}/bin}
 TOOLS=${ROOT}/hack/tools
 KUBE_VERSION=v1.37.2
 mkdir -p "${BIN}"
+# build's settings, never from the caller's environment.
+unset MODULE TAGS BUILD_LDFLAGS
+trap 'rm -rf "${BIN}"/.build.*' EXIT
 
 tools_version() { (cd "${MODULE:-${TOOLS}}" && go list -m -f '{{.Version}}' "$1"); }
 
 # build [NAME PACKAGE VERSION]...: those of the binaries whose recorded
 # version is not the wanted one, in one go build (one binary links while
 # another compiles), in module $MODULE (the tools module) with build tags
-# $TAGS and linker flags $LDFLAGS.
+# $TAGS and linker flags $BUILD_LDFLAGS.
 build() {
   local module=${MODULE:-${TOOLS}} goversion names=() pkgs=() wants=()
   goversion=$(go env GOVERSION)
@@ -37,12 +40,12 @@ build() {
   echo "building ${names[*]} ..."
   local start=${SECONDS} out
   out=$(mktemp -d "${BIN}/.build.XXXXXX")
-  (cd "${module}" && CGO_ENABLED=0 go build -trimpath -tags "${TAGS:-}" -ldflags "-s -w ${LDFLAGS:-}" -o "${out}/" "${pkgs[@]}")
+  (cd "${module}" && CGO_ENABLED=0 go build -trimpath -tags "${TAGS:-}" -ldflags "-s -w ${BUILD_LDFLAGS:-}" -o "${out}/" "${pkgs[@]}")
   for i in "${!names[@]}"; do
     # go build names a binary after its package, a major version suffix
     # (go.etcd.io/etcd/server/v3) left out.
     local base=${pkgs[$i]##*/}
-    if [[ "${base}" =~ ^v[0-9]+$ ]]; then base=${pkgs[$i]%/*} base=${base##*/}; fi
+    if [[ "${base}" =~ ^v([2-9]|[1-9][0-9]+)$ ]]; then base=${pkgs[$i]%/*} base=${base##*/}; fi
     mv "${out}/${base}" "${BIN}/${names[$i]}"
     echo "${wants[$i]}" > "${BIN}/.${names[$i]//\//-}.version"
   done
@@ -53,7 +56,8 @@ build() {
 kube_ldflags="-X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
 
 # etcd ignores the Kubernetes version flags.
-LDFLAGS=${kube_ldflags} build etcd go.etcd.io/etcd/server/v3 "$(tools_version go.etcd.io/etcd/server/v3)" \
+ETCD_VERSION=$(tools_version go.etcd.io/etcd/server/v3)
+BUILD_LDFLAGS=${kube_ldflags} build etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" \
   kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_VERSION}" \
   kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${KUBE_VERSION}" \
   kubectl k8s.io/kubernetes/cmd/kubectl "${KUBE_VERSION}"
@@ -76,10 +80,12 @@ if [[ " $* " == *" --with-velero "* ]]; then
   MODULE=${TOOLS}/velero
   export MODULE
   mkdir -p "${BIN}/velero-plugins"
-  build velero github.com/vmware-tanzu/velero/cmd/velero "$(tools_version github.com/vmware-tanzu/velero)" \
-    velero-plugins/velero-plugin-for-aws github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws \
-    "$(tools_version github.com/vmware-tanzu/velero-plugin-for-aws)" \
-    velero-s3 ./s3 "$(cat "${MODULE}/go.sum" "${MODULE}/s3/main.go" | sha256sum | cut -c1-16)"
+  VELERO_VERSION=$(tools_version github.com/vmware-tanzu/velero)
+  PLUGIN_VERSION=$(tools_version github.com/vmware-tanzu/velero-plugin-for-aws)
+  S3_VERSION=$(cat "${MODULE}/go.sum" "${MODULE}/s3/main.go" | sha256sum | cut -c1-16)
+  build velero github.com/vmware-tanzu/velero/cmd/velero "${VELERO_VERSION}" \
+    velero-plugins/velero-plugin-for-aws github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws "${PLUGIN_VERSION}" \
+    velero-s3 ./s3 "${S3_VERSION}"
   unset MODULE
 fi
 

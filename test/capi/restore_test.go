@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,7 +50,8 @@ var restoreOrder = []schema.GroupVersionResource{
 // paused, unpaused at the end. Nothing is created or destroyed, no Job
 // runs, every object is Ready, and deleting the restored cluster
 // afterwards destroys everything and leaves no Secret of CAPTF's.
-// TestVeleroRestoreIntoFreshPlane does the same with Velero.
+// TestVeleroRestoreIntoFreshPlane restores with Velero instead, in its own
+// order, status dropped.
 func TestRestoreOnFreshPlane(t *testing.T) {
 	root, _ := setup(t)
 	ctx := context.Background()
@@ -62,7 +64,11 @@ func TestRestoreOnFreshPlane(t *testing.T) {
 	// The old plane is lost: its Cluster paused, nothing there runs again.
 	pause(t, plane, ns, "dr", true)
 
-	fresh := startFreshPlane(t, root, ns)
+	// The fresh plane's runners run the other Terraform (OpenTofu where the
+	// old plane's ran terraform), as after a CAPTF release that changed
+	// its runner image's: the destroy at the end reads a state the other
+	// one wrote.
+	fresh := startFreshPlane(t, root, ns, framework.Options{RunnerTerraform: otherTerraform(t)})
 	restore(t, fresh.ControlPlane, ns, backup)
 	// Before unpausing: every state is there, no object lacks one.
 	states, err := fresh.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=state"})
@@ -72,7 +78,48 @@ func TestRestoreOnFreshPlane(t *testing.T) {
 	pause(t, fresh.ControlPlane, ns, "dr", false)
 
 	waitRestored(t, fresh.ControlPlane, ns, true, false)
+	// The restored status says Ready already, so "no Job runs" means
+	// something only after CAPTF has synced the objects with their owners
+	// back (Cluster API sets them once unpaused; the sync that follows
+	// would make a Job at once).
+	waitOwned(t, fresh.ControlPlane, ns)
+	if err := framework.Consistently(5*time.Second, func() error {
+		jobs, err := fresh.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		if err == nil && len(jobs.Items) > 0 {
+			return fmt.Errorf("Job %s ran after the restore", jobs.Items[0].Name)
+		}
+		return err
+	}); err != nil {
+		t.Error(err)
+	}
 	checkRestored(t, fresh, ns, instances, before, 0)
+}
+
+// otherTerraform is the Terraform this suite's runners do not run:
+// OpenTofu (bin/tofu, which make images builds) where they run terraform,
+// terraform where they run tofu.
+func otherTerraform(t *testing.T) string {
+	t.Helper()
+	used := os.Getenv("CAPTF_TERRAFORM")
+	if used == "" {
+		if _, err := exec.LookPath("terraform"); err == nil {
+			used = "terraform"
+		}
+	}
+	if filepath.Base(used) != "terraform" {
+		if _, err := exec.LookPath("terraform"); err != nil {
+			t.Skip("no terraform beside OpenTofu to restore with")
+		}
+		return "terraform"
+	}
+	tofu, err := framework.BinPath("tofu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tofu); err != nil {
+		t.Fatalf("%v: make images builds it", err)
+	}
+	return tofu
 }
 
 // veleroBackedUp is what the disaster-recovery page tells Velero to back
@@ -127,7 +174,7 @@ func TestVeleroRestoreIntoFreshPlane(t *testing.T) {
 	velero.Stop()
 	pause(t, plane, ns, "dr", true)
 
-	fresh := startFreshPlane(t, root, ns)
+	fresh := startFreshPlane(t, root, ns, framework.Options{})
 	if velero, err = fresh.StartVelero(ctx, store); err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +195,44 @@ func TestVeleroRestoreIntoFreshPlane(t *testing.T) {
 		out, _ := velero.Run(ctx, "restore", "describe", "dr", "--details")
 		t.Fatalf("restore dr is %s, want Completed:\n%s", phase, out)
 	}
+	// Warnings are expected (the fresh plane's own kube-root-ca.crt is
+	// there already): shown, not failed on.
+	if restored, err := fresh.Dynamic.Resource(framework.VeleroResource("restores")).Namespace("velero").Get(ctx, "dr", metav1.GetOptions{}); err == nil {
+		if warnings, _, _ := unstructured.NestedInt64(restored.Object, "status", "warnings"); warnings > 0 {
+			out, _ := velero.Run(ctx, "restore", "describe", "dr")
+			t.Logf("restore dr: %d warnings:\n%s", warnings, out)
+		}
+	}
 
 	waitRestored(t, fresh.ControlPlane, ns, false, true)
 	checkRestored(t, fresh, ns, instances, before, 4)
+}
+
+// waitOwned waits until Cluster API has set the owner of the
+// TerraformCluster and of both TerraformMachines of ns.
+func waitOwned(t *testing.T, cp *framework.ControlPlane, ns string) {
+	t.Helper()
+	var last []string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = nil
+		tc, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, "dr", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		tms, err := cp.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(tms.Items) != 2 {
+			return false, nil
+		}
+		for _, o := range []metav1.Object{tc, &tms.Items[0], &tms.Items[1]} {
+			if len(o.GetOwnerReferences()) == 0 {
+				last = append(last, o.GetName())
+			}
+		}
+		return len(last) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no owner on %v in %s", last, ns)
+	}
 }
 
 func lastLine(s string) string {
@@ -184,11 +266,11 @@ func instanceSet(t *testing.T, dir string, want int) map[string]string {
 
 // startFreshPlane starts a plane with Cluster API and CAPTF, its webhook
 // guarding ns, stopped at the end of the test.
-func startFreshPlane(t *testing.T, root, ns string) *framework.Local {
+func startFreshPlane(t *testing.T, root, ns string, opts framework.Options) *framework.Local {
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	fresh, err := framework.StartLocal(ctx, root, binary, framework.Options{})
+	fresh, err := framework.StartLocal(ctx, root, binary, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

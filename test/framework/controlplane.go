@@ -51,6 +51,9 @@ type Options struct {
 	// API server routes to Services' endpoints, as to pods of a cluster. It
 	// needs root and `ip`.
 	PodNetwork bool
+	// RunnerTerraform is the terraform or tofu runner pods run
+	// (CAPTF_TERRAFORM) on StartLocal's plane. Default: the runner's choice.
+	RunnerTerraform string
 
 	// workload starts the plane as a workload cluster's (StartWorkload):
 	// no CRDs, no executor Node, and the controller manager runs the node

@@ -121,7 +121,7 @@ func (cp *ControlPlane) CreateCRDs(ctx context.Context, objs []*unstructured.Uns
 			return err
 		}
 	}
-	if len(names) == 0 {
+	if len(names) == 0 && len(objs) > 0 {
 		return fmt.Errorf("no CRDs among %d objects", len(objs))
 	}
 	for _, name := range names {

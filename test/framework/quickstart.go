@@ -217,9 +217,13 @@ func StartLocal(ctx context.Context, root, binary string, opts Options) (_ *Loca
 	if err != nil {
 		return l, err
 	}
+	env := []string{PathEnv()}
+	if opts.RunnerTerraform != "" {
+		env = append(env, "CAPTF_TERRAFORM="+opts.RunnerTerraform)
+	}
 	if l.Executor, err = cp.StartExecutor(ctx, ExecutorOptions{
 		Commands: map[string]string{"/captf": binary},
-		Env:      []string{PathEnv()},
+		Env:      env,
 		Images:   map[string]string{mirror: images[mirror]},
 	}); err != nil {
 		return l, err
