@@ -179,6 +179,9 @@ mutant provider-ids-mean-nothing pkg/controller/workspace/state.go \
 	' || hasProviderIDs(obj) {' ' {'
 mutant restored-results-left pkg/controller/workspace/state.go \
 	'				if len(s.OwnerReferences) == 0 {' '				if false {'
+mutant restored-inputs-left pkg/controller/workspace/state.go \
+	'				leftovers = append(leftovers, s)
+				continue' '				continue'
 mutant restored-records-left pkg/controller/workspace/state.go \
 	'			if len(r.OwnerReferences) == 0 {' '			if false {'
 # The plane's alerts lose their inputs.

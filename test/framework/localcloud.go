@@ -25,34 +25,47 @@ type LocalCloud struct {
 // StartLocalCloud starts bin/localcloud on a free loopback port with args
 // (-instances, -rate, -create-latency, ...), keeping its resources in dir.
 func StartLocalCloud(dir string, args ...string) (*LocalCloud, error) {
-	bin, err := BinPath("localcloud")
+	cmd, url, err := startServer(dir, "localcloud", "localcloud serving on ", "make images (hack/build-localcloud.sh)",
+		append([]string{"-listen", "127.0.0.1:0", "-state", filepath.Join(dir, "cloud.json")}, args...)...)
 	if err != nil {
 		return nil, err
+	}
+	return &LocalCloud{URL: url, cmd: cmd}, nil
+}
+
+// startServer starts bin/NAME with args, logging into dir/NAME.log, and
+// returns the address it prints on its first line after prefix. make is
+// the target that builds it, for the error when it is missing.
+func startServer(dir, name, prefix, make string, args ...string) (*exec.Cmd, string, error) {
+	bin, err := BinPath(name)
+	if err != nil {
+		return nil, "", err
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%w: run make images (hack/build-localcloud.sh)", err)
+		return nil, "", fmt.Errorf("%w: run %s", err, make)
 	}
-	log, err := os.Create(filepath.Join(dir, "localcloud.log"))
+	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-state", filepath.Join(dir, "cloud.json")}, args...)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "localcloud serving on ")
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
 	if err != nil || !ok {
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("localcloud did not start: %q %v", line, err)
+		_ = cmd.Wait()
+		return nil, "", fmt.Errorf("%s did not start: %q %v", name, line, err)
 	}
-	return &LocalCloud{URL: url, cmd: cmd}, nil
+	return cmd, url, nil
 }
 
 // Stop stops the server.

@@ -1,14 +1,12 @@
 package framework
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,33 +38,15 @@ type ObjectStore struct {
 
 // StartObjectStore starts it, logging into dir.
 func StartObjectStore(dir string) (*ObjectStore, error) {
-	bin, err := BinPath("velero-s3")
+	cmd, url, err := startServer(dir, "velero-s3", "", "make velero", "-listen", "127.0.0.1:0", "-bucket", "velero")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%w: run make velero", err)
-	}
-	log, err := os.Create(filepath.Join(dir, "velero-s3.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-bucket", "velero")
-	cmd.Stderr = log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "http://") {
+	if !strings.HasPrefix(url, "http://") {
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("the S3 stand-in did not start: %q %v", line, err)
+		return nil, fmt.Errorf("the S3 stand-in printed %q, not its URL", url)
 	}
-	return &ObjectStore{URL: strings.TrimSpace(line), cmd: cmd}, nil
+	return &ObjectStore{URL: url, cmd: cmd}, nil
 }
 
 // Stop stops it; what it held is gone.

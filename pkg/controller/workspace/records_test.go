@@ -78,8 +78,9 @@ func TestPruneRecords(t *testing.T) {
 }
 
 // TestReleaseDeletesLeftovers: once an object's infrastructure is destroyed,
-// what its runs left goes with its state: its run inputs, and the results
-// and records a restore brought back without their owner. Results and
+// what its runs left goes with its state: its run inputs (a restore's too,
+// of the old UID), and the results and records a restore brought back
+// without their owner. Results and
 // records the object owns are left to the garbage collector.
 func TestReleaseDeletesLeftovers(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -96,6 +97,7 @@ func TestReleaseDeletesLeftovers(t *testing.T) {
 	kube := fake.NewClientset(
 		statestore.NewStateSecret("ns", n.State(), n, names.SecretTypeState, names.ObjectLabels("TerraformCluster", "c", "uid")),
 		secret("tfc-c-apply-1-0", names.SecretTypeRunInputs, "uid", false),
+		secret("tfc-c-apply-0-0", names.SecretTypeRunInputs, "old-uid", false),     // restored
 		secret("tfc-c-apply-0-0-result", names.SecretTypeResult, "old-uid", false), // restored
 		secret("tfc-c-apply-1-0-result", names.SecretTypeResult, "uid", true),
 	)
@@ -114,7 +116,7 @@ func TestReleaseDeletesLeftovers(t *testing.T) {
 		}
 	}
 	slices.Sort(deleted)
-	if want := []string{"tfc-c-apply-0-0-result", "tfc-c-apply-1-0", n.State()}; !slices.Equal(deleted, want) {
+	if want := []string{"tfc-c-apply-0-0", "tfc-c-apply-0-0-result", "tfc-c-apply-1-0", n.State()}; !slices.Equal(deleted, want) {
 		t.Errorf("Secrets deleted %v, want %v", deleted, want)
 	}
 	if !slices.Equal(records.deleted, []string{restored.Name}) {

@@ -69,9 +69,10 @@ func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, leftover
 			s := familyMetadata(&s)
 			switch s.Labels[names.LabelSecretType] {
 			case names.SecretTypeRunInputs:
-				if s.Labels[names.LabelObjectUID] == string(obj.GetUID()) {
-					leftovers = append(leftovers, s)
-				}
+				// Any UID: an object's name is its own in its namespace, and
+				// inputs of an earlier object of that name (a restore brings
+				// them back) have no run left to read them.
+				leftovers = append(leftovers, s)
 				continue
 			case names.SecretTypeResult:
 				if len(s.OwnerReferences) == 0 {
@@ -91,7 +92,8 @@ func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, leftover
 }
 
 // deleteLeftovers deletes what runs left (run inputs a runner killed before
-// it deleted its own, results a restore brought back without their owner),
+// it deleted its own or a restore brought back, results a restore brought
+// back without their owner),
 // and the run records a restore brought back likewise: nothing owns them to
 // take them with the object.
 func (e *Engine) deleteLeftovers(ctx context.Context, obj Object, secrets []corev1.Secret) error {
