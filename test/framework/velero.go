@@ -63,7 +63,6 @@ func (s *ObjectStore) Stop() {
 // time on a machine: Velero's controller manager binds :8080 whatever its
 // flags say.
 type Velero struct {
-	cp         *ControlPlane
 	binary     string
 	home       string
 	proc       *process
@@ -88,7 +87,7 @@ func (cp *ControlPlane) StartVelero(ctx context.Context, store *ObjectStore) (*V
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	v := &Velero{cp: cp, binary: binary, home: dir, kubeconfig: cp.KubeconfigFile}
+	v := &Velero{binary: binary, home: dir, kubeconfig: cp.KubeconfigFile}
 
 	// The S3 stand-in takes any key; the AWS SDK wants one.
 	credentials := filepath.Join(dir, "credentials")
@@ -98,8 +97,8 @@ func (cp *ControlPlane) StartVelero(ctx context.Context, store *ObjectStore) (*V
 	// What `velero install` makes: CRDs, the namespace, a service account
 	// bound to cluster-admin, the credentials Secret, the backup location
 	// and the server's Deployment, scaled to zero here (this plane has no
-	// kubelet; the server runs as a process, as that service account's
-	// admin). Restore actions look the Deployment up for its image.
+	// kubelet; the server runs as a process, authenticated as that service
+	// account). Restore actions look the Deployment up for its image.
 	manifests, err := v.Run(ctx, "install", "--provider=aws", "--plugins=velero/velero-plugin-for-aws:v1.14.3",
 		"--bucket=velero", "--secret-file="+credentials, "--use-volume-snapshots=false",
 		"--backup-location-config=region=minio,s3ForcePathStyle=true,s3Url="+store.URL,
