@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/statestore"
 )
 
 // The series computed at each scrape from the leader's caches: a restarted
@@ -176,11 +175,9 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 		gauge(ch, lastSuccessDesc, float64(lastSuccess.Unix()), kind, ns, name)
 	}
 	if e.StateSecrets != nil {
-		if o, err := e.StateSecrets.ByNamespace(ns).Get(e.Names(obj).State()); err == nil {
-			if head, ok := o.(metav1.Object); ok {
-				if n, ok := statestore.StateSize(head); ok {
-					gauge(ch, stateBytesDesc, float64(n), kind, ns, name)
-				}
+		if o, ok, _ := e.StateSecrets.GetByKey(ns + "/" + e.Names(obj).State()); ok {
+			if head, ok := o.(*StateSecretMeta); ok && head.Size >= 0 {
+				gauge(ch, stateBytesDesc, float64(head.Size), kind, ns, name)
 			}
 		}
 	}

@@ -107,11 +107,11 @@ func TestCollector(t *testing.T) {
 	states := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	head := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: names.Object{Kind: "tfc", Name: "healthy"}.State(), Namespace: "ns",
 		Annotations: map[string]string{"captf.io/uncompressed-bytes": "4096"}}}
-	if err := states.Add(head); err != nil {
+	if err := states.Add(CacheStateSecret(head)); err != nil {
 		t.Fatal(err)
 	}
 	e := &Engine{GVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster"), JobIndex: jobs, DriftDefaultInterval: 30 * time.Minute,
-		StateSecrets: cache.NewGenericLister(states, corev1.Resource("secrets"))}
+		StateSecrets: states}
 	c := &Collector{MaxStateBytes: 1 << 20}
 	c.add(e, objects)
 

@@ -105,9 +105,9 @@ type Engine struct {
 	ProviderMirrorImage string
 	StateBackups        int
 	MaxStateBytes       int64
-	// StateSecrets lists the metadata of state and durable-inputs Secrets;
-	// nil reads them on demand.
-	StateSecrets cache.GenericLister
+	// StateSecrets holds the StateSecretMeta of state and durable-inputs
+	// Secrets; nil reads them on demand.
+	StateSecrets cache.Store
 	// DriftDefaultInterval is the drift check interval of objects that
 	// set none.
 	DriftDefaultInterval time.Duration

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -141,51 +140,67 @@ func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) 
 var StateSecretsSelector = names.LabelManagedBy + "=" + names.ManagedByValue + "," +
 	names.LabelSecretType + " in (" + names.SecretTypeState + "," + names.SecretTypeDurableInput + ")"
 
-// cachedStateAnnotations are the annotations CacheStateSecret keeps.
-var cachedStateAnnotations = append([]string{names.AnnotationObjectName}, statestore.HeadSummaryAnnotations...)
+// StateSecretMeta is what the checks before every Job read of a state
+// head or durable inputs, and all the state Secrets' informer keeps of
+// one. As a PartialObjectMetadata with its label and annotation maps it
+// took 1.3 KB in the cache, two an object (BenchmarkStateSecretCache).
+type StateSecretMeta struct {
+	// Name, namespace, resource version and deletion time; no labels,
+	// annotations, owners or finalizers (the fields below say what CAPTF
+	// reads of those).
+	metav1.ObjectMeta
+	Kind       string // names.LabelKind
+	Abandoned  bool   // names.LabelAbandoned is "true"
+	ObjectName string // names.AnnotationObjectName
+	// NamesObject: the Secret has the names.AnnotationObjectName annotation.
+	NamesObject bool
+	HasState    bool  // statestore.HasState
+	Size        int64 // statestore.StateSize; -1 when it records none
+	Owned       bool  // it has owner references
+	Protected   bool  // it holds names.StateFinalizer
+}
+
+// StateSecretMetaFrom is what the checks read of a state Secret's metadata
+// (a cached PartialObjectMetadata, or a Secret read from the API server).
+func StateSecretMetaFrom(m metav1.Object) *StateSecretMeta {
+	labels, annotations := m.GetLabels(), m.GetAnnotations()
+	s := &StateSecretMeta{ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(),
+		ResourceVersion: m.GetResourceVersion(), DeletionTimestamp: m.GetDeletionTimestamp()},
+		Kind: labels[names.LabelKind], Abandoned: labels[names.LabelAbandoned] == "true",
+		HasState: statestore.HasState(m), Size: -1, Owned: len(m.GetOwnerReferences()) > 0,
+		Protected: slices.Contains(m.GetFinalizers(), names.StateFinalizer)}
+	s.ObjectName, s.NamesObject = annotations[names.AnnotationObjectName]
+	if n, ok := statestore.StateSize(m); ok {
+		s.Size = n
+	}
+	return s
+}
 
 // CacheStateSecret is the state Secrets' metadata informer's transform: a
-// state head or durable inputs keeps only what the checks before every Job
-// and the state size metric read (not even its type: every object of the
-// informer is a Secret). Its other annotations (the backups list, sums,
-// the lock holder) and labels are most of its cached size.
+// state head or durable inputs becomes a StateSecretMeta.
 func CacheStateSecret(obj any) any {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
+	if _, done := obj.(*StateSecretMeta); done {
 		return obj
 	}
-	keep := func(in map[string]string, keys ...string) map[string]string {
-		var out map[string]string
-		for _, k := range keys {
-			if v, ok := in[k]; ok {
-				if out == nil {
-					out = map[string]string{}
-				}
-				out[k] = v
-			}
-		}
-		return out
+	if m, ok := obj.(metav1.Object); ok {
+		return StateSecretMetaFrom(m)
 	}
-	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
-		Labels:          keep(m.Labels, names.LabelKind, names.LabelAbandoned),
-		Annotations:     keep(m.Annotations, cachedStateAnnotations...),
-		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}}
+	return obj
 }
 
 // secretMeta reads a state or durable-inputs Secret's metadata: from the
 // cache when there is one, else from the API server. nil when not found.
-func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (metav1.Object, error) {
+func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (*StateSecretMeta, error) {
 	if e.StateSecrets != nil && !live {
-		o, err := e.StateSecrets.ByNamespace(namespace).Get(name)
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if err != nil {
+		o, exists, err := e.StateSecrets.GetByKey(namespace + "/" + name)
+		if err != nil || !exists {
 			return nil, err
 		}
-		return o.(metav1.Object), nil
+		m, ok := o.(*StateSecretMeta)
+		if !ok {
+			return nil, fmt.Errorf("the state Secrets' cache holds a %T for %s/%s", o, namespace, name)
+		}
+		return m, nil
 	}
 	sec, err := e.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -194,7 +209,7 @@ func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bo
 	if err != nil {
 		return nil, err
 	}
-	return sec, nil
+	return StateSecretMetaFrom(sec), nil
 }
 
 // mayHaveInfrastructure tells whether obj's infrastructure may exist: its
@@ -239,28 +254,28 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 	if err != nil {
 		return false, false, err
 	}
-	if applied && (head == nil || !statestore.HasState(head)) && e.StateSecrets != nil {
+	if applied && (head == nil || !head.HasState) && e.StateSecrets != nil {
 		// Before saying so, make sure it is not the cache lagging.
 		if head, err = e.secretMeta(ctx, obj.GetNamespace(), n.State(), true); err != nil {
 			return false, false, err
 		}
 	}
-	present := head != nil && statestore.HasState(head)
+	present := head != nil && head.HasState
 	if head != nil {
-		if name, ok := head.GetAnnotations()[names.AnnotationObjectName]; ok && (name != obj.GetName() || head.GetLabels()[names.LabelKind] != n.Kind) {
+		if head.NamesObject && (head.ObjectName != obj.GetName() || head.Kind != n.Kind) {
 			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
-				n.State(), head.GetLabels()[names.LabelKind], name)
+				n.State(), head.Kind, head.ObjectName)
 			e.stopped(r, ReasonStateOwnedByOther, msg)
 			return false, false, nil
 		}
-		if head.GetLabels()[names.LabelAbandoned] == "true" {
+		if head.Abandoned {
 			msg := fmt.Sprintf("State Secret %s is the abandoned state of a former %s of this name: CAPTF does not take it up on its own, as it describes infrastructure left in place on purpose. "+
 				"To manage that infrastructure with this object: kubectl label secrets -n %s -l %s=%s,%s=%s %s-. To start afresh instead, save and delete those Secrets.",
 				n.State(), e.GVK.Kind, obj.GetNamespace(), names.LabelKind, n.Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), names.LabelAbandoned)
 			e.stopped(r, ReasonStateAbandoned, msg)
 			return false, false, nil
 		}
-		if len(head.GetOwnerReferences()) > 0 || !slices.Contains(head.GetFinalizers(), names.StateFinalizer) {
+		if head.Owned || !head.Protected {
 			// Written by a release that let garbage collection take it, or
 			// restored by a backup tool that reset its metadata.
 			if err := e.protectState(ctx, obj); err != nil {
@@ -406,26 +421,26 @@ func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *controller.
 	if inf == nil {
 		return nil
 	}
-	e.StateSecrets = inf.Lister()
+	e.StateSecrets = inf.Informer().GetIndexer()
 	l.Synced = append(l.Synced, inf.Informer().HasSynced)
 	kind := names.ShortKind(e.GVK.Kind)
 	enqueue := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		o, ok := obj.(metav1.Object)
-		if !ok || o.GetLabels()[names.LabelKind] != kind {
-			return
-		}
-		if name, ok := o.GetAnnotations()[names.AnnotationObjectName]; ok {
-			l.Queue.Add(cache.ObjectName{Namespace: o.GetNamespace(), Name: name})
+		m, ok := obj.(*StateSecretMeta)
+		if ok && m.Kind == kind && m.NamesObject {
+			l.Queue.Add(cache.ObjectName{Namespace: m.Namespace, Name: m.ObjectName})
 		}
 	}
 	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue,
 		UpdateFunc: func(old, cur any) {
-			// State writes change data and annotations: no sync for those.
-			if !maps.Equal(old.(metav1.Object).GetLabels(), cur.(metav1.Object).GetLabels()) {
+			// State writes change data and annotations: no sync for those,
+			// only when it changes hands (its labels).
+			o, oOK := old.(*StateSecretMeta)
+			c, cOK := cur.(*StateSecretMeta)
+			if oOK && cOK && (o.Kind != c.Kind || o.Abandoned != c.Abandoned) {
 				enqueue(cur)
 			}
 		},
