@@ -704,7 +704,11 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		shared.Meta(meta)
 		switch o := obj.(type) {
 		case workspace.Object: // a Terraform* object that is not a template
-			shared.Conditions(o.WorkspaceStatus().Conditions)
+			st := o.WorkspaceStatus()
+			// Decoding grew these by doubling: five conditions took the
+			// room of eight, 288 bytes an object.
+			st.Conditions, st.LastJobs = exactly(st.Conditions), exactly(st.LastJobs)
+			shared.Conditions(st.Conditions)
 		case *workspace.CachedJob:
 			o.Operation = infrav1.Operation(shared.String(string(o.Operation)))
 			for i := range o.Status.Conditions {
@@ -715,6 +719,15 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		}
 		return obj, nil
 	}
+}
+
+// exactly is s in a slice of its length: the room JSON decoding left
+// beyond it is given back.
+func exactly[S ~[]E, E any](s S) S {
+	if cap(s) == len(s) {
+		return s
+	}
+	return append(S(nil), s...)
 }
 
 // bootstrapConfigs reads the metadata of bootstrap configs (kinds of

@@ -1,7 +1,9 @@
 package manager
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -105,5 +107,29 @@ func TestCacheTransform(t *testing.T) {
 				t.Errorf("transformed twice\n%+v\nwant\n%+v", again, tc.want)
 			}
 		})
+	}
+}
+
+// TestCacheTransformGivesBackRoom: the slices decoding grew by doubling
+// keep no room beyond their elements in the cache (BenchmarkObjectCache).
+func TestCacheTransformGivesBackRoom(t *testing.T) {
+	conds := make([]metav1.Condition, 5)
+	for i := range conds {
+		conds[i] = metav1.Condition{Type: fmt.Sprintf("T%d", i), Status: metav1.ConditionTrue, Reason: "R"}
+	}
+	jobs := []infrav1.JobReference{{Name: "j1"}, {Name: "j2"}, {Name: "j3"}}
+	for _, obj := range []workspace.Object{
+		&infrav1.TerraformCluster{Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{
+			Conditions: append(make([]metav1.Condition, 0, 8), conds...), LastJobs: append(make([]infrav1.JobReference, 0, 4), jobs...)}}},
+		&infrav1.TerraformMachine{Status: infrav1.TerraformMachineStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Conditions: slices.Clip(conds), LastJobs: slices.Clip(jobs)}}},
+	} {
+		got, err := cacheTransform(newSharedStrings(), nil)(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := got.(workspace.Object).WorkspaceStatus()
+		if cap(st.Conditions) != 5 || cap(st.LastJobs) != 3 || !reflect.DeepEqual(st.Conditions, conds) || !reflect.DeepEqual(st.LastJobs, jobs) {
+			t.Errorf("%T: conditions %d of room %d, last Jobs %d of room %d; want their elements, and no room beyond", obj, len(st.Conditions), cap(st.Conditions), len(st.LastJobs), cap(st.LastJobs))
+		}
 	}
 }
