@@ -122,6 +122,8 @@ type ManagerOptions struct {
 	Namespace string
 	Dir       string
 	Args      []string
+	// Env is added to its environment (GOGC, GOMEMLIMIT).
+	Env []string
 	// Front, when set, is the runner API's address runners are told (a
 	// Service of several managers), and Cert the serving certificate the
 	// managers behind it share. Without them a manager has its own.
@@ -161,7 +163,7 @@ func (cp *ControlPlane) StartManager(ctx context.Context, o ManagerOptions) (*Ma
 		fmt.Sprintf("--webhook-port=%d", ports[2]), "--webhook-cert-dir=" + m.WebhookCert.Dir,
 		fmt.Sprintf("--runner-api-port=%d", ports[3]), "--runner-api-url=https://" + runnerAPI, "-v=2"}, o.Args...)
 	m.binary, m.args, m.front = o.Binary, args, o.Front
-	m.env = append(cleanEnv(), "POD_NAMESPACE="+o.Namespace, "SERVICE_ACCOUNT_NAME=captf-manager")
+	m.env = append(append(cleanEnv(), o.Env...), "POD_NAMESPACE="+o.Namespace, "SERVICE_ACCOUNT_NAME=captf-manager")
 	if err := m.start(os.O_TRUNC); err != nil {
 		return nil, err
 	}

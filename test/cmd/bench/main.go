@@ -55,6 +55,7 @@ func main() {
 	n := flag.Int("n", 1000, "TerraformClusters to create")
 	idle := flag.Duration("idle", time.Minute, "how long to count idle writes")
 	managerArgs := flag.String("manager-args", "", "extra manager flags, space separated")
+	managerEnv := flag.String("manager-env", "", "extra manager environment (GOGC=25), space separated")
 	drift := flag.Duration("drift", 0, "then make every object Ready (a fake runner completes the Jobs) and measure drift checks at this --drift-default-interval")
 	driftFor := flag.Duration("drift-for", 0, "how long to measure drift checks (default twice -drift)")
 	flag.Parse()
@@ -69,13 +70,13 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if err := bench(*n, *idle, args, *drift, *driftFor); err != nil {
+	if err := bench(*n, *idle, args, strings.Fields(*managerEnv), *drift, *driftFor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func bench(n int, idle time.Duration, managerArgs []string, drift, driftFor time.Duration) error {
+func bench(n int, idle time.Duration, managerArgs, managerEnv []string, drift, driftFor time.Duration) error {
 	ctx := context.Background()
 	binary, err := framework.BuildCAPTF("captf")
 	if err != nil {
@@ -109,7 +110,7 @@ func bench(n int, idle time.Duration, managerArgs []string, drift, driftFor time
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, namespace(ns), metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	mgr, err := cp.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: dir, Args: managerArgs})
+	mgr, err := cp.StartManager(ctx, framework.ManagerOptions{Binary: binary, Namespace: "captf-system", Dir: dir, Args: managerArgs, Env: managerEnv})
 	if err != nil {
 		return err
 	}
@@ -254,9 +255,12 @@ func measureDrift(ctx context.Context, cp *framework.ControlPlane, mgr *framewor
 	allReady := time.Now()
 	fmt.Printf("fake runner: every object Ready %s after it started (%d runs)\n", allReady.Sub(start).Round(time.Second), fr.done.Load())
 	from := allReady.Add(drift / 2)
+	time.Sleep(time.Until(from))
+	_, cpu0 := procStats(mgr.Pid())
 	time.Sleep(time.Until(from.Add(driftFor)) + 5*time.Second)
-	rss, _ := procStats(mgr.Pid())
+	rss, cpu1 := procStats(mgr.Pid())
 	fmt.Printf("manager RSS with every object Ready and drift checks running: %.1f MiB; fake runs: %d\n", float64(rss)/(1<<20), fr.done.Load())
+	fmt.Printf("manager CPU over the drift window: %.1f s (%.1f%% of a core)\n", cpu1-cpu0, 100*(cpu1-cpu0)/time.Since(from).Seconds())
 	heap, err := heapProfile(ctx, cp, mgr, binary, fmt.Sprintf("%d-drift", n))
 	if err != nil {
 		return err
