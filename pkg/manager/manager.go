@@ -241,7 +241,7 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 		return err
 	}
 	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock,
-		CachedJob: m.cachedJob, ResultWritten: m.resultWritten})
+		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	metrics.WatchCertificate(m.runnerAPI.Name, m.runnerAPI.NotAfter)
@@ -320,6 +320,15 @@ type manager struct {
 	// results are the leader's readers' results, which the runner API
 	// hands the results it forwards to; nil on a standby.
 	results atomic.Pointer[workspace.Results]
+	// inputs are the run inputs the leader's controllers created, which
+	// the runner API serves once each; nil on a standby.
+	inputs atomic.Pointer[workspace.RunInputs]
+}
+
+// runInputs is the run-inputs Secret namespace/name the leader's
+// controllers just created, once; nil when it is not kept.
+func (m *manager) runInputs(namespace, name string) *corev1.Secret {
+	return m.inputs.Load().Take(namespace, name)
 }
 
 // resultWritten hands a result the runner API forwarded to the leader's
@@ -449,6 +458,8 @@ func (m *manager) runControllers(ctx context.Context, cfg *rest.Config) error {
 	defer m.jobs.Store(nil)
 	m.results.Store(config.Results)
 	defer m.results.Store(nil)
+	m.inputs.Store(config.RunInputs)
+	defer m.inputs.Store(nil)
 	go func() {
 		var synced []cache.InformerSynced
 		for _, c := range controllers {
@@ -516,7 +527,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	}
 	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, ProviderMirrorImage: o.ProviderMirrorImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &workspace.Results{Kube: cc.Kube}, Records: &workspace.APIRunRecords{Meta: meta}}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &workspace.Results{Kube: cc.Kube}, RunInputs: &workspace.RunInputs{}, Records: &workspace.APIRunRecords{Meta: meta}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())

@@ -109,6 +109,11 @@ type Server struct {
 	// replica, once the API server took it: the leader's readers of the
 	// result then need no request. Nil on a standby.
 	ResultWritten func(job types.UID, data map[string][]byte)
+	// RunInputs hands over, once, the run-inputs Secret namespace/name the
+	// leader's controllers just created: a runner's first read of its
+	// inputs then makes no request. Nil, or nil returned (a standby, a
+	// second read), reads it from the API server.
+	RunInputs func(namespace, name string) *corev1.Secret
 
 	meta metadata.Interface
 
@@ -209,6 +214,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.pod != "" {
 		s.servePod(ctx, w, id, req.pod)
 		return
+	}
+	if req.runInputs != "" && s.RunInputs != nil {
+		// Made for this object (a Job's name is its namespace's own), and
+		// as the API server would serve it.
+		if sec := s.RunInputs(id.Namespace, req.runInputs); sec != nil && sec.Labels[names.LabelObjectUID] == string(id.ObjectRef.UID) {
+			out := sec.DeepCopy()
+			out.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
 	}
 	if req.created != nil {
 		if err := s.checkFamilySize(ctx, id, req.created); err != nil {
@@ -415,6 +430,8 @@ type request struct {
 	created *corev1.Secret
 	// result is this Job's result Secret, which the request writes.
 	result *corev1.Secret
+	// runInputs is this Job's run-inputs Secret, which the request reads.
+	runInputs string
 }
 
 // readBody reads the body of a write, at most maxBody bytes within
@@ -451,6 +468,9 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	if r.Method != http.MethodPost && r.Method != http.MethodPut {
 		if name == "" {
 			return nil, forbid("lists and watches are not part of a run")
+		}
+		if resource == "secrets" && r.Method == http.MethodGet && name == id.Object.RunInputs(id.Job) {
+			return &request{runInputs: name}, nil
 		}
 		return &request{}, nil
 	}

@@ -678,3 +678,61 @@ func TestResultHandedOver(t *testing.T) {
 		})
 	}
 }
+
+// TestRunInputsHandedOver: a runner's first read of its run inputs is
+// served from what the controllers handed over, with no request to the API
+// server; another run's inputs, another object's, and a read of what is
+// not kept go to the API server.
+func TestRunInputsHandedOver(t *testing.T) {
+	inputs := me.Object.RunInputs(me.Job)
+	handed := func(name, objectUID string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: "42",
+			Labels: map[string]string{names.LabelObjectUID: objectUID}}, Data: map[string][]byte{"module.json": []byte(`{"inline":"x"}`)}}
+	}
+	tests := map[string]struct {
+		name  string
+		kept  *corev1.Secret
+		wantR string // the resource version served: "42" handed over, "7" from the API server
+	}{
+		"its inputs, kept":                    {name: inputs, kept: handed(inputs, "uid-prod"), wantR: "42"},
+		"its inputs, not kept":                {name: inputs, wantR: "7"},
+		"its inputs, kept for another object": {name: inputs, kept: handed(inputs, "uid-other"), wantR: "7"},
+		"another Secret of its object, kept":  {name: "tfc-prod-state", kept: handed("tfc-prod-state", "uid-prod"), wantR: "7"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var forwarded []string
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				forwarded = append(forwarded, r.Method+" "+r.URL.Path)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"x","resourceVersion":"7"}}`))
+			}))
+			defer api.Close()
+			var asked []string
+			s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}, RunInputs: func(namespace, name string) *corev1.Secret {
+				asked = append(asked, namespace+"/"+name)
+				if tc.kept == nil || name != tc.kept.Name {
+					return nil
+				}
+				return tc.kept
+			}}
+			req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/"+tc.name, nil)
+			req.Header.Set("Authorization", "Bearer runner-token")
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, req)
+			var got corev1.Secret
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK {
+				t.Fatalf("answer %d %s", rec.Code, rec.Body)
+			}
+			if got.ResourceVersion != tc.wantR {
+				t.Errorf("served resource version %q, want %q; forwarded %v", got.ResourceVersion, tc.wantR, forwarded)
+			}
+			if tc.wantR == "42" && (len(forwarded) > 0 || got.Kind != "Secret" || got.APIVersion != "v1" || string(got.Data["module.json"]) != `{"inline":"x"}`) {
+				t.Errorf("served %+v and forwarded %v; want the kept Secret as the API server serves one, and no request", got, forwarded)
+			}
+			if tc.name != inputs && len(asked) > 0 {
+				t.Errorf("asked for %v: only a run's own inputs are handed over", asked)
+			}
+		})
+	}
+}

@@ -131,7 +131,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	c.engine = &Engine{Kube: cc.Kube, JobControl: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage, ProviderMirrorImage: config.ProviderMirrorImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
-		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records}
+		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs}
 	if c.engine.Results == nil {
 		c.engine.Results = &Results{Kube: cc.Kube}
 	}

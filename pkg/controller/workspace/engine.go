@@ -87,6 +87,9 @@ type Config struct {
 	// Results reads runners' results, shared with the Job metrics; nil:
 	// the controller reads its own.
 	Results *Results
+	// RunInputs, if set, keeps the run inputs the controllers create for
+	// the runner API to serve.
+	RunInputs *RunInputs
 }
 
 // Engine runs Terraform for the objects of one kind.
@@ -121,6 +124,9 @@ type Engine struct {
 	Results *Results
 	// Records prunes run records (Config.Records); nil keeps them all.
 	Records RunRecords
+	// RunInputs keeps the run inputs created (Config.RunInputs); nil
+	// keeps none.
+	RunInputs *RunInputs
 }
 
 // Sync is what one sync of one object knows and decides.

@@ -190,9 +190,12 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 		ObjectMeta: metav1.ObjectMeta{Name: e.Names(obj).RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels},
 		Data:       data,
 	}
-	_, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	created, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})
 	if apierrors.IsAlreadyExists(err) {
 		return nil // same name, same hash: the same inputs
+	}
+	if err == nil {
+		e.RunInputs.Created(created)
 	}
 	return err
 }
