@@ -192,6 +192,21 @@ mutant conflict-counted-as-failure pkg/controller/loop.go \
 mutant waiting-since-unreported pkg/controller/workspace/collector.go \
 	'			gauge(ch, waitingSinceDesc, float64(c.LastTransitionTime.Unix()), kind, ns, name, c.Type)' '			_ = c'
 
+# What the state Secrets' cache keeps must decide as the Secret would.
+mutant state-meta-always-protected pkg/controller/workspace/state.go \
+	'Protected: slices.Contains(m.GetFinalizers(), names.StateFinalizer)}' 'Protected: true}'
+mutant state-meta-names-nothing pkg/controller/workspace/state.go \
+	's.ObjectName, s.NamesObject = annotations[names.AnnotationObjectName]' 's.ObjectName = annotations[names.AnnotationObjectName]'
+# Run inputs handed over: to the run of their own object only, and once.
+mutant inputs-handed-to-any-object pkg/runnerapi/server.go \
+	'sec != nil && sec.Labels[names.LabelObjectUID] == string(id.ObjectRef.UID)' 'sec != nil'
+mutant inputs-handed-twice pkg/controller/workspace/handover.go \
+	'	k.forget(key)
+	return sec' '	return sec'
+# Cached Terraform objects without decoding's spare room.
+mutant no-room-given-back pkg/manager/manager.go \
+	'st.Conditions, st.LastJobs = exactly(st.Conditions), exactly(st.LastJobs)' '_, _ = exactly(st.Conditions), exactly(st.LastJobs)'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"
