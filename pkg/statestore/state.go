@@ -231,10 +231,6 @@ func (s *StateStore) checkOwner(head *corev1.Secret) error {
 // never applied leaves an empty one).
 func HasState(head metav1.Object) bool { return head.GetAnnotations()[annotationEncoding] != "" }
 
-// HeadSummaryAnnotations are the annotations of a state Secret that
-// HasState and StateSize read: all a cache of its metadata needs.
-var HeadSummaryAnnotations = []string{annotationEncoding, annotationSize}
-
 // StateSize is the uncompressed size of the state a state Secret heads, as
 // its last write recorded it.
 func StateSize(head metav1.Object) (int64, bool) {
