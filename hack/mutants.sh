@@ -206,6 +206,12 @@ mutant inputs-handed-twice pkg/controller/workspace/handover.go \
 # Cached Terraform objects without decoding's spare room.
 mutant no-room-given-back pkg/manager/manager.go \
 	'st.Conditions, st.LastJobs = exactly(st.Conditions), exactly(st.LastJobs)' '_, _ = exactly(st.Conditions), exactly(st.LastJobs)'
+# Cluster API objects cached as what CAPTF reads: the control-plane label
+# kept, a copy sharing nothing with the cache.
+mutant capi-control-plane-label-dropped pkg/capi/object.go \
+	'o.Labels = map[string]string{ControlPlaneLabel: v}' '_ = v'
+mutant capi-copy-shares-refs pkg/capi/object.go \
+	'		out.Spec.InfrastructureRef = &ref' '		_ = ref'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -82,49 +82,39 @@ func resource(name string) schema.GroupVersionResource {
 
 // InfrastructureRef is the object of kind in group that o's
 // infrastructureRef names, if it names one.
-func (k Kind) InfrastructureRef(o *unstructured.Unstructured, group, kind string) (cache.ObjectName, bool) {
-	ref, _, _ := unstructured.NestedStringMap(o.Object, k.InfrastructureRefPath...)
-	if ref["kind"] != kind || ref["apiGroup"] != group || ref["name"] == "" {
+func (k Kind) InfrastructureRef(o *Object, group, kind string) (cache.ObjectName, bool) {
+	ref := o.Spec.InfrastructureRef
+	if ref == nil || ref.Kind != kind || ref.APIGroup != group || ref.Name == "" {
 		return cache.ObjectName{}, false
 	}
-	return cache.ObjectName{Namespace: o.GetNamespace(), Name: ref["name"]}, true
+	return cache.ObjectName{Namespace: o.Namespace, Name: ref.Name}, true
 }
 
 // BootstrapData is the name of o's bootstrap data Secret, "" until the
 // bootstrap provider sets it.
-func (k Kind) BootstrapData(o *unstructured.Unstructured) string {
-	if k.BootstrapDataSecretPath == nil {
-		return ""
-	}
-	name, _, _ := unstructured.NestedString(o.Object, k.BootstrapDataSecretPath...)
-	return name
-}
+func (k Kind) BootstrapData(o *Object) string { return o.Spec.DataSecretName }
 
 // BootstrapConfig is the group, kind and name of o's bootstrap config, if
 // its spec names one.
-func (k Kind) BootstrapConfig(o *unstructured.Unstructured) (group, kind, name string, ok bool) {
-	if k.BootstrapConfigRefPath == nil {
+func (k Kind) BootstrapConfig(o *Object) (group, kind, name string, ok bool) {
+	ref := o.Spec.BootstrapConfigRef
+	if ref == nil || ref.Kind == "" || ref.Name == "" {
 		return "", "", "", false
 	}
-	ref, _, _ := unstructured.NestedStringMap(o.Object, k.BootstrapConfigRefPath...)
-	if ref["kind"] == "" || ref["name"] == "" {
-		return "", "", "", false
-	}
-	return ref["apiGroup"], ref["kind"], ref["name"], true
+	return ref.APIGroup, ref.Kind, ref.Name, true
 }
 
 // ClusterName is the name of o's Cluster as o's spec gives it.
-func (k Kind) ClusterName(o *unstructured.Unstructured) string {
+func (k Kind) ClusterName(o *Object) string {
 	if k.ClusterNamePath == nil {
-		return o.GetName()
+		return o.Name
 	}
-	name, _, _ := unstructured.NestedString(o.Object, k.ClusterNamePath...)
-	return name
+	return o.Spec.ClusterName
 }
 
 // OwnerOf is the owner of obj of this kind, looked up in lister and checked
 // by UID.
-func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *unstructured.Unstructured {
+func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *Object {
 	for _, ref := range obj.GetOwnerReferences() {
 		if ref.Kind != k.Kind || !strings.HasPrefix(ref.APIVersion, Group+"/") {
 			continue
@@ -133,8 +123,8 @@ func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *unstructur
 		if err != nil {
 			continue
 		}
-		if u, ok := o.(*unstructured.Unstructured); ok && u.GetUID() == ref.UID {
-			return u
+		if owner := ObjectOf(o); owner != nil && owner.Kind == k.Kind && owner.UID == ref.UID {
+			return owner
 		}
 	}
 	return nil
@@ -142,12 +132,10 @@ func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *unstructur
 
 // Paused tells whether reconciliation of obj (of kind) is paused, and why,
 // in Cluster API's wording.
-func Paused(cluster *unstructured.Unstructured, obj metav1.Object, kind string) (string, bool) {
+func Paused(cluster *Object, obj metav1.Object, kind string) (string, bool) {
 	var why []string
-	if cluster != nil {
-		if paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused"); paused {
-			why = append(why, "Cluster spec.paused is set to true")
-		}
+	if cluster != nil && cluster.Spec.Paused {
+		why = append(why, "Cluster spec.paused is set to true")
 	}
 	if _, ok := obj.GetAnnotations()[PausedAnnotation]; ok {
 		why = append(why, fmt.Sprintf("%s has the %s annotation", kind, PausedAnnotation))
@@ -156,121 +144,55 @@ func Paused(cluster *unstructured.Unstructured, obj metav1.Object, kind string) 
 }
 
 // InfrastructureProvisioned tells whether the Cluster's infrastructure is.
-func InfrastructureProvisioned(cluster *unstructured.Unstructured) bool {
-	ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned")
-	return ok
-}
+func InfrastructureProvisioned(cluster *Object) bool { return cluster.Status.InfrastructureProvisioned }
 
 // ControlPlaneInitialized tells whether the Cluster's control plane is.
-func ControlPlaneInitialized(cluster *unstructured.Unstructured) bool {
-	ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
-	return ok
-}
+func ControlPlaneInitialized(cluster *Object) bool { return cluster.Status.ControlPlaneInitialized }
 
-// cachedFields are the fields of Cluster API objects CAPTF reads, besides
-// their metadata: Trim keeps only these in the caches. A new read of
-// another field must be added here, or it reads nothing.
-var cachedFields = [][]string{
-	{"spec", "paused"},
-	{"spec", "infrastructureRef"},
-	{"spec", "clusterName"},
-	{"spec", "bootstrap", "dataSecretName"},
-	{"spec", "bootstrap", "configRef"},
-	{"spec", "version"},
-	{"spec", "failureDomain"},
-	{"spec", "replicas"},
-	{"spec", "failureDomains"},
-	{"spec", "template", "spec", "infrastructureRef"},
-	{"spec", "template", "spec", "bootstrap", "dataSecretName"},
-	{"spec", "template", "spec", "bootstrap", "configRef"},
-	{"spec", "template", "spec", "version"},
-	{"status", "initialization", "infrastructureProvisioned"},
-	{"status", "initialization", "controlPlaneInitialized"},
-}
-
-// Trim is the informers' transform of Cluster API objects: their metadata
-// without managedFields and the cachedFields, nothing of the rest (a
-// Cluster's or Machine's conditions are most of it, and a fleet has
-// thousands).
-func Trim(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
+// Trim is the transform of the informer of k's objects: an unstructured
+// Cluster, Machine or MachinePool becomes the Object CAPTF reads of it,
+// nothing of the rest (a Cluster's or Machine's conditions and metadata
+// are most of it, and a fleet has thousands).
+func (k Kind) Trim(obj any) any {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return k.read(u)
 	}
-	u.SetManagedFields(nil)
-	trimmed := map[string]any{"apiVersion": u.Object["apiVersion"], "kind": u.Object["kind"], "metadata": u.Object["metadata"]}
-	for _, path := range cachedFields {
-		if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); found && err == nil {
-			setNoCopy(trimmed, v, path)
-		}
-	}
-	u.Object = trimmed
-	return u, nil
+	return obj
 }
 
 // CachedChanged tells whether an update of a trimmed object changed what
-// CAPTF reads of it: the cachedFields, labels, annotations (pause) or its
-// deletion. Cluster API updates a Cluster's and a Machine's status many
+// CAPTF reads of it: its spec and status fields, the control-plane label or
+// its deletion. Cluster API updates a Cluster's and a Machine's status many
 // times while machines come up; what Trim leaves of those updates is a new
 // resourceVersion, and syncing every machine of a cluster for each would
 // cost a read of every machine's inputs.
-func CachedChanged(old, cur *unstructured.Unstructured) bool {
-	for _, key := range []string{"spec", "status"} {
-		if !equality.Semantic.DeepEqual(old.Object[key], cur.Object[key]) {
-			return true
-		}
-	}
-	return !equality.Semantic.DeepEqual(old.GetLabels(), cur.GetLabels()) ||
-		!equality.Semantic.DeepEqual(old.GetAnnotations(), cur.GetAnnotations()) ||
-		!equality.Semantic.DeepEqual(old.GetDeletionTimestamp(), cur.GetDeletionTimestamp())
-}
-
-// setNoCopy sets path in m to v, moved, not copied: the informer's object
-// it comes from is dropped.
-func setNoCopy(m map[string]any, v any, path []string) {
-	for _, key := range path[:len(path)-1] {
-		next, ok := m[key].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[key] = next
-		}
-		m = next
-	}
-	m[path[len(path)-1]] = v
+func CachedChanged(old, cur *Object) bool {
+	return !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || old.Status != cur.Status ||
+		!equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
+		!equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp)
 }
 
 // MachineVersion is a Machine's Kubernetes version.
-func MachineVersion(m *unstructured.Unstructured) string {
-	v, _, _ := unstructured.NestedString(m.Object, "spec", "version")
-	return v
-}
+func MachineVersion(m *Object) string { return m.Spec.Version }
 
 // MachineFailureDomain is the failure domain a Machine is placed in.
-func MachineFailureDomain(m *unstructured.Unstructured) string {
-	fd, _, _ := unstructured.NestedString(m.Object, "spec", "failureDomain")
-	return fd
-}
+func MachineFailureDomain(m *Object) string { return m.Spec.FailureDomain }
 
 // PoolReplicas is a MachinePool's replicas, 1 (Cluster API's default)
 // when unset.
-func PoolReplicas(mp *unstructured.Unstructured) int64 {
-	replicas, found, _ := unstructured.NestedInt64(mp.Object, "spec", "replicas")
-	if !found {
+func PoolReplicas(mp *Object) int64 {
+	if mp.Spec.Replicas == nil {
 		return 1
 	}
-	return replicas
+	return *mp.Spec.Replicas
 }
 
 // PoolVersion is a MachinePool's Kubernetes version.
-func PoolVersion(mp *unstructured.Unstructured) string {
-	v, _, _ := unstructured.NestedString(mp.Object, "spec", "template", "spec", "version")
-	return v
-}
+func PoolVersion(mp *Object) string { return mp.Spec.Version }
 
 // PoolFailureDomains are the failure domains a MachinePool spreads over.
-func PoolFailureDomains(mp *unstructured.Unstructured) []string {
-	domains, _, _ := unstructured.NestedStringSlice(mp.Object, "spec", "failureDomains")
-	return append([]string{}, domains...)
+func PoolFailureDomains(mp *Object) []string {
+	return append([]string{}, mp.Spec.FailureDomains...)
 }
 
 // IsControlPlane tells whether o (a Machine) is a control-plane machine.

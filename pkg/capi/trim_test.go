@@ -6,11 +6,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 )
 
-// TestTrim: what CAPTF reads of a Cluster, Machine or MachinePool reads the
-// same after Trim; their metadata stays, the rest (conditions,
-// managedFields) goes.
+// TestTrim: what CAPTF reads of a Cluster, Machine or MachinePool, each
+// from where its kind keeps it, is in the Object Trim makes of it; their
+// metadata stays, managedFields go.
 func TestTrim(t *testing.T) {
 	conditions := []any{map[string]any{"type": "Available", "status": "True", "message": "a long message"}}
 	meta := func(name string) map[string]any {
@@ -34,36 +36,53 @@ func TestTrim(t *testing.T) {
 					"bootstrap": map[string]any{"dataSecretName": "boot"}}}},
 			"status": map[string]any{"conditions": conditions}}},
 	}
-	read := func(u *unstructured.Unstructured) []any {
-		k := map[string]Kind{"Cluster": Cluster, "Machine": Machine, "MachinePool": MachinePool}[u.GetKind()]
-		ref, ok := k.InfrastructureRef(u, "infrastructure.cluster.x-k8s.io", "TerraformMachine")
-		why, paused := Paused(u, u, u.GetKind())
-		cfgGroup, cfgKind, cfgName, cfgOK := k.BootstrapConfig(u)
-		return []any{ref, ok, k.BootstrapData(u), cfgGroup, cfgKind, cfgName, cfgOK, k.ClusterName(u), why, paused, InfrastructureProvisioned(u), ControlPlaneInitialized(u),
-			IsControlPlane(u), MachineVersion(u), MachineFailureDomain(u), PoolReplicas(u), PoolVersion(u), PoolFailureDomains(u),
-			u.GetName(), u.GetNamespace(), u.GetUID(), u.GetLabels(), u.GetAnnotations()}
+	read := func(o *Object) []any {
+		k, _ := KindOf(o.Kind)
+		ref, ok := k.InfrastructureRef(o, "infrastructure.cluster.x-k8s.io", "TerraformMachine")
+		why, paused := Paused(o, o, o.Kind)
+		cfgGroup, cfgKind, cfgName, cfgOK := k.BootstrapConfig(o)
+		return []any{ref, ok, k.BootstrapData(o), cfgGroup, cfgKind, cfgName, cfgOK, k.ClusterName(o), why, paused, InfrastructureProvisioned(o), ControlPlaneInitialized(o),
+			IsControlPlane(o), MachineVersion(o), MachineFailureDomain(o), PoolReplicas(o), PoolVersion(o), PoolFailureDomains(o),
+			o.GetName(), o.GetNamespace(), o.GetUID(), o.GetLabels(), o.GetAnnotations()}
+	}
+	// Of the labels only the control plane's is read; of the annotations
+	// none (the pause CAPTF heeds is its own objects').
+	labels, annotations := map[string]string{ControlPlaneLabel: ""}, map[string]string(nil)
+	wantRef := cache.ObjectName{Namespace: "ns", Name: "m"}
+	// What each kind's fields read as, where that kind keeps them.
+	want := map[string][]any{
+		"cluster": {wantRef, true, "", "", "", "", false, "c", "Cluster spec.paused is set to true", true, true, true, true, "", "", int64(1), "", []string{}, "c", "ns", types.UID("u-c"), labels, annotations},
+		"machine": {wantRef, true, "boot", "bootstrap.cluster.x-k8s.io", "KubeadmConfig", "x", true, "c", "", false, false, false,
+			true, "v1.34.0", "a", int64(1), "v1.34.0", []string{}, "m", "ns", types.UID("u-m"), labels, annotations},
+		"pool": {wantRef, true, "boot", "", "", "", false, "c", "", false, false, false,
+			true, "v1.34.0", "", int64(3), "v1.34.0", []string{"a", "b"}, "p", "ns", types.UID("u-p"), labels, annotations},
 	}
 	for name, u := range objs {
 		t.Run(name, func(t *testing.T) {
-			want := read(u.DeepCopy())
-			got, err := Trim(u.DeepCopy())
-			if err != nil {
-				t.Fatal(err)
+			k, _ := KindOf(u.GetKind())
+			got, ok := k.Trim(u.DeepCopy()).(*Object)
+			if !ok {
+				t.Fatalf("Trim made a %T", k.Trim(u.DeepCopy()))
 			}
-			trimmed := got.(*unstructured.Unstructured)
-			if r := read(trimmed); !reflect.DeepEqual(r, want) {
-				t.Errorf("reads after Trim:\n%v\nwant\n%v", r, want)
+			if r := read(got); !reflect.DeepEqual(r, want[name]) {
+				t.Errorf("reads after Trim:\n%#v\nwant\n%#v", r, want[name])
 			}
-			if _, found, _ := unstructured.NestedFieldNoCopy(trimmed.Object, "status", "conditions"); found {
-				t.Error("conditions kept")
-			}
-			if len(trimmed.GetManagedFields()) > 0 {
+			if len(got.GetManagedFields()) > 0 {
 				t.Error("managedFields kept")
 			}
-			if _, found, _ := unstructured.NestedFieldNoCopy(trimmed.Object, "spec", "minReadySeconds"); found {
-				t.Error("an unread field kept")
+			// A copy shares nothing: the controllers may change theirs.
+			cp := got.DeepCopyObject().(*Object)
+			if cp.Labels != nil {
+				cp.Labels["x"] = "y"
+			}
+			cp.Spec.InfrastructureRef.Name = "other"
+			if r := read(got); !reflect.DeepEqual(r, want[name]) {
+				t.Errorf("a change of a copy changed the cached object: %v", r)
 			}
 		})
+	}
+	if got := ObjectOf(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}); got != nil {
+		t.Errorf("ObjectOf took a ConfigMap for a Cluster API object: %#v", got)
 	}
 }
 
@@ -92,8 +111,10 @@ func TestCachedChanged(t *testing.T) {
 		"control plane initialized": {mutate: func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, true, "status", "initialization", "controlPlaneInitialized")
 		}, want: true},
-		"paused annotation": {mutate: func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"cluster.x-k8s.io/paused": ""}) }, want: true},
-		"label":             {mutate: func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "b"}) }, want: true},
+		// The pause CAPTF heeds is on its own objects, not their owners.
+		"paused annotation":   {mutate: func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"cluster.x-k8s.io/paused": ""}) }},
+		"another label":       {mutate: func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "b"}) }},
+		"control-plane label": {mutate: func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{ControlPlaneLabel: ""}) }, want: true},
 		"deleted": {mutate: func(u *unstructured.Unstructured) {
 			now := metav1.Now()
 			u.SetDeletionTimestamp(&now)
@@ -101,11 +122,10 @@ func TestCachedChanged(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			old, _ := Trim(base())
+			old := Cluster.Trim(base()).(*Object)
 			cur := base()
 			tc.mutate(cur)
-			trimmed, _ := Trim(cur)
-			if got := CachedChanged(old.(*unstructured.Unstructured), trimmed.(*unstructured.Unstructured)); got != tc.want {
+			if got := CachedChanged(old, Cluster.Trim(cur).(*Object)); got != tc.want {
 				t.Errorf("CachedChanged = %v, want %v", got, tc.want)
 			}
 		})

@@ -22,7 +22,9 @@ type Context struct {
 	// KubeInformers hold only what CAPTF made (names.LabelManagedBy).
 	KubeInformers  informers.SharedInformerFactory
 	CAPTFInformers externalversions.SharedInformerFactory
-	// CAPIInformers hold Cluster API's objects, unstructured.
+	// CAPIInformers hold Cluster API's objects: the manager's as
+	// capi.Objects (capi.Trim), others' unstructured; read them with
+	// capi.ObjectOf.
 	CAPIInformers dynamicinformer.DynamicSharedInformerFactory
 	// Clock is the controllers' one clock; nil is the real one.
 	Clock clock.WithTicker

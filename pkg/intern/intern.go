@@ -100,32 +100,3 @@ func (p *Pool) Conditions(conds []metav1.Condition) {
 		c.Type, c.Status, c.Reason = p.String(c.Type), metav1.ConditionStatus(p.String(string(c.Status))), p.String(c.Reason)
 	}
 }
-
-// unstructuredValues are the fields of decoded JSON whose string values
-// repeat across objects.
-var unstructuredValues = map[string]bool{"apiVersion": true, "kind": true, "apiGroup": true, "namespace": true}
-
-// Unstructured rebuilds a decoded JSON object with shared keys, and shared
-// values of its API versions, kinds, API groups and namespaces.
-func (p *Pool) Unstructured(obj map[string]any) map[string]any {
-	out := make(map[string]any, len(obj))
-	for k, v := range obj {
-		if s, ok := v.(string); ok && unstructuredValues[k] {
-			v = p.String(s)
-		}
-		out[p.String(k)] = p.value(v)
-	}
-	return out
-}
-
-func (p *Pool) value(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		return p.Unstructured(v)
-	case []any:
-		for i := range v {
-			v[i] = p.value(v[i])
-		}
-	}
-	return v
-}

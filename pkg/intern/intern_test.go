@@ -91,32 +91,3 @@ func TestMeta(t *testing.T) {
 		}
 	}
 }
-
-func TestUnstructured(t *testing.T) {
-	var p Pool
-	decode := func() map[string]any {
-		return map[string]any{fresh("apiVersion"): fresh("cluster.x-k8s.io/v1beta2"), fresh("kind"): fresh("Cluster"),
-			fresh("metadata"): map[string]any{fresh("name"): fresh("c1"), fresh("namespace"): fresh("tenant")},
-			fresh("spec"):     map[string]any{fresh("paused"): true, fresh("refs"): []any{map[string]any{fresh("apiGroup"): fresh("infrastructure.cluster.x-k8s.io")}}}}
-	}
-	a, b := p.Unstructured(decode()), p.Unstructured(decode())
-	ma, mb := a["metadata"].(map[string]any), b["metadata"].(map[string]any)
-	ra := a["spec"].(map[string]any)["refs"].([]any)[0].(map[string]any)
-	rb := b["spec"].(map[string]any)["refs"].([]any)[0].(map[string]any)
-	for what, pair := range map[string][2]string{
-		"apiVersion":      {a["apiVersion"].(string), b["apiVersion"].(string)},
-		"kind":            {a["kind"].(string), b["kind"].(string)},
-		"namespace":       {ma["namespace"].(string), mb["namespace"].(string)},
-		"nested apiGroup": {ra["apiGroup"].(string), rb["apiGroup"].(string)},
-	} {
-		if !same(pair[0], pair[1]) {
-			t.Errorf("%s %q is not shared", what, pair[0])
-		}
-	}
-	if same(ma["name"].(string), mb["name"].(string)) {
-		t.Errorf("a name is shared")
-	}
-	if a["spec"].(map[string]any)["paused"] != true {
-		t.Errorf("a value changed: %v", a)
-	}
-}

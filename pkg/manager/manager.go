@@ -561,9 +561,10 @@ func clients(cfg *rest.Config, cc *controller.Context) (dynamic.Interface, metad
 	return dyn, meta, err
 }
 
-// trimmingDynamicFactory trims what its informers of Cluster API objects
-// cache to what CAPTF reads (capi.Trim), with shared strings, as the typed
-// factories' WithTransform does: the dynamic factory has no such option.
+// trimmingDynamicFactory caches of Cluster API objects what CAPTF reads
+// (capi.Trim makes a capi.Object of each), with shared strings, as the
+// typed factories' WithTransform does: the dynamic factory has no such
+// option.
 type trimmingDynamicFactory struct {
 	dynamicinformer.DynamicSharedInformerFactory
 	shared *intern.Pool
@@ -571,14 +572,11 @@ type trimmingDynamicFactory struct {
 
 func (f trimmingDynamicFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
 	inf := f.DynamicSharedInformerFactory.ForResource(gvr)
-	trim := func(obj any) (any, error) {
-		obj, err := capi.Trim(obj)
-		if u, ok := obj.(*unstructured.Unstructured); ok && err == nil {
-			u.Object = f.shared.Unstructured(u.Object)
-		}
-		return obj, err
+	kind, ok := capi.KindServedAs(gvr)
+	if !ok {
+		return inf
 	}
-	if err := inf.Informer().SetTransform(trim); err != nil {
+	if err := inf.Informer().SetTransform(cacheTransform(f.shared, kind.Trim)); err != nil {
 		// Only a started informer refuses: it was asked for before, and
 		// got the transform then.
 		klog.Background().V(4).Info("Informer already started", "resource", gvr, "err", err)
@@ -720,6 +718,14 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 			// room of eight, 288 bytes an object.
 			st.Conditions, st.LastJobs = exactly(st.Conditions), exactly(st.LastJobs)
 			shared.Conditions(st.Conditions)
+		case *capi.Object:
+			o.APIVersion, o.Kind = shared.String(o.APIVersion), shared.String(o.Kind)
+			for _, ref := range []*capi.Ref{o.Spec.InfrastructureRef, o.Spec.BootstrapConfigRef} {
+				if ref != nil {
+					ref.APIGroup, ref.Kind = shared.String(ref.APIGroup), shared.String(ref.Kind)
+				}
+			}
+			o.Spec.Version = shared.String(o.Spec.Version)
 		case *workspace.CachedJob:
 			o.Operation = infrav1.Operation(shared.String(string(o.Operation)))
 			for i := range o.Status.Conditions {

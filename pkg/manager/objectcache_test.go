@@ -6,7 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 )
 
 // appliedCluster is a TerraformCluster as the API server serves it once
@@ -48,4 +52,55 @@ func BenchmarkObjectCache(b *testing.B) {
 		return tc, json.Unmarshal(data, tc)
 	}, cacheTransform(newSharedStrings(), nil), nil)
 	b.ReportMetric(perObject, "B/object")
+}
+
+// capiObjects are a Machine and a Cluster as Cluster API v1.14 serves them
+// once the machine is running (its status trimmed of most conditions).
+var capiObjects = map[string]string{
+	"Machine": `{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Machine",
+"metadata":{"name":"c00000-md-0-x7k2p-00000","namespace":"fleet","uid":"7c1d0b7e-2a44-4b8e-9d1f-000000000000","resourceVersion":"100000","generation":3,
+"creationTimestamp":"2026-12-01T13:56:54Z",
+"labels":{"cluster.x-k8s.io/cluster-name":"c00000","cluster.x-k8s.io/deployment-name":"c00000-md-0","cluster.x-k8s.io/set-name":"c00000-md-0-x7k2p","machine-template-hash":"1736184213"},
+"annotations":{"machine.cluster.x-k8s.io/certificates-expiry":"2027-12-01T13:57:40Z"},
+"ownerReferences":[{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","name":"c00000-md-0-x7k2p","uid":"6f1c0b7e-2a44-4b8e-9d1f-000000000000","controller":true,"blockOwnerDeletion":true}],
+"finalizers":["machine.cluster.x-k8s.io"],
+"managedFields":[{"manager":"manager","operation":"Update","apiVersion":"cluster.x-k8s.io/v1beta2","time":"2026-12-01T13:56:54Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}}]},
+"spec":{"clusterName":"c00000","version":"v1.37.2","providerID":"localcloud://i-00000",
+"bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"KubeadmConfig","name":"c00000-md-0-x7k2p-00000"},"dataSecretName":"c00000-md-0-x7k2p-00000"},
+"infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TerraformMachine","name":"c00000-md-0-x7k2p-00000"},
+"deletion":{"nodeDrainTimeoutSeconds":0}},
+"status":{"phase":"Running","observedGeneration":3,"nodeRef":{"name":"c00000-md-0-x7k2p-00000"},
+"initialization":{"bootstrapDataSecretCreated":true,"infrastructureProvisioned":true},
+"addresses":[{"type":"InternalIP","address":"10.0.0.1"}],
+"conditions":[{"type":"Available","status":"True","observedGeneration":3,"lastTransitionTime":"2026-12-01T13:57:40Z","reason":"Available"},
+{"type":"Ready","status":"True","observedGeneration":3,"lastTransitionTime":"2026-12-01T13:57:40Z","reason":"Ready"}]}}`,
+	"Cluster": `{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Cluster",
+"metadata":{"name":"c00000","namespace":"fleet","uid":"7c1d0b7e-2a44-4b8e-9d1f-000000000000","resourceVersion":"100000","generation":2,
+"creationTimestamp":"2026-12-01T13:56:54Z","labels":{"cluster.x-k8s.io/cluster-name":"c00000"},"finalizers":["cluster.cluster.x-k8s.io"]},
+"spec":{"controlPlaneEndpoint":{"host":"c00000.fleet.test","port":6443},
+"controlPlaneRef":{"apiGroup":"controlplane.cluster.x-k8s.io","kind":"KubeadmControlPlane","name":"c00000"},
+"infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TerraformCluster","name":"c00000"}},
+"status":{"phase":"Provisioned","observedGeneration":2,"initialization":{"infrastructureProvisioned":true,"controlPlaneInitialized":true},
+"conditions":[{"type":"Available","status":"True","observedGeneration":2,"lastTransitionTime":"2026-12-01T13:57:40Z","reason":"Available"}]}}`,
+}
+
+// BenchmarkCAPICache reports the heap a Cluster API Machine or Cluster
+// takes in the manager's informers: decoded from JSON (every string its
+// own, as from a watch), transformed (capi.Trim) and indexed as the
+// manager does.
+func BenchmarkCAPICache(b *testing.B) {
+	for _, kind := range []capi.Kind{capi.Machine, capi.Cluster} {
+		b.Run(kind.Kind, func(b *testing.B) {
+			const n = 10000
+			wire := make([][]byte, n)
+			for i := range wire {
+				id := fmt.Sprintf("%05d", i)
+				wire[i] = []byte(strings.NewReplacer("00000", id, "000000000000\"", "0000000"+id+"\"").Replace(capiObjects[kind.Kind]))
+			}
+			perObject := heapPerObject(b, wire, func(data []byte) (any, error) {
+				return runtime.Decode(unstructured.UnstructuredJSONScheme, data)
+			}, cacheTransform(newSharedStrings(), kind.Trim), nil)
+			b.ReportMetric(perObject, "B/object")
+		})
+	}
 }

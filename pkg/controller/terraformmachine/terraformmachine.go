@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/workspace"
@@ -43,7 +41,7 @@ var Kind = workspace.Kind[*infrav1.TerraformMachine]{
 }
 
 // inputs are the machine's inputs (docs/inputs.md) from its Machine.
-func inputs(m *unstructured.Unstructured, inputs map[string]any) {
+func inputs(m *capi.Object, inputs map[string]any) {
 	inputs["captf_machine_name"] = m.GetName()
 	inputs["captf_control_plane"] = capi.IsControlPlane(m)
 	inputs["captf_failure_domain"] = capi.MachineFailureDomain(m)

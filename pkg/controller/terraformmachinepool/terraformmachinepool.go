@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/workspace"
@@ -40,7 +38,7 @@ var Kind = workspace.Kind[*infrav1.TerraformMachinePool]{
 }
 
 // inputs are the pool's inputs (docs/inputs.md) from its MachinePool.
-func inputs(mp *unstructured.Unstructured, inputs map[string]any) {
+func inputs(mp *capi.Object, inputs map[string]any) {
 	inputs["captf_machine_pool_name"] = mp.GetName()
 	inputs["captf_replicas"] = capi.PoolReplicas(mp)
 	inputs["captf_kubernetes_version"] = capi.PoolVersion(mp)

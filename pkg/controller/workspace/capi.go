@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -22,7 +21,7 @@ import (
 // clusterOf finds the Cluster of a machine or pool by its cluster-name label
 // (Cluster API sets it; fallback names it before then), and its
 // TerraformCluster when that is the Cluster's infrastructure.
-func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister, tcs infralisters.TerraformClusterLister) (*unstructured.Unstructured, *infrav1.TerraformCluster) {
+func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister, tcs infralisters.TerraformClusterLister) (*capi.Object, *infrav1.TerraformCluster) {
 	name := obj.GetLabels()[capi.ClusterNameLabel]
 	if name == "" {
 		name = fallback
@@ -34,8 +33,8 @@ func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister,
 	if err != nil {
 		return nil, nil
 	}
-	cluster, ok := o.(*unstructured.Unstructured)
-	if !ok {
+	cluster := capi.ObjectOf(o)
+	if cluster == nil || cluster.Kind != capi.Cluster.Kind {
 		return nil, nil
 	}
 	ref, ok := capi.Cluster.InfrastructureRef(cluster, infrav1.SchemeGroupVersion.Group, "TerraformCluster")
@@ -74,7 +73,7 @@ const (
 // MachinePool of kind; keys value and format, as Cluster API's bootstrap
 // providers write it) into captf_bootstrap_data and captf_bootstrap_format,
 // when the Secret was made for owner (madeFor).
-func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, configs BootstrapConfigReader, kind capi.Kind, owner *unstructured.Unstructured, inputs map[string]any) error {
+func bootstrapInputs(ctx context.Context, kube kubernetes.Interface, configs BootstrapConfigReader, kind capi.Kind, owner *capi.Object, inputs map[string]any) error {
 	name := kind.BootstrapData(owner)
 	sec, err := kube.CoreV1().Secrets(owner.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -113,7 +112,7 @@ type BootstrapConfigReader func(ctx context.Context, namespace, group, kind, nam
 // controllers take control of the configs they use: another Machine's
 // config stays its own) and the Secret belongs to owner's Cluster; or when
 // someone who may write Secrets labelled it as bootstrap data.
-func madeFor(ctx context.Context, configs BootstrapConfigReader, sec *corev1.Secret, kind capi.Kind, owner *unstructured.Unstructured) (bool, error) {
+func madeFor(ctx context.Context, configs BootstrapConfigReader, sec *corev1.Secret, kind capi.Kind, owner *capi.Object) (bool, error) {
 	if sec.Labels[infrav1.LabelBootstrapData] == "true" {
 		return true, nil
 	}

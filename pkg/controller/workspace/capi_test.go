@@ -86,7 +86,7 @@ func TestBootstrapDataMadeFor(t *testing.T) {
 			tc.meta.Name, tc.meta.Namespace = "boot", "ns"
 			sec := &corev1.Secret{ObjectMeta: tc.meta, Data: map[string][]byte{"value": []byte("canary-admin-kubeconfig")}}
 			inputs := map[string]any{}
-			err := bootstrapInputs(context.Background(), fake.NewClientset(sec), readConfig, tc.kind, tc.owner, inputs)
+			err := bootstrapInputs(context.Background(), fake.NewClientset(sec), readConfig, tc.kind, capi.ObjectOf(tc.owner), inputs)
 			if tc.wantOK {
 				if err != nil || inputs["captf_bootstrap_data"] != "canary-admin-kubeconfig" {
 					t.Errorf("refused: %v (inputs %v)", err, inputs)

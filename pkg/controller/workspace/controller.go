@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -55,7 +54,7 @@ type Kind[T Object] struct {
 	// Gate, if set, holds plans for the approvals the object asks for.
 	Gate func(T) *approval.Gate
 	// Inputs adds the kind's captf_* inputs read from the owner.
-	Inputs func(owner *unstructured.Unstructured, inputs map[string]any)
+	Inputs func(owner *capi.Object, inputs map[string]any)
 	// Outputs reads the kind's module outputs into the object's spec and
 	// status, and tells whether the spec changed. Before it sets provider
 	// IDs (machines and pools) it claims them: claim fails when another
@@ -493,8 +492,8 @@ func (c *Controller[T]) deleteObject(obj any) {
 // may have waited for its owner, the owner's bootstrap data, replicas or
 // version changed, or its pause did.
 func (c *Controller[T]) handleOwner(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if key, ok := c.kind.Owner.InfrastructureRef(u, c.kind.GVK.Group, c.kind.GVK.Kind); ok {
+	if o := capi.ObjectOf(obj); o != nil {
+		if key, ok := c.kind.Owner.InfrastructureRef(o, c.kind.GVK.Group, c.kind.GVK.Kind); ok {
 			c.loop.Queue.Add(key)
 		}
 	}
@@ -503,8 +502,8 @@ func (c *Controller[T]) handleOwner(obj any) {
 // handleCluster enqueues a Cluster's machines or pools: its infrastructure
 // or control plane may be ready now, or its pause changed.
 func (c *Controller[T]) handleCluster(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		c.enqueueClusterMembers(u.GetNamespace(), u.GetName())
+	if o := capi.ObjectOf(obj); o != nil {
+		c.enqueueClusterMembers(o.Namespace, o.Name)
 	}
 }
 
@@ -530,9 +529,8 @@ func (c *Controller[T]) enqueueClusterMembers(namespace, cluster string) {
 // cachedChanged: an update of a Cluster API object changed what CAPTF
 // reads of it (a tombstone or another type always counts).
 func cachedChanged(old, cur any) bool {
-	o, ok1 := old.(*unstructured.Unstructured)
-	n, ok2 := cur.(*unstructured.Unstructured)
-	return !ok1 || !ok2 || capi.CachedChanged(o, n)
+	o, n := capi.ObjectOf(old), capi.ObjectOf(cur)
+	return o == nil || n == nil || capi.CachedChanged(o, n)
 }
 
 func fieldManager(gvk schema.GroupVersionKind) string { return "captf-" + names.ShortKind(gvk.Kind) }

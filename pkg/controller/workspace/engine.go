@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
@@ -20,6 +19,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runnerpod"
@@ -153,10 +153,10 @@ type Sync struct {
 	NoStatus bool
 	// Owner is the object's Cluster API owner (a Cluster, Machine or
 	// MachinePool), nil until Cluster API sets it.
-	Owner *unstructured.Unstructured
+	Owner *capi.Object
 	// Cluster is the Cluster the object belongs to, and TerraformCluster
 	// that Cluster's infrastructure when it is one.
-	Cluster          *unstructured.Unstructured
+	Cluster          *capi.Object
 	TerraformCluster *infrav1.TerraformCluster
 }
 
