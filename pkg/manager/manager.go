@@ -704,6 +704,11 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		if trim != nil {
 			obj = trim(obj)
 		}
+		if m, ok := obj.(*workspace.StateSecretMeta); ok {
+			// Its metadata is its own fields, not an ObjectMeta.
+			m.Namespace, m.Kind = shared.String(m.Namespace), shared.String(m.Kind)
+			return m, nil
+		}
 		accessor, ok := obj.(metav1.ObjectMetaAccessor)
 		if !ok {
 			return obj, nil
