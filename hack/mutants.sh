@@ -212,6 +212,8 @@ mutant capi-control-plane-label-dropped pkg/capi/object.go \
 	'o.Labels = map[string]string{ControlPlaneLabel: v}' '_ = v'
 mutant capi-copy-shares-refs pkg/capi/object.go \
 	'		out.Spec.InfrastructureRef = &ref' '		_ = ref'
+mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
+	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

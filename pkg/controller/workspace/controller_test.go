@@ -404,9 +404,7 @@ func TestInputs(t *testing.T) {
 		// The Cluster's TerraformCluster, whose outputs machines and pools get.
 		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work-infra", Namespace: "ns"},
 			Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Outputs: map[string]runtime.RawExtension{"vpc_id": {Raw: []byte(`"vpc-1"`)}}}}}
-		if err := f.capi["clusters"].Update(withInfrastructure(f.k, "work-infra")); err != nil {
-			t.Fatal(err)
-		}
+		f.putCAPI(withInfrastructure(f.k, "work-infra"))
 		f.addTerraformCluster(tc)
 		f.sync()
 		jobs := f.createdJobs()
@@ -956,14 +954,11 @@ func TestInputsReadOncePerRender(t *testing.T) {
 		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Outputs: k.outputs})
 		f.sync()
 		f.observe()
-		machines := f.capi["machines"]
-		owner := machines.List()[0].(*unstructured.Unstructured).DeepCopy()
+		owner := f.capiSource("machines", f.capi["machines"].List()[0].(*capi.Object).Name)
 		if err := unstructured.SetNestedField(owner.Object, "v1.37.3", "spec", "version"); err != nil {
 			t.Fatal(err)
 		}
-		if err := machines.Update(owner); err != nil {
-			t.Fatal(err)
-		}
+		f.putCAPI(owner)
 		f.sync()
 		jobs = f.createdJobs()
 		if len(jobs) != 1 || jobs[0].Labels[names.LabelInputsHash] == third.Labels[names.LabelInputsHash] {
@@ -983,9 +978,7 @@ func TestInputsReadOncePerRender(t *testing.T) {
 		if err := unstructured.SetNestedField(owner.Object, other.Name, "spec", "bootstrap", "dataSecretName"); err != nil {
 			t.Fatal(err)
 		}
-		if err := machines.Update(owner); err != nil {
-			t.Fatal(err)
-		}
+		f.putCAPI(owner)
 		f.sync()
 		if jobs := f.createdJobs(); len(jobs) != 1 || jobs[0].Labels[names.LabelInputsHash] == fourth.Labels[names.LabelInputsHash] {
 			t.Fatalf("after the Machine's bootstrap data Secret changed created %v, want an apply of its data", jobNames(jobs))

@@ -269,6 +269,8 @@ type fixture struct {
 	// seen are the Jobs created before the last clear.
 	seen int
 	log  *writeLog
+	// capiSources are the Cluster API objects put, before capi.Trim.
+	capiSources map[string]*unstructured.Unstructured
 }
 
 // newFixture sets up kind k's controller with obj in its cache and the API,
@@ -306,9 +308,7 @@ func newFixture(t *testing.T, k kindCase, obj workspace.Object, capiObjects []*u
 		f.capi[r.Resource] = cc.CAPIInformers.ForResource(r).Informer().GetIndexer()
 	}
 	for _, o := range capiObjects {
-		if err := f.capi[strings.ToLower(o.GetKind())+"s"].Add(o); err != nil {
-			t.Fatal(err)
-		}
+		f.putCAPI(o)
 	}
 	kube.ClearActions()
 	captf.ClearActions()
@@ -317,6 +317,44 @@ func newFixture(t *testing.T, k kindCase, obj workspace.Object, capiObjects []*u
 }
 
 func (f *fixture) informers() externalversions.SharedInformerFactory { return f.cc.CAPTFInformers }
+
+// putCAPI adds or updates a Cluster API object in the cache as the
+// manager's informers hold it (capi.Trim); f.capiSource gives it back as
+// it was put.
+func (f *fixture) putCAPI(u *unstructured.Unstructured) {
+	f.t.Helper()
+	k, ok := capi.KindOf(u.GetKind())
+	if !ok {
+		f.t.Fatalf("not a Cluster API owner: %s", u.GetKind())
+	}
+	if f.capiSources == nil {
+		f.capiSources = map[string]*unstructured.Unstructured{}
+	}
+	f.capiSources[k.Resource.Resource+"/"+u.GetName()] = u.DeepCopy()
+	store, obj := f.capi[k.Resource.Resource], k.Trim(u.DeepCopy())
+	_, exists, err := store.Get(obj)
+	if err == nil {
+		if exists {
+			err = store.Update(obj)
+		} else {
+			err = store.Add(obj)
+		}
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// capiSource is the Cluster API object of resource and name as it was
+// last put.
+func (f *fixture) capiSource(resource, name string) *unstructured.Unstructured {
+	f.t.Helper()
+	u, ok := f.capiSources[resource+"/"+name]
+	if !ok {
+		f.t.Fatalf("no %s %s was put", resource, name)
+	}
+	return u.DeepCopy()
+}
 
 func (f *fixture) gvr() schema.GroupVersionResource {
 	return infrav1.SchemeGroupVersion.WithResource(f.k.resource)
