@@ -1,7 +1,7 @@
 // Package capi holds the parts of Cluster API's contract CAPTF reads and
 // writes: names of labels and annotations, the resources of the Cluster API
 // kinds that own CAPTF's objects, and how to read them. CAPTF does not import
-// Cluster API: its objects are unstructured here.
+// Cluster API: its objects come unstructured, and are read into an Object.
 package capi
 
 import (
