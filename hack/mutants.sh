@@ -212,6 +212,10 @@ mutant capi-control-plane-label-dropped pkg/capi/object.go \
 	'o.Labels = map[string]string{ControlPlaneLabel: v}' '_ = v'
 mutant capi-copy-shares-refs pkg/capi/object.go \
 	'		out.Spec.InfrastructureRef = &ref' '		_ = ref'
+# Jobs indexed in buckets of object UIDs: a bucket's other objects' Jobs
+# are not this object's.
+mutant jobs-of-the-whole-bucket pkg/controller/workspace/jobs.go \
+	'if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {' 'if !ok || job.Namespace != obj.GetNamespace() {'
 mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
 	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
 

@@ -369,10 +369,10 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 // result Secret of its own there) would otherwise be read as its run.
 func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
 	var jobs []*CachedJob
-	objs, _ := index.ByIndex(JobsByObjectUID, string(obj.GetUID())) // an error: no such index, no Jobs
+	objs, _ := index.ByIndex(JobsByObjectUID, uidBucket(obj.GetUID())) // an error: no such index, no Jobs
 	for _, o := range objs {
 		job, ok := o.(*CachedJob)
-		if !ok || job.Namespace != obj.GetNamespace() {
+		if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {
 			continue
 		}
 		if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != obj.GetUID() {
@@ -384,8 +384,22 @@ func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
 	return jobs
 }
 
-// JobsByObjectUID indexes runner Jobs by the UID of their Terraform* object.
-const JobsByObjectUID = "captf-object-uid"
+// JobsByObjectUID indexes runner Jobs by the UID of their Terraform*
+// object, in 256 buckets (uidBucket). An index holds a set for each of
+// its values: one per object took about 300 B an object, most of a Go map
+// for one or two Jobs; 256 sets of a fleet's Jobs take a few hundred KB
+// whatever its size, and a lookup reads the 1/256 of the Jobs in its
+// bucket.
+const JobsByObjectUID = "captf-object-uid-bucket"
+
+// uidBucket is the bucket of the object of uid: the UID's first two
+// characters, hexadecimal digits for a UID the API server gave.
+func uidBucket(uid types.UID) string {
+	if len(uid) < 2 {
+		return string(uid)
+	}
+	return string(uid[:2])
+}
 
 // JobIndexers are the indexers the controllers need on the Job informer.
 var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error) {
@@ -394,7 +408,7 @@ var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error
 		return nil, nil
 	}
 	if job.ObjectUID != "" {
-		return []string{string(job.ObjectUID)}, nil
+		return []string{uidBucket(job.ObjectUID)}, nil
 	}
 	return nil, nil
 }}

@@ -162,12 +162,19 @@ func TestObjectJobs(t *testing.T) {
 	job := func(ns, name string, refs []metav1.OwnerReference) *batchv1.Job {
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{names.LabelObjectUID: "u1"}, OwnerReferences: refs}}
 	}
+	// Another object's Job in the same index bucket (its UID starts alike),
+	// and one it controls that names this object.
+	sameBucket := job("a", "same-bucket", owner("u1b"))
+	sameBucket.Labels[names.LabelObjectUID] = "u1b"
+	mislabelled := job("a", "labelled-for-another", owner("u1"))
+	mislabelled.Labels[names.LabelObjectUID] = "u1b"
 	index := cache.NewIndexer(cache.MetaNamespaceKeyFunc, JobIndexers)
 	for _, j := range []*batchv1.Job{
 		job("a", "own", owner("u1")),
 		job("b", "other-namespace", owner("u1")),
 		job("a", "other-owner", owner("u2")),
 		job("a", "no-owner", nil),
+		sameBucket, mislabelled,
 	} {
 		if err := index.Add(CacheJob(j)); err != nil {
 			t.Fatal(err)
