@@ -216,6 +216,8 @@ mutant capi-copy-shares-refs pkg/capi/object.go \
 # are not this object's.
 mutant jobs-of-the-whole-bucket pkg/controller/workspace/jobs.go \
 	'if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {' 'if !ok || job.Namespace != obj.GetNamespace() {'
+mutant capi-informer-dynamic-lister pkg/manager/manager.go \
+	'	return capiInformer{inf, gvr}' '	return inf'
 mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
 	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
 

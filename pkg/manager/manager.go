@@ -581,7 +581,18 @@ func (f trimmingDynamicFactory) ForResource(gvr schema.GroupVersionResource) inf
 		// got the transform then.
 		klog.Background().V(4).Info("Informer already started", "resource", gvr, "err", err)
 	}
-	return inf
+	return capiInformer{inf, gvr}
+}
+
+// capiInformer lists capi.Objects: the dynamic informer's own lister takes
+// every cached object for an unstructured one, and would panic.
+type capiInformer struct {
+	informers.GenericInformer
+	gvr schema.GroupVersionResource
+}
+
+func (i capiInformer) Lister() cache.GenericLister {
+	return cache.NewGenericLister(i.Informer().GetIndexer(), i.gvr.GroupResource())
 }
 
 func (m *manager) serveProbes(ctx context.Context, health *leaderelection.HealthzAdaptor) error {

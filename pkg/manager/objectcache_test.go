@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -8,6 +9,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
@@ -102,5 +107,33 @@ func BenchmarkCAPICache(b *testing.B) {
 			}, cacheTransform(newSharedStrings(), kind.Trim), nil)
 			b.ReportMetric(perObject, "B/object")
 		})
+	}
+}
+
+// TestCAPIInformersList: the manager's informers of Cluster API objects
+// cache capi.Objects, and their listers give them (the dynamic informer's
+// own lister panics on anything but an unstructured object).
+func TestCAPIInformersList(t *testing.T) {
+	var wire map[string]any
+	if err := json.Unmarshal([]byte(capiObjects["Machine"]), &wire); err != nil {
+		t.Fatal(err)
+	}
+	machine := &unstructured.Unstructured{Object: wire}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{capi.Machine.Resource: "MachineList"}, machine)
+	f := trimmingDynamicFactory{dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0), newSharedStrings()}
+	inf := f.ForResource(capi.Machine.Resource)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		t.Fatal("no sync")
+	}
+	got, err := inf.Lister().ByNamespace("fleet").Get(machine.GetName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := got.(*capi.Object)
+	if !ok || o.Spec.DataSecretName != "c00000-md-0-x7k2p-00000" || o.Kind != "Machine" {
+		t.Errorf("listed %#v, want the Machine as a capi.Object", got)
 	}
 }

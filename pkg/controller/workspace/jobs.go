@@ -385,20 +385,20 @@ func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
 }
 
 // JobsByObjectUID indexes runner Jobs by the UID of their Terraform*
-// object, in 256 buckets (uidBucket). An index holds a set for each of
-// its values: one per object took about 300 B an object, most of a Go map
-// for one or two Jobs; 256 sets of a fleet's Jobs take a few hundred KB
-// whatever its size, and a lookup reads the 1/256 of the Jobs in its
-// bucket.
+// object, in 4,096 buckets (uidBucket). An index holds a set for each of
+// its values: one per object took about 250 B an object, most of a Go map
+// for one or two Jobs. A lookup copies its bucket's Jobs, and the metrics
+// collector looks up every object's at each scrape: 4,096 buckets keep
+// that to a few Jobs a lookup at 10,000 objects (256 made it 40).
 const JobsByObjectUID = "captf-object-uid-bucket"
 
-// uidBucket is the bucket of the object of uid: the UID's first two
+// uidBucket is the bucket of the object of uid: the UID's first three
 // characters, hexadecimal digits for a UID the API server gave.
 func uidBucket(uid types.UID) string {
-	if len(uid) < 2 {
+	if len(uid) < 3 {
 		return string(uid)
 	}
-	return string(uid[:2])
+	return string(uid[:3])
 }
 
 // JobIndexers are the indexers the controllers need on the Job informer.

@@ -155,24 +155,27 @@ func TestBackoff(t *testing.T) {
 // namespace and controlled by it; a Job another tenant labels with the UID,
 // in its own namespace or controlled by something else, is not one of them.
 func TestObjectJobs(t *testing.T) {
-	obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "a", UID: "u1"}}
+	obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "a", UID: "u01"}}
 	owner := func(uid types.UID) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: "c", UID: uid, Controller: ptr(true)}}
 	}
 	job := func(ns, name string, refs []metav1.OwnerReference) *batchv1.Job {
-		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{names.LabelObjectUID: "u1"}, OwnerReferences: refs}}
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{names.LabelObjectUID: "u01"}, OwnerReferences: refs}}
 	}
 	// Another object's Job in the same index bucket (its UID starts alike),
 	// and one it controls that names this object.
-	sameBucket := job("a", "same-bucket", owner("u1b"))
-	sameBucket.Labels[names.LabelObjectUID] = "u1b"
-	mislabelled := job("a", "labelled-for-another", owner("u1"))
-	mislabelled.Labels[names.LabelObjectUID] = "u1b"
+	sameBucket := job("a", "same-bucket", owner("u01b"))
+	sameBucket.Labels[names.LabelObjectUID] = "u01b"
+	mislabelled := job("a", "labelled-for-another", owner("u01"))
+	mislabelled.Labels[names.LabelObjectUID] = "u01b"
+	if uidBucket("u01") != uidBucket("u01b") {
+		t.Fatal("u01 and u01b are not in one bucket")
+	}
 	index := cache.NewIndexer(cache.MetaNamespaceKeyFunc, JobIndexers)
 	for _, j := range []*batchv1.Job{
-		job("a", "own", owner("u1")),
-		job("b", "other-namespace", owner("u1")),
-		job("a", "other-owner", owner("u2")),
+		job("a", "own", owner("u01")),
+		job("b", "other-namespace", owner("u01")),
+		job("a", "other-owner", owner("u02")),
 		job("a", "no-owner", nil),
 		sameBucket, mislabelled,
 	} {
