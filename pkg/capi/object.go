@@ -79,18 +79,17 @@ func (o *Object) DeepCopy() *Object {
 
 // KindOf is the owner kind named kind, if it is one.
 func KindOf(kind string) (Kind, bool) {
-	for _, k := range []Kind{Cluster, Machine, MachinePool} {
-		if k.Kind == kind {
-			return k, true
-		}
-	}
-	return Kind{}, false
+	return ownerKind(func(k Kind) bool { return k.Kind == kind })
 }
 
 // KindServedAs is the owner kind whose resource is gvr, if it is one.
 func KindServedAs(gvr schema.GroupVersionResource) (Kind, bool) {
+	return ownerKind(func(k Kind) bool { return k.Resource == gvr })
+}
+
+func ownerKind(match func(Kind) bool) (Kind, bool) {
 	for _, k := range []Kind{Cluster, Machine, MachinePool} {
-		if k.Resource == gvr {
+		if match(k) {
 			return k, true
 		}
 	}
