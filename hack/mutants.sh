@@ -220,6 +220,13 @@ mutant capi-informer-dynamic-lister pkg/manager/manager.go \
 	'	return capiInformer{inf, gvr}' '	return inf'
 mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
 	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
+# A cached Job keeps its controller, why it failed, and an uncounted pod.
+mutant cached-job-without-controller pkg/controller/workspace/jobs.go \
+	'		c.Controller = JobController{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}' '		_ = owner'
+mutant cached-job-without-failure-message pkg/controller/workspace/jobs.go \
+	'				c.Status.EndMessage = cond.Message' ''
+mutant cached-job-without-uncounted-pod pkg/controller/workspace/jobs.go \
+	'		c.Status.Uncounted = true' ''
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -351,8 +351,12 @@ func (m *manager) cachedJob(namespace, name string) *batchv1.Job {
 	if !ok || j == nil {
 		return nil
 	}
-	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID, OwnerReferences: j.OwnerReferences,
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID,
 		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: string(j.ObjectUID)}}}
+	if ref, ok := j.ControllerRef(); ok {
+		job.OwnerReferences = []metav1.OwnerReference{ref}
+	}
+	return job
 }
 
 // startWebhook serves the validating webhook; it runs on every replica.
@@ -715,10 +719,17 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		if trim != nil {
 			obj = trim(obj)
 		}
-		if m, ok := obj.(*workspace.StateSecretMeta); ok {
-			// Its metadata is its own fields, not an ObjectMeta.
-			m.Namespace, m.Kind = shared.String(m.Namespace), shared.String(m.Kind)
-			return m, nil
+		// These two keep their metadata in fields of their own, not an
+		// ObjectMeta: GetObjectMeta makes a copy.
+		switch o := obj.(type) {
+		case *workspace.StateSecretMeta:
+			o.Namespace, o.Kind = shared.String(o.Namespace), shared.String(o.Kind)
+			return o, nil
+		case *workspace.CachedJob:
+			o.Namespace, o.Operation = shared.String(o.Namespace), infrav1.Operation(shared.String(string(o.Operation)))
+			o.Controller.APIVersion, o.Controller.Kind = shared.String(o.Controller.APIVersion), shared.String(o.Controller.Kind)
+			o.Status.EndReason = shared.String(o.Status.EndReason)
+			return o, nil
 		}
 		accessor, ok := obj.(metav1.ObjectMetaAccessor)
 		if !ok {
@@ -742,13 +753,6 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 				}
 			}
 			o.Spec.Version = shared.String(o.Spec.Version)
-		case *workspace.CachedJob:
-			o.Operation = infrav1.Operation(shared.String(string(o.Operation)))
-			for i := range o.Status.Conditions {
-				c := &o.Status.Conditions[i]
-				c.Type, c.Status = batchv1.JobConditionType(shared.String(string(c.Type))), corev1.ConditionStatus(shared.String(string(c.Status)))
-				c.Reason = shared.String(c.Reason)
-			}
 		}
 		return obj, nil
 	}

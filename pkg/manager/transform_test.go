@@ -43,12 +43,11 @@ func TestCacheTransform(t *testing.T) {
 		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
 			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"},
 			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"}}}
-	cachedJob := &workspace.CachedJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", CreationTimestamp: start,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1", Controller: &yes}}},
-		ObjectUID: "u1", Operation: infrav1.OperationDrift, InputsHash: "h", Attempt: 1, ApprovedPlan: "p", InputsBytes: 100,
-		Status: batchv1.JobStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1, Conditions: []batchv1.JobCondition{
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done, Reason: "CompletionsReached"}}}}
+	cachedJob := &workspace.CachedJob{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", CreationTimestamp: start,
+		Controller: workspace.JobController{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1"},
+		ObjectUID:  "u1", Operation: infrav1.OperationDrift, InputsHash: "h", Attempt: 1, ApprovedPlan: "p", InputsBytes: 100,
+		Status: workspace.CachedJobStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1,
+			Finished: true, Complete: true, EndReason: "CompletionsReached", EndTime: done}}
 	tcStatus := infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{
 		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Applied", Message: "applied"}}}}
 	for name, tc := range map[string]struct {
@@ -64,8 +63,8 @@ func TestCacheTransform(t *testing.T) {
 			in: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
 				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"},
 				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}},
-			want: &workspace.CachedJob{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
-				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}},
+			want: &workspace.CachedJob{Name: "f", Namespace: "tenant", Status: workspace.CachedJobStatus{Failed: 1, Terminating: 2,
+				Finished: true, EndReason: "DeadlineExceeded", EndMessage: "Job was active longer than specified deadline", EndTime: done}}},
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
 			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},

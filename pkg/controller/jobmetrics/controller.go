@@ -64,7 +64,7 @@ func (c *Controller) updateJob(old, cur any) {
 		return
 	}
 	if now, _ := workspace.JobFinished(j); now {
-		key := cache.MetaObjectToName(j)
+		key := j.Key()
 		c.finished.Store(key, j)
 		c.loop.Queue.Add(key)
 	}

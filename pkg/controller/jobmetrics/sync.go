@@ -7,9 +7,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -43,8 +41,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 			return nil
 		}
 	}
-	owner := metav1.GetControllerOf(job)
-	if owner == nil {
+	owner := job.Controller
+	if owner == (workspace.JobController{}) {
 		c.finished.Delete(key)
 		return nil
 	}
@@ -59,7 +57,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 
 // result reads what the runner reported; nil when it reported nothing (a
 // pod killed early) or something unreadable.
-func (c *Controller) result(ctx context.Context, job *workspace.CachedJob, owner *metav1.OwnerReference) (*run.Result, error) {
+func (c *Controller) result(ctx context.Context, job *workspace.CachedJob, owner workspace.JobController) (*run.Result, error) {
 	n := names.ObjectOf(owner.Kind, owner.Name)
 	res, err := c.results.Read(ctx, job.Namespace, n.Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
@@ -118,10 +116,8 @@ func observe(job *workspace.CachedJob, kind string, res *run.Result) {
 }
 
 func failedReason(job *workspace.CachedJob) string {
-	for _, c := range job.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			return c.Reason
-		}
+	if st := job.Status; st.Finished && !st.Complete {
+		return st.EndReason
 	}
 	return ""
 }

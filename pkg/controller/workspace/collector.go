@@ -214,8 +214,7 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 		if !runnerJob(j) || j.Operation == "" {
 			continue
 		}
-		owner := metav1.GetControllerOf(j)
-		k := key{owner.Kind, string(j.Operation)}
+		k := key{j.Controller.Kind, string(j.Operation)}
 		if _, ok := active[k]; !ok {
 			active[k] = 0
 		}

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -21,8 +20,8 @@ func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInter
 		if !ok {
 			return
 		}
-		owner := metav1.GetControllerOf(job)
-		if owner == nil || owner.Kind != kind || owner.APIVersion != infrav1.SchemeGroupVersion.String() {
+		owner := job.Controller
+		if owner.Kind != kind || owner.APIVersion != infrav1.SchemeGroupVersion.String() {
 			return
 		}
 		key := cache.ObjectName{Namespace: job.Namespace, Name: owner.Name}

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -136,10 +134,8 @@ func FinishTime(job *CachedJob) time.Time {
 	if job.Status.CompletionTime != nil {
 		return job.Status.CompletionTime.Time
 	}
-	for _, c := range job.Status.Conditions {
-		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) && c.Status == corev1.ConditionTrue {
-			return c.LastTransitionTime.Time
-		}
+	if job.Status.Finished {
+		return job.Status.EndTime.Time
 	}
 	return job.CreationTimestamp.Time
 }

@@ -63,8 +63,7 @@ func (e *Engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
 // controller that is merely behind (a burst of Jobs) costs no read.
 func (e *Engine) podRefused(ctx context.Context, r *Sync, job *CachedJob) (bool, error) {
 	st := job.Status
-	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || (st.Terminating != nil && *st.Terminating > 0) ||
-		st.UncountedTerminatedPods != nil {
+	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || st.Terminating > 0 || st.Uncounted {
 		return false, nil
 	}
 	if wait := podGrace - e.Clock.Now().Sub(st.StartTime.Time); wait > 0 {

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -31,8 +30,8 @@ const (
 // reference to an object that does not exist is no way around it: the
 // garbage collector deletes such a Job.
 func runnerJob(job *CachedJob) bool {
-	owner := metav1.GetControllerOf(job)
-	return owner != nil && owner.APIVersion == infrav1.SchemeGroupVersion.String() && strings.HasPrefix(owner.Kind, "Terraform")
+	owner := job.Controller
+	return owner.APIVersion == infrav1.SchemeGroupVersion.String() && strings.HasPrefix(owner.Kind, "Terraform")
 }
 
 // JobSlots caps the runner Jobs that run at once, in all and per
@@ -98,7 +97,7 @@ func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
 		UpdateFunc: func(_, cur any) { s.observe(cur) },
 		DeleteFunc: func(obj any) {
 			if job, ok := obj.(*CachedJob); ok {
-				s.release(cache.MetaObjectToName(job))
+				s.release(job.Key())
 			} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				if name, err := cache.ParseObjectName(tomb.Key); err == nil {
 					s.release(name)
@@ -114,7 +113,7 @@ func (s *JobSlots) observe(obj any) {
 	if !ok || !runnerJob(job) {
 		return
 	}
-	key := cache.MetaObjectToName(job)
+	key := job.Key()
 	if finished, _ := JobFinished(job); finished {
 		s.release(key)
 		return
