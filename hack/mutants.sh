@@ -216,8 +216,8 @@ mutant capi-copy-shares-refs pkg/capi/object.go \
 # are not this object's.
 mutant jobs-of-the-whole-bucket pkg/controller/workspace/jobs.go \
 	'if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {' 'if !ok || job.Namespace != obj.GetNamespace() {'
-mutant capi-informer-dynamic-lister pkg/manager/manager.go \
-	'	return capiInformer{inf, gvr}' '	return inf'
+mutant capi-informer-dynamic-lister pkg/manager/informers.go \
+	'		inf = capiInformer{inf, gvr}' '		_ = capiInformer{inf, gvr}'
 mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
 	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
 # A cached Job keeps its controller, why it failed, and an uncounted pod.
@@ -227,6 +227,13 @@ mutant cached-job-without-failure-message pkg/controller/workspace/jobs.go \
 	'				c.Status.EndMessage = cond.Message' ''
 mutant cached-job-without-uncounted-pod pkg/controller/workspace/jobs.go \
 	'		c.Status.Uncounted = true' ''
+# The manager's caches: filtered as before, and no namespace index.
+mutant informers-with-namespace-index pkg/manager/informers.go \
+	'var noIndexes = cache.Indexers{}' 'var noIndexes = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}'
+mutant cluster-informer-unfiltered pkg/manager/informers.go \
+	'NewFilteredTerraformClusterInformer(c, namespace, resync, noIndexes, captfTweak)' 'NewFilteredTerraformClusterInformer(c, namespace, resync, noIndexes, nil)'
+mutant capi-informers-unfiltered pkg/manager/informers.go \
+	'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)' 'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, nil)'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -32,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -506,18 +505,21 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(cacheTransform(shared, nil)), externalversions.WithTweakListOptions(filter))
 	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
 	// never cached, so memory does not grow with state size.
+	managedByCAPTF := func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(cacheTransform(shared, workspace.CacheJob)),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }))
-	cc.CAPIInformers = trimmingDynamicFactory{dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter), shared}
+		informers.WithTransform(cacheTransform(shared, workspace.CacheJob)), informers.WithTweakListOptions(managedByCAPTF))
+	registerInformers(cc.CAPTFInformers, cc.KubeInformers, o.Namespace, filter, managedByCAPTF)
+	capiInformers := newCAPIFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter, shared)
+	cc.CAPIInformers = capiInformers
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
-	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(meta, o.SyncPeriod, namespaceOrAll(o.Namespace),
-		func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
-	stateSecrets := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
+	var own informerSet
+	stateSecrets := metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("secrets"), namespaceOrAll(o.Namespace),
+		o.SyncPeriod, noIndexes, func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
 	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, workspace.CacheStateSecret)); err != nil {
 		return cc, workspace.Config{}, nil, err
 	}
+	own.add(stateSecrets.Informer())
 	access := &workspace.RunnerAccess{Client: cc.Kube}
 	if err := access.Watch(cc.KubeInformers.Core().V1().ServiceAccounts().Informer()); err != nil {
 		return cc, workspace.Config{}, nil, err
@@ -536,12 +538,12 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())
 		cc.CAPIInformers.Start(ctx.Done())
-		metaFactory.Start(ctx.Done())
+		own.Start(ctx.Done())
 		return func() {
 			cc.CAPTFInformers.Shutdown()
 			cc.KubeInformers.Shutdown()
 			cc.CAPIInformers.Shutdown()
-			metaFactory.Shutdown()
+			own.Shutdown()
 		}
 	}
 	return cc, config, start, nil
@@ -563,40 +565,6 @@ func clients(cfg *rest.Config, cc *controller.Context) (dynamic.Interface, metad
 	}
 	meta, err := metadata.NewForConfig(cfg)
 	return dyn, meta, err
-}
-
-// trimmingDynamicFactory caches of Cluster API objects what CAPTF reads
-// (capi.Trim makes a capi.Object of each), with shared strings, as the
-// typed factories' WithTransform does: the dynamic factory has no such
-// option.
-type trimmingDynamicFactory struct {
-	dynamicinformer.DynamicSharedInformerFactory
-	shared *intern.Pool
-}
-
-func (f trimmingDynamicFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
-	inf := f.DynamicSharedInformerFactory.ForResource(gvr)
-	kind, ok := capi.KindServedAs(gvr)
-	if !ok {
-		return inf
-	}
-	if err := inf.Informer().SetTransform(cacheTransform(f.shared, kind.Trim)); err != nil {
-		// Only a started informer refuses: it was asked for before, and
-		// got the transform then.
-		klog.Background().V(4).Info("Informer already started", "resource", gvr, "err", err)
-	}
-	return capiInformer{inf, gvr}
-}
-
-// capiInformer lists capi.Objects: the dynamic informer's own lister takes
-// every cached object for an unstructured one, and would panic.
-type capiInformer struct {
-	informers.GenericInformer
-	gvr schema.GroupVersionResource
-}
-
-func (i capiInformer) Lister() cache.GenericLister {
-	return cache.NewGenericLister(i.Informer().GetIndexer(), i.gvr.GroupResource())
 }
 
 func (m *manager) serveProbes(ctx context.Context, health *leaderelection.HealthzAdaptor) error {

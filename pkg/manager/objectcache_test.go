@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/cache"
 
@@ -120,7 +119,7 @@ func TestCAPIInformersList(t *testing.T) {
 	}
 	machine := &unstructured.Unstructured{Object: wire}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{capi.Machine.Resource: "MachineList"}, machine)
-	f := trimmingDynamicFactory{dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0), newSharedStrings()}
+	f := newCAPIFactory(dyn, 0, "", nil, newSharedStrings())
 	inf := f.ForResource(capi.Machine.Resource)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,0 +1,167 @@
+package manager
+
+import (
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/generated/informers/externalversions"
+	infrainformers "github.com/captf/captf/pkg/generated/informers/externalversions/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/intern"
+)
+
+// noIndexes: nothing in CAPTF lists a cache by namespace (it reads by key,
+// and Jobs by their object's UID), so its informers keep no namespace
+// index, the one client-go adds by default: a set of keys per namespace
+// holding every object, 44 B an object (BenchmarkJobCache without it),
+// more when each cluster has a namespace of its own.
+var noIndexes = cache.Indexers{}
+
+// registerInformers makes the informers of CAPTF's objects, its Jobs and
+// its runner ServiceAccounts, each without a namespace index, in their
+// factories before a controller asks for one: a factory then hands out
+// these. Every controller runs, so every one of them is asked for.
+func registerInformers(captf externalversions.SharedInformerFactory, kube informers.SharedInformerFactory, namespace string,
+	captfTweak, kubeTweak func(*metav1.ListOptions)) {
+	captf.InformerFor(&infrav1.TerraformCluster{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return infrainformers.NewFilteredTerraformClusterInformer(c, namespace, resync, noIndexes, captfTweak)
+	})
+	captf.InformerFor(&infrav1.TerraformMachine{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return infrainformers.NewFilteredTerraformMachineInformer(c, namespace, resync, noIndexes, captfTweak)
+	})
+	captf.InformerFor(&infrav1.TerraformMachinePool{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return infrainformers.NewFilteredTerraformMachinePoolInformer(c, namespace, resync, noIndexes, captfTweak)
+	})
+	captf.InformerFor(&infrav1.TerraformMachineTemplate{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return infrainformers.NewFilteredTerraformMachineTemplateInformer(c, namespace, resync, noIndexes, captfTweak)
+	})
+	kube.InformerFor(&batchv1.Job{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return batchinformers.NewFilteredJobInformer(c, namespace, resync, noIndexes, kubeTweak)
+	})
+	kube.InformerFor(&corev1.ServiceAccount{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredServiceAccountInformer(c, namespace, resync, noIndexes, kubeTweak)
+	})
+}
+
+// informerSet starts and stops informers made here, not by a factory.
+type informerSet struct {
+	mu           sync.Mutex
+	informers    []cache.SharedIndexInformer
+	started      int // informers[:started] run
+	shuttingDown bool
+	wg           sync.WaitGroup
+}
+
+func (s *informerSet) add(inf cache.SharedIndexInformer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.informers = append(s.informers, inf)
+}
+
+// Start runs the informers not yet started until stopCh closes.
+func (s *informerSet) Start(stopCh <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shuttingDown {
+		return
+	}
+	for _, inf := range s.informers[s.started:] {
+		s.wg.Go(func() { inf.Run(stopCh) })
+	}
+	s.started = len(s.informers)
+}
+
+// Shutdown waits for the informers to stop (their stopCh closed).
+func (s *informerSet) Shutdown() {
+	defer s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shuttingDown = true
+}
+
+// capiFactory makes the informers of Cluster API objects: each cached
+// object trimmed to a capi.Object (capi.Kind.Trim) with shared strings,
+// and no namespace index (noIndexes). client-go's dynamic factory has
+// neither option.
+type capiFactory struct {
+	client    dynamic.Interface
+	resync    time.Duration
+	namespace string
+	tweak     dynamicinformer.TweakListOptionsFunc
+	shared    *intern.Pool
+
+	informerSet
+	byResource map[schema.GroupVersionResource]informers.GenericInformer
+	resources  []schema.GroupVersionResource // of informerSet.informers, in order
+}
+
+var _ dynamicinformer.DynamicSharedInformerFactory = &capiFactory{}
+
+func newCAPIFactory(client dynamic.Interface, resync time.Duration, namespace string, tweak dynamicinformer.TweakListOptionsFunc, shared *intern.Pool) *capiFactory {
+	return &capiFactory{client: client, resync: resync, namespace: namespace, tweak: tweak, shared: shared,
+		byResource: map[schema.GroupVersionResource]informers.GenericInformer{}}
+}
+
+func (f *capiFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
+	f.mu.Lock()
+	inf, ok := f.byResource[gvr]
+	f.mu.Unlock()
+	if ok {
+		return inf
+	}
+	inf = dynamicinformer.NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)
+	if kind, ok := capi.KindServedAs(gvr); ok {
+		if err := inf.Informer().SetTransform(cacheTransform(f.shared, kind.Trim)); err != nil {
+			klog.Background().Error(err, "Informer already started", "resource", gvr) // a new informer is not
+		}
+		inf = capiInformer{inf, gvr}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if existing, ok := f.byResource[gvr]; ok {
+		return existing
+	}
+	f.byResource[gvr] = inf
+	f.resources, f.informers = append(f.resources, gvr), append(f.informers, inf.Informer())
+	return inf
+}
+
+func (f *capiFactory) WaitForCacheSync(stopCh <-chan struct{}) map[schema.GroupVersionResource]bool {
+	f.mu.Lock()
+	started := map[schema.GroupVersionResource]cache.SharedIndexInformer{}
+	for i, gvr := range f.resources[:f.started] {
+		started[gvr] = f.informers[i]
+	}
+	f.mu.Unlock()
+	synced := map[schema.GroupVersionResource]bool{}
+	for gvr, inf := range started {
+		synced[gvr] = cache.WaitForCacheSync(stopCh, inf.HasSynced)
+	}
+	return synced
+}
+
+// capiInformer lists capi.Objects: the dynamic informer's own lister takes
+// every cached object for an unstructured one, and would panic.
+type capiInformer struct {
+	informers.GenericInformer
+	gvr schema.GroupVersionResource
+}
+
+func (i capiInformer) Lister() cache.GenericLister {
+	return cache.NewGenericLister(i.Informer().GetIndexer(), i.gvr.GroupResource())
+}
