@@ -230,8 +230,8 @@ mutant cached-job-without-uncounted-pod pkg/controller/workspace/jobs.go \
 # The manager's caches: filtered as before, and no namespace index.
 mutant informers-with-namespace-index pkg/manager/informers.go \
 	'var noIndexes = cache.Indexers{}' 'var noIndexes = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}'
-mutant cluster-informer-unfiltered pkg/manager/informers.go \
-	'NewFilteredTerraformClusterInformer(c, namespace, resync, noIndexes, captfTweak)' 'NewFilteredTerraformClusterInformer(c, namespace, resync, noIndexes, nil)'
+mutant captf-informers-unfiltered pkg/manager/informers.go \
+	'return newInformer(c, namespace, resync, noIndexes, captfTweak)' 'return newInformer(c, namespace, resync, noIndexes, nil)'
 mutant capi-informers-unfiltered pkg/manager/informers.go \
 	'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)' 'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, nil)'
 

@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -22,6 +23,7 @@ import (
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	infrainformers "github.com/captf/captf/pkg/generated/informers/externalversions/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/generated/informers/externalversions/internalinterfaces"
 	"github.com/captf/captf/pkg/intern"
 )
 
@@ -38,18 +40,17 @@ var noIndexes = cache.Indexers{}
 // these. Every controller runs, so every one of them is asked for.
 func registerInformers(captf externalversions.SharedInformerFactory, kube informers.SharedInformerFactory, namespace string,
 	captfTweak, kubeTweak func(*metav1.ListOptions)) {
-	captf.InformerFor(&infrav1.TerraformCluster{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return infrainformers.NewFilteredTerraformClusterInformer(c, namespace, resync, noIndexes, captfTweak)
-	})
-	captf.InformerFor(&infrav1.TerraformMachine{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return infrainformers.NewFilteredTerraformMachineInformer(c, namespace, resync, noIndexes, captfTweak)
-	})
-	captf.InformerFor(&infrav1.TerraformMachinePool{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return infrainformers.NewFilteredTerraformMachinePoolInformer(c, namespace, resync, noIndexes, captfTweak)
-	})
-	captf.InformerFor(&infrav1.TerraformMachineTemplate{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return infrainformers.NewFilteredTerraformMachineTemplateInformer(c, namespace, resync, noIndexes, captfTweak)
-	})
+	type newFiltered func(versioned.Interface, string, time.Duration, cache.Indexers, internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer
+	for obj, newInformer := range map[runtime.Object]newFiltered{
+		&infrav1.TerraformCluster{}:         infrainformers.NewFilteredTerraformClusterInformer,
+		&infrav1.TerraformMachine{}:         infrainformers.NewFilteredTerraformMachineInformer,
+		&infrav1.TerraformMachinePool{}:     infrainformers.NewFilteredTerraformMachinePoolInformer,
+		&infrav1.TerraformMachineTemplate{}: infrainformers.NewFilteredTerraformMachineTemplateInformer,
+	} {
+		captf.InformerFor(obj, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return newInformer(c, namespace, resync, noIndexes, captfTweak)
+		})
+	}
 	kube.InformerFor(&batchv1.Job{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return batchinformers.NewFilteredJobInformer(c, namespace, resync, noIndexes, kubeTweak)
 	})
