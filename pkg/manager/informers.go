@@ -120,22 +120,16 @@ func newCAPIFactory(client dynamic.Interface, resync time.Duration, namespace st
 
 func (f *capiFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
 	f.mu.Lock()
-	inf, ok := f.byResource[gvr]
-	f.mu.Unlock()
-	if ok {
+	defer f.mu.Unlock()
+	if inf, ok := f.byResource[gvr]; ok {
 		return inf
 	}
-	inf = dynamicinformer.NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)
+	inf := dynamicinformer.NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)
 	if kind, ok := capi.KindServedAs(gvr); ok {
 		if err := inf.Informer().SetTransform(cacheTransform(f.shared, kind.Trim)); err != nil {
 			klog.Background().Error(err, "Informer already started", "resource", gvr) // a new informer is not
 		}
 		inf = capiInformer{inf, gvr}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if existing, ok := f.byResource[gvr]; ok {
-		return existing
 	}
 	f.byResource[gvr] = inf
 	f.resources, f.informers = append(f.resources, gvr), append(f.informers, inf.Informer())

@@ -509,8 +509,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
 		informers.WithTransform(cacheTransform(shared, workspace.CacheJob)), informers.WithTweakListOptions(managedByCAPTF))
 	registerInformers(cc.CAPTFInformers, cc.KubeInformers, o.Namespace, filter, managedByCAPTF)
-	capiInformers := newCAPIFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter, shared)
-	cc.CAPIInformers = capiInformers
+	cc.CAPIInformers = newCAPIFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter, shared)
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
 	var own informerSet
