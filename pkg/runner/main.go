@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -68,7 +69,8 @@ func Main(args []string) error {
 	took := r.Clock.Since(started)
 	tfTime, tfRuns := r.TerraformTime()
 	logger.Info("Run ended", "outcome", res.Outcome, "took", took.Round(time.Millisecond), "terraformCommands", tfRuns,
-		"terraformTime", tfTime.Round(time.Millisecond), "ownTime", (took - tfTime).Round(time.Millisecond))
+		"terraformTime", tfTime.Round(time.Millisecond), "ownTime", (took - tfTime).Round(time.Millisecond),
+		"terraformCPU", r.TerraformCPU().Round(time.Millisecond), "ownCPU", ownCPU(logger).Round(time.Millisecond))
 	summary := fmt.Sprintf("%s %s", c.Operation, res.Outcome)
 	if res.Error != "" {
 		summary += ": " + res.Error
@@ -138,4 +140,15 @@ func (r *redial) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body = body
 		}
 	}
+}
+
+// ownCPU is the CPU time (user and system) the runner's process has used:
+// with terraformCPU in its last line, where a pod's CPU went.
+func ownCPU(logger klog.Logger) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		logger.Error(err, "Reading the runner's CPU time")
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

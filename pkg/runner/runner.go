@@ -71,6 +71,9 @@ type Runner struct {
 	// rest of a run is the runner's own.
 	terraformTime time.Duration
 	terraformRuns int
+	// terraformCPU is the CPU time (user and system) of the terraform
+	// commands and their children, the providers.
+	terraformCPU time.Duration
 	// What the run record keeps: the plan's text (redacted), its JSON
 	// (raw: redacted when the record is made), the log's tail.
 	planText string
@@ -84,6 +87,13 @@ func (r *Runner) TerraformTime() (time.Duration, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.terraformTime, r.terraformRuns
+}
+
+// TerraformCPU is the CPU time the run's terraform commands used in all.
+func (r *Runner) TerraformCPU() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.terraformCPU
 }
 
 func (r *Runner) clock() clock.PassiveClock {
@@ -606,6 +616,9 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	took := r.clock().Since(started)
 	r.terraformTime += took
 	r.terraformRuns++
+	if cmd.ProcessState != nil {
+		r.terraformCPU += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
 	r.mu.Unlock()
 	klog.FromContext(ctx).Info("Terraform command ended", "command", args[0], "took", took.Round(time.Millisecond))
 	if err != nil {

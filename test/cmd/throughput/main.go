@@ -103,7 +103,7 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 		return err
 	}
 	// Cluster API's share first, on the same plane: no Job runs.
-	nullTook, err := nullScale(ctx, cp, n)
+	nullTook, nullCPU, err := nullScale(ctx, cp, n)
 	if err != nil {
 		return fmt.Errorf("null provider: %w", err)
 	}
@@ -135,8 +135,9 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 		return err
 	}
 	captf := time.Since(start)
-	cpu1, req1, adds1 := cpuByCommand(), apiRequests(ctx, cp), queueAdds(mgr, token)
+	cpu, req1, adds1 := cpuSince(cpu0), apiRequests(ctx, cp), queueAdds(mgr, token)
 	pods := appliesSince(ex, before)
+	podCPU := runnerCPU(ex, before)
 
 	// One machine at a time: a runner pod alone on the machine, so that its
 	// time less a bare run's is the runner's own, not a share of 2 cores.
@@ -181,11 +182,10 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 		fmt.Printf("the runner's own time per Job alone (its pod's run less its terraform commands'): median %s (%s–%s); terraform init in those pods: median %s (%s–%s)\n",
 			median(own), own[0], own[len(own)-1], median(inits), inits[0], inits[len(inits)-1])
 	}
-	fmt.Printf("CPU seconds during the scale, by process (%.1f s of wall time on %d cores):\n", captf.Seconds(), runtime.NumCPU())
-	for _, k := range slices.Sorted(maps.Keys(cpu1)) {
-		if d := cpu1[k] - cpu0[k]; d >= 0.5 {
-			fmt.Printf("  %-40s %6.1f\n", k, d)
-		}
+	fmt.Print(cpuTable(nullTook, nullCPU, captf, cpu, n))
+	if len(podCPU.own) > 0 {
+		fmt.Printf("a runner pod's CPU (%d apply Jobs of the scale): median %s the runner's own, %s its terraform commands'\n",
+			len(podCPU.own), median(podCPU.own), median(podCPU.terraform))
 	}
 	type count struct {
 		key string
@@ -238,11 +238,66 @@ func appliesSince(ex *framework.Executor, seen int) []time.Duration {
 }
 
 // ownTimeLog is the runner's last line: its pod's run less the time its
-// terraform commands took; initLog the line of its terraform init.
+// terraform commands took; initLog the line of its terraform init;
+// cpuLog the CPU time of the terraform commands and of the runner's own
+// process, from the same last line.
 var (
 	ownTimeLog = regexp.MustCompile(`"Run ended".* ownTime="([^"]+)"`)
 	initLog    = regexp.MustCompile(`"Terraform command ended".* command="init" took="([^"]+)"`)
+	cpuLog     = regexp.MustCompile(`"Run ended".* terraformCPU="([^"]+)" ownCPU="([^"]+)"`)
 )
+
+// podCPU is the CPU time of apply pods: their runner's own, their
+// terraform commands', each sorted.
+type podCPU struct{ own, terraform []time.Duration }
+
+// runnerCPU reads the CPU time of each apply pod that succeeded since
+// seen from the runner's last log line.
+func runnerCPU(ex *framework.Executor, seen int) podCPU {
+	var out podCPU
+	for _, r := range ex.Runs()[seen:] {
+		if !strings.HasPrefix(r.Name, "tfm-") || !strings.Contains(r.Name, "-apply-") || r.ExitCode != 0 {
+			continue
+		}
+		logs, err := ex.Logs(r.Namespace, r.Name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "throughput:", err)
+			continue
+		}
+		m := cpuLog.FindStringSubmatch(logs)
+		if m == nil {
+			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s logged no CPU time\n", r.Namespace, r.Name)
+			continue
+		}
+		tf, err1 := time.ParseDuration(m[1])
+		own, err2 := time.ParseDuration(m[2])
+		if err1 != nil || err2 != nil {
+			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s: %v %v\n", r.Namespace, r.Name, err1, err2)
+			continue
+		}
+		out.own, out.terraform = append(out.own, own), append(out.terraform, tf)
+	}
+	slices.Sort(out.own)
+	slices.Sort(out.terraform)
+	return out
+}
+
+// cpuTable is the CPU seconds by process during the null provider's scale
+// and CAPTF's, and CAPTF's own: the difference, per machine.
+func cpuTable(nullTook time.Duration, nullCPU map[string]float64, took time.Duration, cpu map[string]float64, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CPU seconds by process on %d cores: during the null provider's scale (T0, %.1f s), CAPTF's (T1, %.1f s), and CAPTF's own per machine ((T1 - T0) / %d, ms):\n",
+		runtime.NumCPU(), nullTook.Seconds(), took.Seconds(), n)
+	var t0, t1 float64
+	for _, k := range slices.Sorted(maps.Keys(cpu)) {
+		t0, t1 = t0+nullCPU[k], t1+cpu[k]
+		if cpu[k] >= 0.5 || nullCPU[k] >= 0.5 {
+			fmt.Fprintf(&b, "  %-40s %6.1f %6.1f %6.0f\n", k, nullCPU[k], cpu[k], (cpu[k]-nullCPU[k])*1000/float64(n))
+		}
+	}
+	fmt.Fprintf(&b, "  %-40s %6.1f %6.1f %6.0f\n", "all", t0, t1, (t1-t0)*1000/float64(n))
+	return b.String()
+}
 
 // ownTimes reads the runner's own time of each apply pod since seen, from
 // its log (the pod's run, to the nanosecond, less its terraform commands),
@@ -413,6 +468,15 @@ func cpuByCommand() map[string]float64 {
 			continue
 		}
 		out[comm] += ticks(11) + ticks(12)
+	}
+	return out
+}
+
+// cpuSince is the CPU seconds by command used since before was taken.
+func cpuSince(before map[string]float64) map[string]float64 {
+	out := cpuByCommand()
+	for k := range out {
+		out[k] -= before[k]
 	}
 	return out
 }

@@ -34,31 +34,33 @@ const nullPool = "demo-null"
 // provider does for its own scale tests (its module is not served for
 // v1.14). It returns the time from the scale to n Machines with provider
 // IDs, and scales back to nothing.
-func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Duration, error) {
+func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Duration, map[string]float64, error) {
 	err := newPool(ctx, cp, nullPool, func(tmpl *infrav1.TerraformMachineTemplate) {
 		tmpl.Spec.Template.ObjectMeta.Annotations = map[string]string{capi.ManagedByAnnotation: "null-provider"}
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	stop, err := standIn(ctx, cp)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer stop()
 
+	cpu0 := cpuByCommand()
 	start := time.Now()
 	if err := scale(ctx, cp, nullPool, n); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := waitNullMachines(ctx, cp, n, true); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	took := time.Since(start)
+	cpu := cpuSince(cpu0)
 	if err := scale(ctx, cp, nullPool, 0); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return took, waitNullMachines(ctx, cp, 0, false)
+	return took, cpu, waitNullMachines(ctx, cp, 0, false)
 }
 
 // newPool makes a MachineDeployment name of no machines beside the
