@@ -16,6 +16,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"iter"
 	"maps"
 	"os"
 	"os/exec"
@@ -230,11 +231,17 @@ func run(n int, profile time.Duration, byClient bool, module string) error {
 func appliesSince(ex *framework.Executor, seen int) []time.Duration {
 	var out []time.Duration
 	for _, r := range ex.Runs()[seen:] {
-		if strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0 {
+		if isApply(r) {
 			out = append(out, r.Finished.Sub(r.Started))
 		}
 	}
 	return out
+}
+
+// isApply says whether a run is a TerraformMachine's apply pod that
+// succeeded.
+func isApply(r framework.PodRun) bool {
+	return strings.HasPrefix(r.Name, "tfm-") && strings.Contains(r.Name, "-apply-") && r.ExitCode == 0
 }
 
 // ownTimeLog is the runner's last line: its pod's run less the time its
@@ -255,24 +262,16 @@ type podCPU struct{ own, terraform []time.Duration }
 // seen from the runner's last log line.
 func runnerCPU(ex *framework.Executor, seen int) podCPU {
 	var out podCPU
-	for _, r := range ex.Runs()[seen:] {
-		if !strings.HasPrefix(r.Name, "tfm-") || !strings.Contains(r.Name, "-apply-") || r.ExitCode != 0 {
-			continue
-		}
-		logs, err := ex.Logs(r.Namespace, r.Name)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "throughput:", err)
-			continue
-		}
+	for name, logs := range applyLogs(ex, seen) {
 		m := cpuLog.FindStringSubmatch(logs)
 		if m == nil {
-			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s logged no CPU time\n", r.Namespace, r.Name)
+			fmt.Fprintf(os.Stderr, "throughput: pod %s logged no CPU time\n", name)
 			continue
 		}
 		tf, err1 := time.ParseDuration(m[1])
 		own, err2 := time.ParseDuration(m[2])
 		if err1 != nil || err2 != nil {
-			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s: %v %v\n", r.Namespace, r.Name, err1, err2)
+			fmt.Fprintf(os.Stderr, "throughput: pod %s: %v %v\n", name, err1, err2)
 			continue
 		}
 		out.own, out.terraform = append(out.own, own), append(out.terraform, tf)
@@ -303,18 +302,10 @@ func cpuTable(nullTook time.Duration, nullCPU map[string]float64, took time.Dura
 // its log (the pod's run, to the nanosecond, less its terraform commands),
 // and how long its terraform init took.
 func ownTimes(ex *framework.Executor, seen int) (own, inits []time.Duration) {
-	for _, r := range ex.Runs()[seen:] {
-		if !strings.HasPrefix(r.Name, "tfm-") || !strings.Contains(r.Name, "-apply-") || r.ExitCode != 0 {
-			continue
-		}
-		logs, err := ex.Logs(r.Namespace, r.Name)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "throughput:", err)
-			continue
-		}
+	for name, logs := range applyLogs(ex, seen) {
 		m, i := ownTimeLog.FindStringSubmatch(logs), initLog.FindStringSubmatch(logs)
 		if m == nil || i == nil {
-			fmt.Fprintf(os.Stderr, "throughput: pod %s/%s logged no own time or init\n", r.Namespace, r.Name)
+			fmt.Fprintf(os.Stderr, "throughput: pod %s logged no own time or init\n", name)
 			continue
 		}
 		d, err1 := time.ParseDuration(m[1])
@@ -324,6 +315,26 @@ func ownTimes(ex *framework.Executor, seen int) (own, inits []time.Duration) {
 		}
 	}
 	return own, inits
+}
+
+// applyLogs yields the log of each TerraformMachine's apply pod that
+// succeeded, of the executor's runs from the seen-th on, by its name.
+func applyLogs(ex *framework.Executor, seen int) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, r := range ex.Runs()[seen:] {
+			if !isApply(r) {
+				continue
+			}
+			logs, err := ex.Logs(r.Namespace, r.Name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "throughput:", err)
+				continue
+			}
+			if !yield(r.Namespace+"/"+r.Name, logs) {
+				return
+			}
+		}
+	}
 }
 
 // requestsByClient counts the requests received between from and to by

@@ -33,7 +33,7 @@ const nullPool = "demo-null"
 // each provisioned as soon as it appears, as Cluster API's in-memory
 // provider does for its own scale tests (its module is not served for
 // v1.14). It returns the time from the scale to n Machines with provider
-// IDs, and scales back to nothing.
+// IDs and the CPU seconds by process meanwhile, and scales back to nothing.
 func nullScale(ctx context.Context, cp *framework.ControlPlane, n int) (time.Duration, map[string]float64, error) {
 	err := newPool(ctx, cp, nullPool, func(tmpl *infrav1.TerraformMachineTemplate) {
 		tmpl.Spec.Template.ObjectMeta.Annotations = map[string]string{capi.ManagedByAnnotation: "null-provider"}
