@@ -21,6 +21,10 @@ import (
 // smaller perKey keeps slots for other keys even when one key asks alone.
 type Slots struct {
 	n, perKey int
+	// OnWait, when set, is told of each request that finds no slot it may
+	// take and waits: within its share (its key held fewer than perKey, so
+	// other keys held every slot), or beyond it. Set it before first use.
+	OnWait func(key string, withinShare bool)
 
 	mu      sync.Mutex
 	held    map[string]int
@@ -51,7 +55,11 @@ func (s *Slots) Acquire(ctx context.Context, key string) (func(), error) {
 	}
 	w := &waiter{key: key, ready: make(chan struct{})}
 	e := s.waiters.PushBack(w)
+	within := s.held[key] < s.perKey
 	s.mu.Unlock()
+	if s.OnWait != nil {
+		s.OnWait(key, within)
+	}
 	select {
 	case <-w.ready:
 		return s.releaser(key), nil
@@ -141,10 +149,21 @@ func NewRateLimits(qps float32, burst int, allQPS float32, allBurst int) *RateLi
 		now: time.Now, keys: map[string]*keyLimit{}}
 }
 
-// TryAccept takes a token of key's bucket and of the shared one; false when
-// either is empty (a token of key's bucket is spent even then: a key
+// Refusal says why TryAccept refused a request, or that it did not.
+type Refusal int
+
+const (
+	Accepted Refusal = iota
+	// OverKeyRate: the key spent its own budget.
+	OverKeyRate
+	// OverSharedRate: the key had budget left, the keys together had not.
+	OverSharedRate
+)
+
+// TryAccept takes a token of key's bucket and of the shared one, and says
+// which was empty (a token of key's bucket is spent even then: a key
 // refused for the shared budget is still counted).
-func (r *RateLimits) TryAccept(key string) bool {
+func (r *RateLimits) TryAccept(key string) Refusal {
 	now := r.now()
 	r.mu.Lock()
 	if now.Sub(r.swept) > time.Minute {
@@ -162,7 +181,13 @@ func (r *RateLimits) TryAccept(key string) bool {
 	}
 	l.used = now
 	r.mu.Unlock()
-	return l.limiter.TryAccept() && r.all.TryAccept()
+	switch {
+	case !l.limiter.TryAccept():
+		return OverKeyRate
+	case !r.all.TryAccept():
+		return OverSharedRate
+	}
+	return Accepted
 }
 
 // Source is the address a request came from: a pod's, the API server's.

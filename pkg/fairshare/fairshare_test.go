@@ -2,6 +2,10 @@ package fairshare
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -98,20 +102,54 @@ func TestSlotsPerKey(t *testing.T) {
 	}
 }
 
-// TestRateLimitsBySource: a source over its rate is refused; another source
-// still has its own budget.
+// TestRateLimitsBySource: a source over its rate is refused for its own
+// budget, not the shared one; another source still has its own budget;
+// sources that each keep within theirs are refused for the shared one once
+// together they spend it.
 func TestRateLimitsBySource(t *testing.T) {
-	r := NewRateLimits(1, 5, 100, 100)
-	accepted := 0
+	r := NewRateLimits(1, 5, 10, 10)
+	refused := map[Refusal]int{}
 	for range 50 {
-		if r.TryAccept("attacker") {
-			accepted++
+		refused[r.TryAccept("attacker")]++
+	}
+	if want := map[Refusal]int{Accepted: 5, OverKeyRate: 45}; !maps.Equal(refused, want) {
+		t.Errorf("the attacker's 50: %v, want %v", refused, want)
+	}
+	if got := r.TryAccept("runner"); got != Accepted {
+		t.Errorf("another source: %v, want accepted", got)
+	}
+	for i := range 4 {
+		r.TryAccept(fmt.Sprintf("pod-%d", i))
+	}
+	if got := r.TryAccept("last"); got != OverSharedRate {
+		t.Errorf("the 11th source within its own budget: %v, want refused for the shared one", got)
+	}
+}
+
+// TestSlotsOnWait: a wait is told within its key's share while other keys
+// hold every slot, beyond it once the key holds its share.
+func TestSlotsOnWait(t *testing.T) {
+	s := NewSlots(3, 2)
+	var waits []string
+	var mu sync.Mutex
+	s.OnWait = func(key string, within bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		waits = append(waits, fmt.Sprintf("%s within=%v", key, within))
+	}
+	for _, key := range []string{"a", "a", "b"} {
+		if _, err := s.Acquire(context.Background(), key); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if accepted != 5 {
-		t.Errorf("the attacker got %d of 50, want its burst of 5", accepted)
+	for _, key := range []string{"a", "b"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		if _, err := s.Acquire(ctx, key); err == nil {
+			t.Fatalf("%s got a fourth of three slots", key)
+		}
+		cancel()
 	}
-	if !r.TryAccept("runner") {
-		t.Error("another source was refused")
+	if want := []string{"a within=false", "b within=true"}; !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
 	}
 }

@@ -219,6 +219,52 @@ func init() {
 	}
 }
 
+// The fair shares of the runner API's and the webhook's slots (package
+// fairshare): a request that waited within its share waited for slots other
+// peers held, which the shares exist to prevent; one beyond it had taken
+// its share already. The runner API's refusals say whose share ran out.
+var (
+	SlotWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_slot_waits_total",
+		Help: "Requests to the runner API or the webhook that waited for a slot, by server, slots (reading: bodies read or held; forwarding or deciding) and share (within: its namespace or source held fewer than its share, other peers held every slot; beyond: it held its share).",
+	}, []string{"server", "slots", "share"})
+	RunnerAPIRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_runner_api_refused_total",
+		Help: "Runner API requests refused with 429, by namespace of the runner (empty before its token is checked) and reason (pod_share: 4 requests of its pod at once; new_tokens_source: its source address's budget of new tokens; new_tokens_shared: all sources' budget).",
+	}, []string{"namespace", "reason"})
+)
+
+// The servers and slots of captf_slot_waits_total.
+const (
+	ServerRunnerAPI = "runner_api"
+	ServerWebhook   = "webhook"
+	SlotsReading    = "reading"
+	SlotsForwarding = "forwarding"
+	SlotsDeciding   = "deciding"
+)
+
+// SlotWaitCounter is what fairshare.Slots.OnWait calls for server's slots.
+func SlotWaitCounter(server, slots string) func(key string, withinShare bool) {
+	within, beyond := SlotWaits.WithLabelValues(server, slots, "within"), SlotWaits.WithLabelValues(server, slots, "beyond")
+	return func(_ string, withinShare bool) {
+		if withinShare {
+			within.Inc()
+		} else {
+			beyond.Inc()
+		}
+	}
+}
+
+func init() {
+	register(SlotWaits, RunnerAPIRefused)
+	for _, s := range [][2]string{{ServerRunnerAPI, SlotsReading}, {ServerRunnerAPI, SlotsForwarding}, {ServerWebhook, SlotsReading}, {ServerWebhook, SlotsDeciding}} {
+		SlotWaits.WithLabelValues(s[0], s[1], "within")
+		SlotWaits.WithLabelValues(s[0], s[1], "beyond")
+	}
+	RunnerAPIRefused.WithLabelValues("", "new_tokens_source")
+	RunnerAPIRefused.WithLabelValues("", "new_tokens_shared")
+}
+
 // ReconcileDurationBuckets are the buckets of both sync histograms.
 var ReconcileDurationBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 

@@ -34,8 +34,9 @@ func Transiently(ctx context.Context, call func() error) error {
 		if err == nil || !Transient(err) || ctx.Err() != nil {
 			return err
 		}
-		klog.FromContext(ctx).Info("A request to the runner API failed; retrying", "err", err, "in", wait.Next())
-		if !wait.Sleep(ctx) {
+		delay := max(wait.Next(), RetryAfter(err))
+		klog.FromContext(ctx).Info("A request to the runner API failed; retrying", "err", err, "in", delay)
+		if !wait.SleepAtLeast(ctx, delay) {
 			return err
 		}
 	}
@@ -88,10 +89,23 @@ func (b *Backoff) Next() time.Duration {
 	return cmp.Or(b.delay, 250*time.Millisecond)
 }
 
+// RetryAfter is how long an answer told the client to wait before it asks
+// again (a 429's or 503's Retry-After), or 0.
+func RetryAfter(err error) time.Duration {
+	if seconds, ok := apierrors.SuggestsClientDelay(err); ok && seconds > 0 {
+		return time.Duration(seconds) * time.Second
+	}
+	return 0
+}
+
 // Sleep waits the next delay; false when ctx ends first.
-func (b *Backoff) Sleep(ctx context.Context) bool {
+func (b *Backoff) Sleep(ctx context.Context) bool { return b.SleepAtLeast(ctx, 0) }
+
+// SleepAtLeast waits the next delay, or floor if that is longer; false when
+// ctx ends first.
+func (b *Backoff) SleepAtLeast(ctx context.Context, floor time.Duration) bool {
 	select {
-	case <-b.clock().After(b.Next()):
+	case <-b.clock().After(max(b.Next(), floor)):
 	case <-ctx.Done():
 		return false
 	}

@@ -3,15 +3,23 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/captf/captf/pkg/names"
@@ -116,6 +124,79 @@ func TestRescueRetries(t *testing.T) {
 			got, err := store.ReadBackup(context.Background(), res.RescuedState)
 			if err != nil || string(got) != string(state) {
 				t.Errorf("rescued state %q (%v), want %q", got, err, state)
+			}
+		})
+	}
+}
+
+// TestReadInputsRetries: the run's first request, the read of its inputs,
+// is sent again after a 429 (waiting its Retry-After) and after an answer
+// cut in the middle of its body, as every later request is; a refusal is
+// final.
+func TestReadInputsRetries(t *testing.T) {
+	secret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"in","namespace":"ns"},"data":{"variables":"e30="}}`
+	tooMany := func(w http.ResponseWriter, _ *http.Request) {
+		// As the runner API's token budget answered before: no
+		// Retry-After header, only the Status's retryAfterSeconds.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"TooManyRequests","code":429,"details":{"retryAfterSeconds":1}}`)
+	}
+	cutMidBody := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(secret)))
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, secret[:20])
+		w.(http.Flusher).Flush()
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	}
+	ok := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, secret)
+	}
+	forbidden := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Forbidden","code":403}`)
+	}
+	for _, tc := range []struct {
+		name     string
+		answers  []http.HandlerFunc
+		wantErr  bool
+		minTaken time.Duration
+	}{
+		{name: "429 then the inputs", answers: []http.HandlerFunc{tooMany, ok}, minTaken: time.Second},
+		{name: "cut mid-body then the inputs", answers: []http.HandlerFunc{cutMidBody, ok}},
+		{name: "forbidden", answers: []http.HandlerFunc{forbidden, ok}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tc.answers[min(int(calls.Add(1)), len(tc.answers))-1](w, r)
+			}))
+			defer srv.Close()
+			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Runner{Client: client, Config: Config{Spec: run.Spec{Namespace: "ns"}}}
+			start := time.Now()
+			in, err := r.readInputs(context.Background(), "in")
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("readInputs: %v, want error %v", err, tc.wantErr)
+			}
+			wantCalls := len(tc.answers)
+			if tc.wantErr {
+				wantCalls = 1
+			} else if string(in.Data["variables"]) != "{}" {
+				t.Errorf("inputs %v", in.Data)
+			}
+			if n := int(calls.Load()); n != wantCalls {
+				t.Errorf("%d requests, want %d", n, wantCalls)
+			}
+			if took := time.Since(start); took < tc.minTaken {
+				t.Errorf("took %s, want at least the %s the 429 asked for", took, tc.minTaken)
 			}
 		})
 	}

@@ -283,7 +283,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if r.Config.UseDurableInputs {
 		inputsName = r.obj.DurableInputs()
 	}
-	inputs, err := r.Client.CoreV1().Secrets(r.Config.Namespace).Get(ctx, inputsName, metav1.GetOptions{})
+	inputs, err := r.readInputs(ctx, inputsName)
 	if err != nil {
 		return nil, "", fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
 	}
@@ -305,6 +305,19 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 		return nil, "", err
 	}
 	return inputs.Data, tf, nil
+}
+
+// readInputs reads the inputs Secret name: the run's first request to the
+// runner API. A manager restarting, or its budget of new tokens spent, is
+// waited out as for every later request; failing here would cost a new
+// attempt many seconds later.
+func (r *Runner) readInputs(ctx context.Context, name string) (*corev1.Secret, error) {
+	var inputs *corev1.Secret
+	err := retry.Transiently(ctx, func() (err error) {
+		inputs, err = r.Client.CoreV1().Secrets(r.Config.Namespace).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	return inputs, err
 }
 
 // lock takes the object's state lock and keeps it renewed; losing it stops

@@ -47,6 +47,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/fairshare"
+	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/statestore"
@@ -150,7 +151,9 @@ type Identity struct {
 func (s *Server) init() error {
 	s.once.Do(func() {
 		s.inFlight = fairshare.NewSlots(maxInFlight, maxInFlight/2)
+		s.inFlight.OnWait = metrics.SlotWaitCounter(metrics.ServerRunnerAPI, metrics.SlotsForwarding)
 		s.reading = fairshare.NewSlots(maxReading, maxReading/2)
+		s.reading.OnWait = metrics.SlotWaitCounter(metrics.ServerRunnerAPI, metrics.SlotsReading)
 		s.identities = map[[32]byte]cachedIdentity{}
 		s.perPod = map[types.UID]int{}
 		s.reviews = fairshare.NewRateLimits(sourceReviewQPS, sourceReviewBurst, reviewQPS, reviewBurst)
@@ -183,7 +186,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A pod over its share is told to come back (client-go retries a 429
 	// after Retry-After); the others wait for a slot.
 	if !s.take(id.PodUID) {
-		w.Header().Set("Retry-After", "1")
+		metrics.RunnerAPIRefused.WithLabelValues(id.Namespace, "pod_share").Inc()
 		writeStatus(w, apierrors.NewTooManyRequests("too many requests from this pod at once", 1))
 		return
 	}
@@ -298,8 +301,15 @@ func (s *Server) authenticate(ctx context.Context, token, source string) (*Ident
 	}
 	// A token that was valid is checked again without a budget: junk
 	// tokens, which spend it, must not delay a running apply's.
-	if !known && !s.reviews.TryAccept(source) {
-		return nil, apierrors.NewTooManyRequests("too many new tokens to check", 1)
+	if !known {
+		switch s.reviews.TryAccept(source) {
+		case fairshare.OverKeyRate:
+			metrics.RunnerAPIRefused.WithLabelValues("", "new_tokens_source").Inc()
+			return nil, apierrors.NewTooManyRequests("too many new tokens to check from this address", 1)
+		case fairshare.OverSharedRate:
+			metrics.RunnerAPIRefused.WithLabelValues("", "new_tokens_shared").Inc()
+			return nil, apierrors.NewTooManyRequests("too many new tokens to check", 1)
+		}
 	}
 	review, err := s.Kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{names.RunnerTokenAudience}},
@@ -894,6 +904,10 @@ func writeStatus(w http.ResponseWriter, err error) {
 	}
 	st := status.Status()
 	st.APIVersion, st.Kind = "v1", "Status"
+	// client-go, and the runner's own retries, wait as told.
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))
+	}
 	writeJSON(w, int(st.Code), &st)
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -25,6 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 )
 
@@ -452,20 +456,39 @@ func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
 	defer api.Close()
 	kube := fakeRunnerPod()
 	s := &Server{Kube: kube, Config: &rest.Config{Host: api.URL}}
+	retryAfter := map[string]bool{}
 	send := func(source, token string) int {
 		req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/tfc-prod-state", nil)
 		req.RemoteAddr = source + ":40000"
 		req.Header.Set("Authorization", "Bearer "+token)
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req)
+		if rec.Code == http.StatusTooManyRequests {
+			retryAfter[rec.Header().Get("Retry-After")] = true
+		}
 		return rec.Code
 	}
+	refused := func(reason string) float64 {
+		return testutil.ToFloat64(metrics.RunnerAPIRefused.WithLabelValues("", reason))
+	}
+	sourceBefore, sharedBefore := refused("new_tokens_source"), refused("new_tokens_shared")
 	codes := map[int]int{}
 	for i := range 3 * sourceReviewBurst {
 		codes[send("10.0.0.66", fmt.Sprintf("junk-%d", i))]++
 	}
 	if codes[http.StatusTooManyRequests] == 0 || codes[http.StatusUnauthorized] > sourceReviewBurst+sourceReviewQPS {
 		t.Errorf("junk from one source: %v, want 401 up to its burst, then 429", codes)
+	}
+	// Counted as the source's own budget spent, not the shared one; told
+	// when to come back (client-go waits only for a header).
+	if got := refused("new_tokens_source") - sourceBefore; got != float64(codes[http.StatusTooManyRequests]) {
+		t.Errorf("captf_runner_api_refused_total{reason=new_tokens_source} rose by %v, want the %d answered 429", got, codes[http.StatusTooManyRequests])
+	}
+	if got := refused("new_tokens_shared") - sharedBefore; got != 0 {
+		t.Errorf("captf_runner_api_refused_total{reason=new_tokens_shared} rose by %v, want 0", got)
+	}
+	if !maps.Equal(retryAfter, map[string]bool{"1": true}) {
+		t.Errorf("Retry-After headers of the 429s: %v, want 1", retryAfter)
 	}
 	if code := send("10.0.0.7", "runner-token"); code != http.StatusOK {
 		t.Errorf("a runner's new token from another source: %d, want 200", code)

@@ -91,7 +91,9 @@ type Handler struct {
 func (h *Handler) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	h.reading = fairshare.NewSlots(MaxReading, MaxReading/2)
+	h.reading.OnWait = metrics.SlotWaitCounter(metrics.ServerWebhook, metrics.SlotsReading)
 	h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight)
+	h.slots.OnWait = metrics.SlotWaitCounter(metrics.ServerWebhook, metrics.SlotsDeciding)
 	for _, kind := range Kinds {
 		mux.HandleFunc("POST "+Path(kind), func(w http.ResponseWriter, r *http.Request) {
 			source := fairshare.Source(r)
