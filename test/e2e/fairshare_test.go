@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/webhook"
 	"github.com/captf/captf/test/framework"
 )
@@ -25,8 +29,9 @@ import (
 // 127.0.0.0/8 is this host, and a pod has an address of its own.
 const attackerSource = "127.0.0.2"
 
-// startAttack runs the attack command with args until the test ends.
-func startAttack(t *testing.T, args ...string) {
+// startAttack runs the attack command with args, sending from source,
+// until the test ends or the returned func is called.
+func startAttack(t *testing.T, source string, args ...string) (stop func()) {
 	t.Helper()
 	bin, err := framework.BuildCommand("./test/cmd/attack", "attack")
 	if err != nil {
@@ -42,19 +47,23 @@ func startAttack(t *testing.T, args ...string) {
 	// and the victim's runners. One core at the lowest priority keeps its
 	// flood from measuring the machine's CPU instead of the manager's
 	// fairness (it still sends thousands of requests a second).
-	cmd := exec.Command("nice", append([]string{"-n", "19", bin, "-source=" + attackerSource}, args...)...)
+	cmd := exec.Command("nice", append([]string{"-n", "19", bin, "-source=" + source}, args...)...)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		out.Close()
-		b, _ := os.ReadFile(log)
-		t.Logf("attacker: %s", tail(string(b), 1))
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			out.Close()
+			b, _ := os.ReadFile(log)
+			t.Logf("attacker: %s", tail(string(b), 1))
+		})
+	}
+	t.Cleanup(stop)
 	// Its connections are open and its flood answered.
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		b, _ := os.ReadFile(log)
@@ -63,6 +72,7 @@ func startAttack(t *testing.T, args ...string) {
 	if err != nil {
 		t.Fatal("the attack never got going")
 	}
+	return stop
 }
 
 // applyTimes creates n small TerraformClusters one after another and
@@ -84,25 +94,81 @@ func (e *env) applyTimes(prefix string, n int) []time.Duration {
 	return took
 }
 
-// checkFairShare compares the median apply time with and without an attack.
-func checkFairShare(t *testing.T, calm, attacked []time.Duration) {
+// logFairShare prints the median apply time with and without an attack: a
+// measurement (docs/security.md quotes it), not an assertion, for on a busy
+// machine the ratio measures the machine's CPU, not the manager's fairness.
+func logFairShare(t *testing.T, calm, attacked []time.Duration) {
 	t.Helper()
 	calmMedian, attackedMedian := calm[len(calm)/2], attacked[len(attacked)/2]
 	t.Logf("another namespace's apply: median %s without the attack %v, %s with it %v (%.2fx)", calmMedian.Round(10*time.Millisecond), calm,
 		attackedMedian.Round(10*time.Millisecond), attacked, float64(attackedMedian)/float64(calmMedian))
-	if attackedMedian > 2*calmMedian {
-		t.Errorf("with the attack the apply's median took %s, over twice the %s without", attackedMedian, calmMedian)
+}
+
+// sample is the value of one series in a scrape: name and its labels, in
+// any order; 0 when the scrape has no such series (a counter never
+// incremented).
+func sample(t *testing.T, scrape, name string, labels map[string]string) float64 {
+	t.Helper()
+	var pairs []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", k, labels[k]))
+	}
+	series := name
+	if len(pairs) > 0 {
+		series += "{" + strings.Join(pairs, ",") + "}"
+	}
+	for _, line := range strings.Split(scrape, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// series names one series of a scrape.
+type series struct {
+	name   string
+	labels map[string]string
+}
+
+// checkShares asserts what the server counted while the attack ran, which
+// a busy machine cannot fake: no request waited for a slot within its
+// share (that is, behind slots other peers held beyond theirs), and the
+// attack reached its limits (requests that waited beyond their share, or
+// were refused, by the names in want).
+func checkShares(t *testing.T, scrape, server string, slots []string, attacked ...series) {
+	t.Helper()
+	for _, sl := range slots {
+		if n := sample(t, scrape, "captf_slot_waits_total", map[string]string{"server": server, "slots": sl, "share": "within"}); n != 0 {
+			t.Errorf("%v requests to the %s waited for a %s slot within their share, behind the attacker's: want none\n%s", n, server, sl,
+				grepLines(scrape, "captf_slot_waits_total"))
+		}
+	}
+	for _, a := range attacked {
+		if n := sample(t, scrape, a.name, a.labels); n == 0 {
+			t.Errorf("%s %v is 0: the attack never reached that limit, and the test shows nothing\n%s", a.name, a.labels, grepLines(scrape, a.name))
+		} else {
+			t.Logf("%s %v: %v", a.name, a.labels, n)
+		}
 	}
 }
 
-// TestRunnerAPIFairShare (issue 31, item 4): a tenant attacks the runner
-// API from its pods' address: a flood of made-up tokens (each a
-// TokenReview the manager would make), and its four runner pods (with their
-// valid tokens) holding connections open with bodies sent a byte a second.
-// Another namespace's apply takes no more than twice as long as without the
-// attack. The old API took a slot before reading a body, so 16 such
-// connections held all of them; and one global limit of new tokens let the
-// flood refuse other pods'.
+// TestRunnerAPIFairShare (issue 31, item 4; issue 49): a tenant attacks
+// the runner API from its pods' address: a flood of made-up tokens (each a
+// TokenReview the manager would make), and its four runner pods (with
+// their valid tokens) holding connections open with bodies sent a byte a
+// second, twice as many as a pod may. Another namespace's applies go on:
+// the manager counts none of their requests refused, and none waiting for
+// a slot behind the attacker's, while it counts the attacker's refused (its
+// own budget of new tokens, its pods' share). The old API took a slot
+// before reading a body, so 16 such connections held all of them; and one
+// global limit of new tokens let the flood refuse other pods'. The apply
+// times with and without the attack are printed, not compared: on a busy
+// machine their ratio measures the CPU.
 func TestRunnerAPIFairShare(t *testing.T) {
 	ctx := context.Background()
 	victim := newEnv(t)
@@ -148,20 +214,72 @@ func TestRunnerAPIFairShare(t *testing.T) {
 
 	calm := victim.applyTimes("calm", 5)
 	state := fmt.Sprintf("/api/v1/namespaces/%s/secrets/%s", hostile.ns, tfcNames("hog-0").State())
-	startAttack(t, "-target="+m.RunnerAPIAddr, "-junk-tokens=8", "-trickle=4", "-token-file="+tokenFile, "-path="+state)
-	checkFairShare(t, calm, victim.applyTimes("storm", 5))
+	startAttack(t, attackerSource, "-target="+m.RunnerAPIAddr, "-junk-tokens=8", "-trickle=8", "-token-file="+tokenFile, "-path="+state)
+	storm := victim.applyTimes("storm", 5)
+	logFairShare(t, calm, storm)
+	scrape := victim.scrape(m)
+	checkShares(t, scrape, "runner_api", []string{"reading", "forwarding"},
+		series{"captf_runner_api_refused_total", map[string]string{"namespace": "", "reason": "new_tokens_source"}},
+		series{"captf_runner_api_refused_total", map[string]string{"namespace": hostile.ns, "reason": "pod_share"}})
+	// Nobody was refused for the shared budget of new tokens (the flood
+	// spent only its own address's), nor a request of the victim's pods.
+	for _, labels := range []map[string]string{{"namespace": "", "reason": "new_tokens_shared"}, {"namespace": victim.ns, "reason": "pod_share"}} {
+		if n := sample(t, scrape, "captf_runner_api_refused_total", labels); n != 0 {
+			t.Errorf("captf_runner_api_refused_total %v: %v, want 0\n%s", labels, n, grepLines(scrape, "captf_runner_api_refused_total"))
+		}
+	}
 }
 
-// TestWebhookFairShare (issue 31, item 4): a pod that reaches the webhook's
-// port sends admission requests whose bodies come a byte a second, 64
-// connections at once. Another namespace's writes are admitted and its
-// apply takes no more than twice as long as without the attack. The old
+// TestWebhookFairShare (issue 31, item 4; issue 49): a pod that reaches
+// the webhook's port sends admission requests whose bodies come a byte a
+// second, 64 connections at once. Another namespace's writes are admitted,
+// and the manager counts none of the API server's requests waiting behind
+// the attacker's, while it counts the attacker's beyond its share. The old
 // webhook took one of its 8 slots before reading a body: a few slow
 // senders blocked every Terraform* write in the cluster.
 func TestWebhookFairShare(t *testing.T) {
 	victim := newEnv(t)
 	m := victim.startManagerWithWebhook()
 	calm := victim.applyTimes("calm", 3)
-	startAttack(t, "-target="+m.WebhookAddr, "-trickle=64", "-method=POST", "-path="+webhook.Path("TerraformCluster"))
-	checkFairShare(t, calm, victim.applyTimes("storm", 3))
+	startAttack(t, attackerSource, "-target="+m.WebhookAddr, "-trickle=64", "-method=POST", "-path="+webhook.Path("TerraformCluster"))
+	logFairShare(t, calm, victim.applyTimes("storm", 3))
+	checkShares(t, victim.scrape(m), "webhook", []string{"reading", "deciding"},
+		series{"captf_slot_waits_total", map[string]string{"server": "webhook", "slots": "reading", "share": "beyond"}})
+}
+
+// TestRunnerWaitsOutABusyRunnerAPI (issue 49, item 3): a runner's first
+// request, the read of its inputs, meets a runner API that refuses it with
+// 429 (the budget of new tokens of its address spent, here by a flood of
+// made-up tokens from the address runner pods share in this plane, for 3
+// s from its Job's creation; a manager restarting answers alike). The runner
+// waits and asks again, as it does for every later request: one apply Job,
+// which succeeds. The old runner failed its run on it, and the manager
+// made a second Job 13 to 18 s later. (The flood leaves a new token a few
+// chances in a hundred to pass at once: the unit test TestReadInputsRetries
+// shows every retry deterministically.)
+func TestRunnerWaitsOutABusyRunnerAPI(t *testing.T) {
+	e := newEnv(t)
+	m := e.startManager()
+	// From 127.0.0.1: the front that plays the runner API's Service here
+	// connects from there, so its budget is the runners'.
+	stop := startAttack(t, "127.0.0.1", "-target="+m.RunnerAPIAddr, "-junk-tokens=8")
+	e.create(e.localCloud("busy", e.newCluster("busy", false), map[string]any{"instances": 1}))
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(e.jobs("apply")) > 0, nil
+	})
+	if err != nil {
+		t.Fatal("no apply Job")
+	}
+	time.Sleep(3 * time.Second)
+	stop()
+	e.waitFor("busy", 3*time.Minute, "Ready", isReady)
+	if jobs := e.jobs("apply"); len(jobs) != 1 {
+		for _, j := range jobs {
+			res, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), j.Name+"-result", metav1.GetOptions{})
+			if err == nil {
+				t.Logf("Job %s: %s", j.Name, res.Data[run.KeyResult])
+			}
+		}
+		t.Errorf("%d apply Jobs, want the one whose runner waited out the 429s", len(jobs))
+	}
 }

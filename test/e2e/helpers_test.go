@@ -61,6 +61,15 @@ func newEnv(t *testing.T) *env {
 		if t.Failed() {
 			e.dumpJobs()
 		}
+		// Its managers have stopped (their cleanups ran first): a run left
+		// here would wait for them until its deadline, and a later test's
+		// manager that watches every namespace would count it toward its
+		// cap (TestForgedJobs).
+		err := plane.Kube.BatchV1().Jobs(e.ns).DeleteCollection(context.Background(),
+			metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}, metav1.ListOptions{})
+		if err != nil {
+			t.Logf("deleting the Jobs of %s: %v", e.ns, err)
+		}
 	})
 	return e
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -216,6 +217,38 @@ func TestLateDriftCheckKeepsItsPace(t *testing.T) {
 	e.settle("watched")
 }
 
+// unfinishedRunnerJobs lists, by namespace, the Jobs of every namespace
+// but skip that a Terraform* object controls and that have not finished:
+// what a manager watching every namespace counts toward its caps.
+func unfinishedRunnerJobs(t *testing.T, skip ...string) map[string][]string {
+	t.Helper()
+	list, err := plane.Kube.BatchV1().Jobs("").List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelManagedBy + "=" + names.ManagedByValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, j := range list.Items {
+		owner := metav1.GetControllerOf(&j)
+		if slices.Contains(skip, j.Namespace) || owner == nil || owner.APIVersion != infrav1.SchemeGroupVersion.String() || !strings.HasPrefix(owner.Kind, "Terraform") {
+			continue
+		}
+		if j.Status.CompletionTime == nil && !jobFailed(&j) {
+			out[j.Namespace] = append(out[j.Namespace], j.Name)
+		}
+	}
+	return out
+}
+
+// jobFailed: the Job controller marked job failed.
+func jobFailed(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // settle turns the drift checks of names off and waits until no Job of the
 // test's namespace runs: a later test's manager that watches every
 // namespace would count a Job left running here, whose runner has no
@@ -318,7 +351,6 @@ func TestForgedJobs(t *testing.T) {
 	ctx := context.Background()
 	// The watch filter keeps the manager to this test's objects.
 	shard := victim.ns
-	victim.startManager("--namespace=", "--watch-filter="+shard, "--max-concurrent-jobs=2", "--max-concurrent-jobs-per-namespace=1")
 	forge := func(name string, labels map[string]string, owners ...metav1.OwnerReference) {
 		t.Helper()
 		labels[names.LabelOperation] = string(infrav1.OperationApply)
@@ -352,9 +384,35 @@ func TestForgedJobs(t *testing.T) {
 	tc.Labels[capi.WatchFilterLabel] = shard
 	created := victim.create(tc)
 	forge("forged-run", names.ObjectLabels("TerraformCluster", created.Name, created.UID))
+
+	// The cap counts the runner Jobs of the whole management cluster: a
+	// run another test left behind (its runner waits for a manager that
+	// stopped) takes a slot here too. Each namespace with such Jobs counts
+	// once (the per-namespace cap), so the cap is raised by as many: the
+	// victim's slot is the one left beside the tenant's.
+	elsewhere := unfinishedRunnerJobs(t, victim.ns, tenant.ns)
+	if len(elsewhere) > 0 {
+		t.Logf("unfinished runner Jobs of other namespaces, which the cap counts: %v", elsewhere)
+	}
+	limit := 2 + len(elsewhere)
+	victim.startManager("--namespace=", "--watch-filter="+shard, fmt.Sprintf("--max-concurrent-jobs=%d", limit), "--max-concurrent-jobs-per-namespace=1")
 	victim.unpause("victim")
 
-	victim.waitFor("victim", 2*time.Minute, "Ready", isReady)
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return isReady(victim.get("victim")), nil
+	})
+	if err != nil {
+		// Which it is: a slot free by the count of what runs (a defect of
+		// the manager's count), or taken by Jobs the test did not expect.
+		now := unfinishedRunnerJobs(t, victim.ns)
+		counted := len(now)
+		verdict := "Jobs outside the test took the slots"
+		if counted < limit {
+			verdict = "a defect in the manager's count: a slot was free"
+		}
+		t.Fatalf("victim never Ready: %+v\nunfinished runner Jobs of other namespaces (each counts once, at --max-concurrent-jobs-per-namespace=1): %v, %d of the cap %d: %s",
+			condition(victim.get("victim"), infrav1.ConditionReady), now, counted, limit, verdict)
+	}
 	if n := len(victim.jobs("apply")); n != 1 {
 		t.Errorf("%d apply Jobs in the victim's namespace, want 1", n)
 	}
