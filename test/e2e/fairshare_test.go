@@ -174,12 +174,6 @@ func TestRunnerAPIFairShare(t *testing.T) {
 	victim := newEnv(t)
 	m := victim.startManager()
 	hostile := newEnv(t)
-	// Once the hostile manager has stopped (cleanups run last first): its
-	// runs take no later test's Job slot.
-	t.Cleanup(func() {
-		_ = plane.Kube.BatchV1().Jobs(hostile.ns).DeleteCollection(context.Background(),
-			metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}, metav1.ListOptions{})
-	})
 	hostile.startManager()
 	for i := range 4 {
 		name := fmt.Sprintf("hog-%d", i)
