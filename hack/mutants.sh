@@ -234,6 +234,21 @@ mutant captf-informers-unfiltered pkg/manager/informers.go \
 	'return newInformer(c, namespace, resync, noIndexes, captfTweak)' 'return newInformer(c, namespace, resync, noIndexes, nil)'
 mutant capi-informers-unfiltered pkg/manager/informers.go \
 	'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)' 'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, nil)'
+# An owner counts only when its infrastructureRef names the object.
+mutant owner-not-named pkg/capi/capi.go \
+	'if named, ok := k.InfrastructureRef(owner, objGroup, objKind); ok && named.Name == obj.GetName() {' 'if true {'
+# The fair shares say when a request waited behind other peers' slots, and
+# the runner API whose budget of new tokens ran out.
+mutant slot-wait-within-share pkg/fairshare/fairshare.go \
+	'within := s.held[key] < s.perKey' 'within := false'
+mutant token-budget-shared-for-source pkg/fairshare/fairshare.go \
+	'		return OverSharedRate' '		return OverKeyRate'
+mutant first-request-not-retried pkg/runner/runner.go \
+	'	err := retry.Transiently(ctx, func() (err error) {
+		inputs, err = r.Client' '	err := func(f func() error) error { return f() }(func() (err error) {
+		inputs, err = r.Client'
+mutant no-retry-after-header pkg/runnerapi/server.go \
+	'w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))' ''
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -112,9 +112,12 @@ func (k Kind) ClusterName(o *Object) string {
 	return o.Spec.ClusterName
 }
 
-// OwnerOf is the owner of obj of this kind, looked up in lister and checked
-// by UID.
-func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *Object {
+// OwnerOf is the owner of obj (of objKind in group objGroup) of this kind,
+// looked up in lister and checked by UID and by its infrastructureRef,
+// which must name obj: an owner reference is anyone's to write, and the
+// owner's bootstrap data (a control plane's keys), Cluster and defaults go
+// only to the object Cluster API made for it.
+func (k Kind) OwnerOf(obj metav1.Object, objGroup, objKind string, lister cache.GenericLister) *Object {
 	for _, ref := range obj.GetOwnerReferences() {
 		if ref.Kind != k.Kind || !strings.HasPrefix(ref.APIVersion, Group+"/") {
 			continue
@@ -123,7 +126,11 @@ func (k Kind) OwnerOf(obj metav1.Object, lister cache.GenericLister) *Object {
 		if err != nil {
 			continue
 		}
-		if owner := ObjectOf(o); owner != nil && owner.Kind == k.Kind && owner.UID == ref.UID {
+		owner := ObjectOf(o)
+		if owner == nil || owner.Kind != k.Kind || owner.UID != ref.UID {
+			continue
+		}
+		if named, ok := k.InfrastructureRef(owner, objGroup, objKind); ok && named.Name == obj.GetName() {
 			return owner
 		}
 	}

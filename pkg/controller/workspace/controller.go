@@ -249,7 +249,7 @@ func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 // newSync finds what obj's sync reads besides obj: its owner, its Cluster,
 // the Cluster's TerraformCluster, and its Jobs.
 func (c *Controller[T]) newSync(obj T) *Sync {
-	owner := c.kind.Owner.OwnerOf(obj, c.owners)
+	owner := c.kind.Owner.OwnerOf(obj, c.kind.GVK.Group, c.kind.GVK.Kind, c.owners)
 	cluster, tc := owner, (*infrav1.TerraformCluster)(nil)
 	if c.belongsToCluster() {
 		var fallback string

@@ -390,6 +390,44 @@ func TestWaiting(t *testing.T) {
 	}
 }
 
+// TestOwnerMustNameTheObject: an owner reference that someone wrote to a
+// Machine, MachinePool or Cluster whose infrastructureRef names another
+// object (or nothing) makes no owner: the object waits for its owner, and
+// no Job gets the owner's bootstrap data.
+func TestOwnerMustNameTheObject(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		for name, ref := range map[string]map[string]any{
+			"names another object": {"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": k.kind, "name": "other"},
+			"names another kind":   {"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformOther", "name": "prod"},
+			"names another group":  {"apiGroup": "infrastructure.example.com", "kind": k.kind, "name": "prod"},
+			"names nothing":        nil,
+		} {
+			t.Run(name, func(t *testing.T) {
+				capiObjects := slices.Clone(k.capi)
+				owner := capiObjects[0].DeepCopy()
+				path := []string{"spec", "infrastructureRef"}
+				if owner.GetKind() == "MachinePool" {
+					path = []string{"spec", "template", "spec", "infrastructureRef"}
+				}
+				if ref == nil {
+					unstructured.RemoveNestedField(owner.Object, path...)
+				} else if err := unstructured.SetNestedMap(owner.Object, ref, path...); err != nil {
+					t.Fatal(err)
+				}
+				capiObjects[0] = owner
+				f := newFixture(t, k, newObject(k, withFinalizer(k)), capiObjects, k.kube...)
+				f.sync()
+				if jobs := f.createdJobs(); len(jobs) != 0 {
+					t.Errorf("Jobs %v for an object its owner does not name", jobNames(jobs))
+				}
+				if r := f.readyReason(); r != k.ownerWait {
+					t.Errorf("Ready reason %q, want %q", r, k.ownerWait)
+				}
+			})
+		}
+	})
+}
+
 // TestInputs: the captf_* inputs of each kind, with the bootstrap data and
 // the cluster's exports.
 func TestInputs(t *testing.T) {
@@ -404,8 +442,10 @@ func TestInputs(t *testing.T) {
 		// The Cluster's TerraformCluster, whose outputs machines and pools get.
 		tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "work-infra", Namespace: "ns"},
 			Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Outputs: map[string]runtime.RawExtension{"vpc_id": {Raw: []byte(`"vpc-1"`)}}}}}
-		f.putCAPI(withInfrastructure(f.k, "work-infra"))
-		f.addTerraformCluster(tc)
+		if k.kind != "TerraformCluster" { // whose Cluster names it
+			f.putCAPI(withInfrastructure(f.k, "work-infra"))
+			f.addTerraformCluster(tc)
+		}
 		f.sync()
 		jobs := f.createdJobs()
 		if len(jobs) != 1 {
