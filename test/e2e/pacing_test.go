@@ -160,7 +160,6 @@ func TestDriftYieldsToApply(t *testing.T) {
 	if n := len(e.jobs("apply")); n != len(watched)+2 {
 		t.Errorf("%d apply Jobs, want %d", n, len(watched)+2)
 	}
-	e.settle(watched...)
 }
 
 // TestLateDriftCheckKeepsItsPace: a drift check held back past half its
@@ -214,7 +213,6 @@ func TestLateDriftCheckKeepsItsPace(t *testing.T) {
 		e.dumpJobs()
 		t.Errorf("the check after the late one came %s after it, want it at once (its slot had passed)", gap)
 	}
-	e.settle("watched")
 }
 
 // unfinishedRunnerJobs lists, by namespace, the Jobs of every namespace
@@ -247,29 +245,6 @@ func jobFailed(job *batchv1.Job) bool {
 		}
 	}
 	return false
-}
-
-// settle turns the drift checks of names off and waits until no Job of the
-// test's namespace runs: a later test's manager that watches every
-// namespace would count a Job left running here, whose runner has no
-// manager to talk to any more, toward its cap.
-func (e *env) settle(names ...string) {
-	e.t.Helper()
-	for _, name := range names {
-		e.update(name, func(tc *infrav1.TerraformCluster) { tc.Spec.Drift.Enabled = ptrTo(false) })
-	}
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
-		for _, j := range e.jobs("") {
-			if j.Status.CompletionTime == nil && j.Status.Failed == 0 {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		e.dumpJobs()
-		e.t.Errorf("Jobs still running at the test's end: %v", err)
-	}
 }
 
 func jobName(j *batchv1.Job) string {
