@@ -2,6 +2,8 @@ package capi
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -298,5 +300,64 @@ func TestProviderIDsAcrossNamespaces(t *testing.T) {
 	c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady)
 	if !strings.Contains(c.Message, "TerraformMachine victim-0") || strings.Contains(c.Message, "ids-tenant") {
 		t.Errorf("the refusal within a namespace says %q", c.Message)
+	}
+}
+
+// TestBootstrapOwnerMustNameTheObject (issue 50, item 3): a writer creates a
+// TerraformMachine whose owner reference names a control-plane Machine
+// (its name and UID are anyone's to read). The Machine's spec names another
+// TerraformMachine: the manager takes no owner from that reference, so the
+// writer's module gets neither the Machine's bootstrap data (the workload
+// cluster's CA keys) nor a Job; the object waits for a Machine to own it.
+// The old manager took the reference as the owner and handed the data on.
+func TestBootstrapOwnerMustNameTheObject(t *testing.T) {
+	ctx := context.Background()
+	root, capiMgr := setup(t)
+	ns := "owner-ref"
+	workCluster(t, root, ns)
+	const keys = "#cloud-config\ncanary-ca-key-7d41\n"
+	cp := controlPlaneMachine(t, ns, "cp", "cp-bootstrap", stealModule)
+	yes := true
+	if _, err := plane.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cp-bootstrap",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "cp", UID: cp.GetUID(), Controller: &yes}}},
+		Data: map[string][]byte{"value": []byte(keys)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The real one gets its data: the reference the thief copies is live.
+	waitTerraformMachine(t, ns, "cp", "provisioned", capiMgr, func(tm *infrav1.TerraformMachine) bool { return tm.Spec.ProviderID != "" })
+
+	thief := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "thief", Namespace: ns,
+		Labels:          map[string]string{"cluster.x-k8s.io/cluster-name": "work"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "cp", UID: cp.GetUID(), Controller: &yes}}},
+		Spec: infrav1.TerraformMachineSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: stealModule}}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).Create(ctx, thief, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	readyReason := func(tm *infrav1.TerraformMachine) string {
+		if c := meta.FindStatusCondition(tm.Status.Conditions, infrav1.ConditionReady); c != nil {
+			return c.Reason
+		}
+		return ""
+	}
+	// Waiting for its owner is said after 10 s; the old manager applied
+	// within them.
+	tm := waitTerraformMachine(t, ns, "thief", "waiting for its owner or provisioned", capiMgr, func(tm *infrav1.TerraformMachine) bool {
+		return readyReason(tm) == "WaitingForMachineOwner" || tm.Spec.ProviderID != "" || len(tm.Status.Outputs) > 0
+	})
+	if got := readyReason(tm); got != "WaitingForMachineOwner" {
+		t.Errorf("a TerraformMachine with a hand-written owner reference to Machine cp: Ready %s, provider ID %q, want WaitingForMachineOwner", got, tm.Spec.ProviderID)
+	}
+	if loot, ok := tm.Status.Outputs["loot"]; ok {
+		var b64 string
+		_ = json.Unmarshal(loot.Raw, &b64)
+		data, _ := base64.StdEncoding.DecodeString(b64)
+		t.Errorf("the thief's module read bootstrap data %q (the control plane's: %v)", data, strings.Contains(string(data), "canary-ca-key"))
+	}
+	jobs, err := plane.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelObjectName + "=thief"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) > 0 {
+		t.Errorf("Jobs made for the thief: %d", len(jobs.Items))
 	}
 }

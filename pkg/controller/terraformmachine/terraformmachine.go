@@ -30,7 +30,7 @@ var Kind = workspace.Kind[*infrav1.TerraformMachine]{
 	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
 	Finalizer:    infrav1.TerraformMachineFinalizer,
 	Owner:        capi.Machine,
-	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference"},
+	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a Machine to own this TerraformMachine: Cluster API sets the owner reference once the Machine's spec.infrastructureRef names it"},
 	Client: func(c versioned.Interface, ns string) workspace.Client[*infrav1.TerraformMachine] {
 		return c.InfrastructureV1alpha1().TerraformMachines(ns)
 	},

@@ -27,7 +27,7 @@ var Kind = workspace.Kind[*infrav1.TerraformMachinePool]{
 	GVK:          infrav1.SchemeGroupVersion.WithKind("TerraformMachinePool"),
 	Finalizer:    infrav1.TerraformMachinePoolFinalizer,
 	Owner:        capi.MachinePool,
-	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference"},
+	OwnerMissing: workspace.Wait{Reason: ReasonWaitingForOwner, Message: "Waiting for a MachinePool to own this TerraformMachinePool: Cluster API sets the owner reference once the MachinePool's spec.template.spec.infrastructureRef names it"},
 	Client: func(c versioned.Interface, ns string) workspace.Client[*infrav1.TerraformMachinePool] {
 		return c.InfrastructureV1alpha1().TerraformMachinePools(ns)
 	},
