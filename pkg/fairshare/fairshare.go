@@ -143,10 +143,13 @@ type keyLimit struct {
 }
 
 // NewRateLimits allows each key qps (burst), and all keys together allQPS
-// (allBurst).
+// (allBurst; 0, no limit of all keys).
 func NewRateLimits(qps float32, burst int, allQPS float32, allBurst int) *RateLimits {
-	return &RateLimits{qps: qps, burst: burst, all: flowcontrol.NewTokenBucketRateLimiter(allQPS, allBurst),
-		now: time.Now, keys: map[string]*keyLimit{}}
+	r := &RateLimits{qps: qps, burst: burst, now: time.Now, keys: map[string]*keyLimit{}}
+	if allQPS > 0 {
+		r.all = flowcontrol.NewTokenBucketRateLimiter(allQPS, allBurst)
+	}
+	return r
 }
 
 // Refusal says why TryAccept refused a request, or that it did not.
@@ -184,7 +187,7 @@ func (r *RateLimits) TryAccept(key string) Refusal {
 	switch {
 	case !l.limiter.TryAccept():
 		return OverKeyRate
-	case !r.all.TryAccept():
+	case r.all != nil && !r.all.TryAccept():
 		return OverSharedRate
 	}
 	return Accepted

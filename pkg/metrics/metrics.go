@@ -230,7 +230,7 @@ var (
 	}, []string{"server", "slots", "share"})
 	RunnerAPIRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "captf_runner_api_refused_total",
-		Help: "Runner API requests refused with 429, by namespace of the runner (empty before its token is checked) and reason (pod_share: 4 requests of its pod at once; new_tokens_source: its source address's budget of new tokens; new_tokens_shared: all sources' budget).",
+		Help: "Runner API requests refused before they were forwarded, by namespace of the runner (empty where its token's signature did not say it) and reason: not_a_runner_token (401, no TokenReview spent: not a pod-bound token of captf-runner with CAPTF's audience, expired, or not signed by the API server); with 429, pod_share (4 requests of its pod at once), new_tokens_source (its source address's budget of new tokens), new_tokens_namespace (its namespace's), new_tokens_shared (all namespaces').",
 	}, []string{"namespace", "reason"})
 )
 
@@ -261,8 +261,9 @@ func init() {
 		SlotWaits.WithLabelValues(s[0], s[1], "within")
 		SlotWaits.WithLabelValues(s[0], s[1], "beyond")
 	}
-	RunnerAPIRefused.WithLabelValues("", "new_tokens_source")
-	RunnerAPIRefused.WithLabelValues("", "new_tokens_shared")
+	for _, reason := range []string{"not_a_runner_token", "new_tokens_source", "new_tokens_namespace", "new_tokens_shared"} {
+		RunnerAPIRefused.WithLabelValues("", reason)
+	}
 }
 
 // ReconcileDurationBuckets are the buckets of both sync histograms.

@@ -71,10 +71,13 @@ const (
 	// 1 MiB.
 	bodyTimeout = 10 * time.Second
 	// reviewQPS bounds the TokenReviews of tokens not seen before, per
-	// source address and for all: junk tokens must not spend the manager's
-	// API budget, and one source's junk not the others' share of it.
+	// source address, per namespace the token is of, and for all: junk
+	// tokens must not spend the manager's API budget, and one source's or
+	// namespace's junk not the others' share of it. A token that cannot be
+	// a runner's (tokens.go) spends none.
 	reviewQPS, reviewBurst             = 100, 200
 	sourceReviewQPS, sourceReviewBurst = 20, 40
+	nsReviewQPS, nsReviewBurst         = 20, 40
 	// knownTokenTTL is how long a token stays known as valid after its
 	// identity expires: it is checked again without the budget of new ones
 	// (runner tokens live 10 minutes).
@@ -115,6 +118,9 @@ type Server struct {
 	// inputs then makes no request. Nil, or nil returned (a standby, a
 	// second read), reads it from the API server.
 	RunInputs func(namespace, name string) *corev1.Secret
+	// JWKS reads the API server's token signing keys (a JWKS document);
+	// nil reads /openid/v1/jwks with the manager's client.
+	JWKS func(ctx context.Context) ([]byte, error)
 
 	meta metadata.Interface
 
@@ -124,7 +130,11 @@ type Server struct {
 	initErr           error
 	inFlight, reading *fairshare.Slots
 
-	reviews *fairshare.RateLimits
+	// sourceReviews and nsReviews are the budgets of TokenReviews by
+	// source address, and by namespace beside all namespaces'; keys are
+	// the API server's token signing keys.
+	sourceReviews, nsReviews *fairshare.RateLimits
+	keys                     *issuerKeys
 
 	mu         sync.Mutex
 	identities map[[32]byte]cachedIdentity
@@ -156,7 +166,8 @@ func (s *Server) init() error {
 		s.reading.OnWait = metrics.SlotWaitCounter(metrics.ServerRunnerAPI, metrics.SlotsReading)
 		s.identities = map[[32]byte]cachedIdentity{}
 		s.perPod = map[types.UID]int{}
-		s.reviews = fairshare.NewRateLimits(sourceReviewQPS, sourceReviewBurst, reviewQPS, reviewBurst)
+		s.sourceReviews = fairshare.NewRateLimits(sourceReviewQPS, sourceReviewBurst, 0, 0)
+		s.nsReviews = fairshare.NewRateLimits(nsReviewQPS, nsReviewBurst, reviewQPS, reviewBurst)
 		cfg := rest.CopyConfig(s.Config)
 		if s.meta, s.initErr = metadata.NewForConfig(cfg); s.initErr != nil {
 			return
@@ -165,6 +176,10 @@ func (s *Server) init() error {
 		s.host = strings.TrimRight(cfg.Host, "/")
 		if !strings.Contains(s.host, "://") {
 			s.host = "https://" + s.host
+		}
+		s.keys = &issuerKeys{fetch: s.JWKS, now: s.now}
+		if s.keys.fetch == nil {
+			s.keys.fetch = fetchJWKS(s.client, s.host)
 		}
 	})
 	return s.initErr
@@ -302,13 +317,8 @@ func (s *Server) authenticate(ctx context.Context, token, source string) (*Ident
 	// A token that was valid is checked again without a budget: junk
 	// tokens, which spend it, must not delay a running apply's.
 	if !known {
-		switch s.reviews.TryAccept(source) {
-		case fairshare.OverKeyRate:
-			metrics.RunnerAPIRefused.WithLabelValues("", "new_tokens_source").Inc()
-			return nil, apierrors.NewTooManyRequests("too many new tokens to check from this address", 1)
-		case fairshare.OverSharedRate:
-			metrics.RunnerAPIRefused.WithLabelValues("", "new_tokens_shared").Inc()
-			return nil, apierrors.NewTooManyRequests("too many new tokens to check", 1)
+		if err := s.budgetNewToken(ctx, token, source, now); err != nil {
+			return nil, err
 		}
 	}
 	review, err := s.Kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
@@ -346,6 +356,37 @@ func (s *Server) authenticate(ctx context.Context, token, source string) (*Ident
 	s.identities[key] = cachedIdentity{id: id, expires: now.Add(identityTTL)}
 	s.mu.Unlock()
 	return id, nil
+}
+
+// budgetNewToken refuses a token not seen before that cannot be a runner's,
+// or whose source, namespace or all of them have checked their share of
+// new tokens: what passes may cost a TokenReview.
+func (s *Server) budgetNewToken(ctx context.Context, token, source string, now time.Time) error {
+	ns, verified, err := claimedNamespace(ctx, token, now, s.keys)
+	if err != nil {
+		metrics.RunnerAPIRefused.WithLabelValues("", "not_a_runner_token").Inc()
+		klog.FromContext(ctx).WithName("runner-api").V(4).Info("Refused a token before its review", "source", source, "err", err)
+		return apierrors.NewUnauthorized("the token is not a valid runner token")
+	}
+	if s.sourceReviews.TryAccept(source) != fairshare.Accepted {
+		metrics.RunnerAPIRefused.WithLabelValues("", "new_tokens_source").Inc()
+		return apierrors.NewTooManyRequests("too many new tokens to check from this address", 1)
+	}
+	// A namespace label only when the token's signature said it: claims
+	// anyone can write would make series without bound.
+	label := ""
+	if verified {
+		label = ns
+	}
+	switch s.nsReviews.TryAccept(ns) {
+	case fairshare.OverKeyRate:
+		metrics.RunnerAPIRefused.WithLabelValues(label, "new_tokens_namespace").Inc()
+		return apierrors.NewTooManyRequests("too many new tokens to check for namespace "+ns, 1)
+	case fairshare.OverSharedRate:
+		metrics.RunnerAPIRefused.WithLabelValues(label, "new_tokens_shared").Inc()
+		return apierrors.NewTooManyRequests("too many new tokens to check", 1)
+	}
+	return nil
 }
 
 // identify follows the pod to its Job and the Job to its object: both must

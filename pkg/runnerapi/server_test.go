@@ -3,7 +3,9 @@ package runnerapi
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -250,7 +252,7 @@ func TestIdentify(t *testing.T) {
 							"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
 					return true, review, nil
 				})
-				s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+				s := &Server{JWKS: noJWKS, Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
 				if cached != nil {
 					s.CachedJob = func(namespace, name string) *batchv1.Job {
 						if namespace == cached.Namespace && name == cached.Name {
@@ -262,7 +264,7 @@ func TestIdentify(t *testing.T) {
 				if err := s.init(); err != nil {
 					t.Fatal(err)
 				}
-				id, err := s.authenticate(t.Context(), "token", "10.0.0.7")
+				id, err := s.authenticate(t.Context(), runnerToken, "10.0.0.7")
 				code := http.StatusOK
 				if err != nil {
 					code = int(err.(apierrors.APIStatus).Status().Code)
@@ -289,6 +291,28 @@ func TestIdentify(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// runnerToken is shaped as the token the API server gives the runner pod
+// of fakeRunnerPod; no keys are read in these tests (noJWKS), so its
+// signature is not checked.
+var runnerToken = jwtOf("ns", "p", "uid-pod")
+
+// jwtOf is a token shaped as a runner pod's (namespace ns, pod name and
+// uid), signed by nobody.
+func jwtOf(ns, pod, uid string) string {
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	claims := map[string]any{"aud": []string{names.RunnerTokenAudience}, "exp": time.Now().Add(time.Hour).Unix(),
+		"sub": "system:serviceaccount:" + ns + ":" + names.RunnerServiceAccount,
+		"kubernetes.io": map[string]any{"namespace": ns, "pod": map[string]string{"name": pod, "uid": uid}}}
+	return enc(map[string]string{"alg": "RS256", "kid": "k"}) + "." + enc(claims) + ".c2ln"
+}
+
+// noJWKS is a Server's JWKS that never answers: signatures are not
+// checked.
+func noJWKS(context.Context) ([]byte, error) { return nil, errors.New("no keys here") }
+
 // fakeRunnerPod is the API objects of one runner pod of me's object, and a
 // TokenReview that knows its token.
 func fakeRunnerPod() *fake.Clientset {
@@ -301,7 +325,7 @@ func fakeRunnerPod() *fake.Clientset {
 	kube := fake.NewClientset(pod, job)
 	kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
-		if review.Spec.Token == "runner-token" {
+		if review.Spec.Token == runnerToken {
 			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{names.RunnerTokenAudience},
 				User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
 					"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
@@ -321,11 +345,11 @@ func TestForward(t *testing.T) {
 		_, _ = w.Write([]byte(`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"tfc-prod-state"}}`))
 	}))
 	defer api.Close()
-	s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL, BearerToken: "manager-token"}}
+	s := &Server{JWKS: noJWKS, Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL, BearerToken: "manager-token"}}
 	front := httptest.NewServer(s)
 	defer front.Close()
 	req, _ := http.NewRequest(http.MethodGet, front.URL+"/api/v1/namespaces/ns/secrets/tfc-prod-state?resourceVersion=5&watch=true", nil)
-	req.Header.Set("Authorization", "Bearer runner-token")
+	req.Header.Set("Authorization", "Bearer "+runnerToken)
 	req.Header.Set("Impersonate-User", "system:admin")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -359,7 +383,7 @@ func TestOnePodCannotTakeEverySlot(t *testing.T) {
 		_, _ = w.Write([]byte(`{}`))
 	}))
 	defer api.Close()
-	s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}}
+	s := &Server{JWKS: noJWKS, Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}}
 	if err := s.init(); err != nil { // before the test reads its counters
 		t.Fatal(err)
 	}
@@ -368,7 +392,7 @@ func TestOnePodCannotTakeEverySlot(t *testing.T) {
 	defer close(release) // first: the servers wait for the held requests
 	get := func() (*http.Response, error) {
 		req, _ := http.NewRequest(http.MethodGet, front.URL+"/api/v1/namespaces/ns/secrets/tfc-prod-state", nil)
-		req.Header.Set("Authorization", "Bearer runner-token")
+		req.Header.Set("Authorization", "Bearer "+runnerToken)
 		return http.DefaultClient.Do(req)
 	}
 	for range maxPerPod {
@@ -414,7 +438,7 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 		_, _ = w.Write([]byte(`{}`))
 	}))
 	defer api.Close()
-	s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}}
+	s := &Server{JWKS: noJWKS, Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}}
 	if err := s.init(); err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +454,7 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 		body, w := io.Pipe()
 		writers = append(writers, w)
 		req, _ := http.NewRequest(http.MethodPut, front.URL+"/api/v1/namespaces/ns/secrets/tfc-prod-state", body)
-		req.Header.Set("Authorization", "Bearer runner-token")
+		req.Header.Set("Authorization", "Bearer "+runnerToken)
 		req.Header.Set("Content-Type", "application/json")
 		go func() {
 			if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -455,7 +479,7 @@ func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
 	}))
 	defer api.Close()
 	kube := fakeRunnerPod()
-	s := &Server{Kube: kube, Config: &rest.Config{Host: api.URL}}
+	s := &Server{JWKS: noJWKS, Kube: kube, Config: &rest.Config{Host: api.URL}}
 	retryAfter := map[string]bool{}
 	send := func(source, token string) int {
 		req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/tfc-prod-state", nil)
@@ -474,7 +498,7 @@ func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
 	sourceBefore, sharedBefore := refused("new_tokens_source"), refused("new_tokens_shared")
 	codes := map[int]int{}
 	for i := range 3 * sourceReviewBurst {
-		codes[send("10.0.0.66", fmt.Sprintf("junk-%d", i))]++
+		codes[send("10.0.0.66", jwtOf("evil", "junk", fmt.Sprintf("uid-junk-%d", i)))]++
 	}
 	if codes[http.StatusTooManyRequests] == 0 || codes[http.StatusUnauthorized] > sourceReviewBurst+sourceReviewQPS {
 		t.Errorf("junk from one source: %v, want 401 up to its burst, then 429", codes)
@@ -490,7 +514,7 @@ func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
 	if !maps.Equal(retryAfter, map[string]bool{"1": true}) {
 		t.Errorf("Retry-After headers of the 429s: %v, want 1", retryAfter)
 	}
-	if code := send("10.0.0.7", "runner-token"); code != http.StatusOK {
+	if code := send("10.0.0.7", runnerToken); code != http.StatusOK {
 		t.Errorf("a runner's new token from another source: %d, want 200", code)
 	}
 	// The runner's token is checked again once its identity expires, and
@@ -501,7 +525,7 @@ func TestJunkTokensSpendTheirSourcesBudget(t *testing.T) {
 		s.identities[k] = c
 	}
 	s.mu.Unlock()
-	if code := send("10.0.0.66", "runner-token"); code != http.StatusOK {
+	if code := send("10.0.0.66", runnerToken); code != http.StatusOK {
 		t.Errorf("a known runner token checked again from the flooding source: %d, want 200", code)
 	}
 }
@@ -515,9 +539,9 @@ func TestHolderWithoutLabelIsNotGone(t *testing.T) {
 	if _, err := kube.CoreV1().Pods("ns").Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+	s := &Server{JWKS: noJWKS, Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
 	req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/pods/holder", nil)
-	req.Header.Set("Authorization", "Bearer runner-token")
+	req.Header.Set("Authorization", "Bearer "+runnerToken)
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, req)
 	if rec.Code != http.StatusForbidden {
@@ -607,11 +631,11 @@ func TestKnownTokenCheckedAgain(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			kube := fakeRunnerPod()
-			s := &Server{Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
+			s := &Server{JWKS: noJWKS, Kube: kube, Config: &rest.Config{Host: "https://api.test"}}
 			if err := s.init(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.authenticate(t.Context(), "runner-token", "10.0.0.7"); err != nil {
+			if _, err := s.authenticate(t.Context(), runnerToken, "10.0.0.7"); err != nil {
 				t.Fatal(err)
 			}
 			job, err := kube.BatchV1().Jobs("ns").Get(t.Context(), me.Job, metav1.GetOptions{})
@@ -633,7 +657,7 @@ func TestKnownTokenCheckedAgain(t *testing.T) {
 			}
 			s.mu.Unlock()
 			kube.ClearActions()
-			_, err = s.authenticate(t.Context(), "runner-token", "10.0.0.7")
+			_, err = s.authenticate(t.Context(), runnerToken, "10.0.0.7")
 			code := http.StatusOK
 			if err != nil {
 				code = int(err.(apierrors.APIStatus).Status().Code)
@@ -682,10 +706,10 @@ func TestResultHandedOver(t *testing.T) {
 				data map[string][]byte
 			}
 			var got []handed
-			s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL},
+			s := &Server{JWKS: noJWKS, Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL},
 				ResultWritten: func(job types.UID, data map[string][]byte) { got = append(got, handed{job, data}) }}
 			req := httptest.NewRequest(tc.method, tc.path, bytes.NewReader(tc.body))
-			req.Header.Set("Authorization", "Bearer runner-token")
+			req.Header.Set("Authorization", "Bearer "+runnerToken)
 			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			s.ServeHTTP(rec, req)
@@ -732,7 +756,7 @@ func TestRunInputsHandedOver(t *testing.T) {
 			}))
 			defer api.Close()
 			var asked []string
-			s := &Server{Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}, RunInputs: func(namespace, name string) *corev1.Secret {
+			s := &Server{JWKS: noJWKS, Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL}, RunInputs: func(namespace, name string) *corev1.Secret {
 				asked = append(asked, namespace+"/"+name)
 				if tc.kept == nil || name != tc.kept.Name {
 					return nil
@@ -740,7 +764,7 @@ func TestRunInputsHandedOver(t *testing.T) {
 				return tc.kept
 			}}
 			req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/"+tc.name, nil)
-			req.Header.Set("Authorization", "Bearer runner-token")
+			req.Header.Set("Authorization", "Bearer "+runnerToken)
 			rec := httptest.NewRecorder()
 			s.ServeHTTP(rec, req)
 			var got corev1.Secret

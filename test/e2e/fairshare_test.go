@@ -277,3 +277,34 @@ func TestRunnerWaitsOutABusyRunnerAPI(t *testing.T) {
 		t.Errorf("%d apply Jobs, want the one whose runner waited out the 429s", len(jobs))
 	}
 }
+
+// TestRunnerAPIJunkTokensFromManyPods (issue 50, item 7): a tenant's pods,
+// eight addresses, flood the runner API with tokens shaped as runner tokens
+// of another namespace (the victim's), signed by nobody. Each is refused
+// before it costs a TokenReview: the victim's new runs are not refused
+// for a budget spent by the flood, and each apply takes one Job. The old
+// API reviewed each such token within a budget per address and one for
+// all: eight addresses spent all of it, and the victim's runs failed on
+// their first request ("too many new tokens to check").
+func TestRunnerAPIJunkTokensFromManyPods(t *testing.T) {
+	victim := newEnv(t)
+	m := victim.startManager()
+	var sources []string
+	for i := 2; i <= 9; i++ {
+		sources = append(sources, fmt.Sprintf("127.0.0.%d", i))
+	}
+	startAttack(t, strings.Join(sources, ","), "-target="+m.RunnerAPIAddr, "-junk-tokens=16", "-forge-namespace="+victim.ns)
+	victim.applyTimes("storm", 3)
+	if jobs := victim.jobs("apply"); len(jobs) != 3 {
+		t.Errorf("%d apply Jobs for 3 applies, want one each: a run failed on the flood", len(jobs))
+	}
+	scrape := victim.scrape(m)
+	checkShares(t, scrape, "runner_api", []string{"reading", "forwarding"},
+		series{"captf_runner_api_refused_total", map[string]string{"namespace": "", "reason": "not_a_runner_token"}})
+	for _, labels := range []map[string]string{{"namespace": "", "reason": "new_tokens_shared"}, {"namespace": "", "reason": "new_tokens_namespace"},
+		{"namespace": victim.ns, "reason": "new_tokens_namespace"}, {"namespace": victim.ns, "reason": "new_tokens_shared"}} {
+		if n := sample(t, scrape, "captf_runner_api_refused_total", labels); n != 0 {
+			t.Errorf("captf_runner_api_refused_total %v: %v, want 0: the flood spent a budget the victim needs\n%s", labels, n, grepLines(scrape, "captf_runner_api_refused_total"))
+		}
+	}
+}

@@ -14,7 +14,9 @@ import (
 	"bufio"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -29,28 +31,38 @@ import (
 
 func main() {
 	target := flag.String("target", "", "host:port of the manager's port")
-	source := flag.String("source", "", "local address to send from")
+	source := flag.String("source", "", "local addresses to send from, comma-separated")
+	forgeNS := flag.String("forge-namespace", "", "make the junk tokens look like runner tokens of this namespace")
 	junk := flag.Int("junk-tokens", 0, "goroutines sending requests with made-up tokens")
 	trickle := flag.Int("trickle", 0, "connections per token (or in all, without tokens) that send bodies a byte a second")
 	tokenFile := flag.String("token-file", "", "file of bearer tokens, one per line, for -trickle")
 	path := flag.String("path", "/api/v1/namespaces/default/secrets/x", "the path requests go to")
 	method := flag.String("method", http.MethodPut, "the method of -trickle's requests")
 	flag.Parse()
-	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	dialers := []*net.Dialer{{Timeout: 5 * time.Second}}
 	if *source != "" {
-		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(*source)}
+		dialers = nil
+		for _, addr := range strings.Split(*source, ",") {
+			dialers = append(dialers, &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(addr)}})
+		}
 	}
+	dialer := dialers[0]
 	tlsConfig := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // an attacker checks nothing
 	var sent, refused, open atomic.Int64
 
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, TLSClientConfig: tlsConfig,
-		MaxIdleConnsPerHost: 64}}
-	for range *junk {
+	for i := range *junk {
+		d := dialers[i%len(dialers)]
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, TLSClientConfig: tlsConfig,
+			MaxIdleConnsPerHost: 64}}
 		go func() {
 			var answered sync.Once
 			for {
 				req, _ := http.NewRequest(http.MethodGet, "https://"+*target+*path, nil)
-				req.Header.Set("Authorization", "Bearer "+randomToken())
+				token := randomToken()
+				if *forgeNS != "" {
+					token = forgedRunnerToken(*forgeNS)
+				}
+				req.Header.Set("Authorization", "Bearer "+token)
 				resp, err := client.Do(req)
 				sent.Add(1)
 				answered.Do(func() { open.Add(1) })
@@ -126,6 +138,19 @@ func slowRequest(dialer *net.Dialer, config *tls.Config, method, target, path, t
 			return
 		}
 	}
+}
+
+// forgedRunnerToken is shaped as a runner pod's token of namespace ns (the
+// claims the API server writes), with a made-up pod and signature.
+func forgedRunnerToken(ns string) string {
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	claims := map[string]any{"aud": []string{"captf.io/runner"}, "exp": time.Now().Add(time.Hour).Unix(),
+		"sub":           "system:serviceaccount:" + ns + ":captf-runner",
+		"kubernetes.io": map[string]any{"namespace": ns, "pod": map[string]string{"name": "forged", "uid": randomToken()}}}
+	return enc(map[string]string{"alg": "RS256", "kid": "made-up"}) + "." + enc(claims) + "." + randomToken()
 }
 
 func randomToken() string {
