@@ -163,8 +163,8 @@ func checkShares(t *testing.T, scrape, server string, slots []string, attacked .
 // their valid tokens) holding connections open with bodies sent a byte a
 // second, twice as many as a pod may. Another namespace's applies go on:
 // the manager counts none of their requests refused, and none waiting for
-// a slot behind the attacker's, while it counts the attacker's refused (its
-// own budget of new tokens, its pods' share). The old API took a slot
+// a slot behind the attacker's, while it counts the attacker's refused
+// (tokens that cannot be a runner's, its pods' share). The old API took a slot
 // before reading a body, so 16 such connections held all of them; and one
 // global limit of new tokens let the flood refuse other pods'. The apply
 // times with and without the attack are printed, not compared: on a busy
@@ -213,10 +213,11 @@ func TestRunnerAPIFairShare(t *testing.T) {
 	logFairShare(t, calm, storm)
 	scrape := victim.scrape(m)
 	checkShares(t, scrape, "runner_api", []string{"reading", "forwarding"},
-		series{"captf_runner_api_refused_total", map[string]string{"namespace": "", "reason": "new_tokens_source"}},
+		series{"captf_runner_api_refused_total", map[string]string{"namespace": "", "reason": "not_a_runner_token"}},
 		series{"captf_runner_api_refused_total", map[string]string{"namespace": hostile.ns, "reason": "pod_share"}})
-	// Nobody was refused for the shared budget of new tokens (the flood
-	// spent only its own address's), nor a request of the victim's pods.
+	// The flood cost no TokenReview (its tokens cannot be a runner's), so
+	// nobody was refused for the shared budget of new tokens, nor a request
+	// of the victim's pods.
 	for _, labels := range []map[string]string{{"namespace": "", "reason": "new_tokens_shared"}, {"namespace": victim.ns, "reason": "pod_share"}} {
 		if n := sample(t, scrape, "captf_runner_api_refused_total", labels); n != 0 {
 			t.Errorf("captf_runner_api_refused_total %v: %v, want 0\n%s", labels, n, grepLines(scrape, "captf_runner_api_refused_total"))
