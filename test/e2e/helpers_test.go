@@ -124,12 +124,19 @@ func (e *env) startManagerWithWebhook(extra ...string) *framework.Manager {
 // the TerraformCluster of the same name.
 func (e *env) newCluster(name string, paused bool) *unstructured.Unstructured {
 	e.t.Helper()
+	return e.newClusterOf(name, name, paused)
+}
+
+// newClusterOf creates a Cluster API Cluster name whose infrastructureRef
+// names TerraformCluster infra: only then is it infra's owner.
+func (e *env) newClusterOf(name, infra string, paused bool) *unstructured.Unstructured {
+	e.t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
 		"metadata": map[string]any{"name": name, "namespace": e.ns},
 		"spec": map[string]any{
 			"paused":            paused,
-			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": name},
+			"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformCluster", "name": infra},
 		},
 	}}
 	created, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{})

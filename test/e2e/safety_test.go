@@ -151,7 +151,7 @@ func TestOneObjectOneState(t *testing.T) {
 	}
 	for i, pair := range pairs {
 		for j, name := range pair {
-			cluster := e.newCluster(strings.Join([]string{"c", string(rune('a' + i)), string(rune('a' + j))}, "-"), false)
+			cluster := e.newClusterOf(strings.Join([]string{"c", string(rune('a' + i)), string(rune('a' + j))}, "-"), name, false)
 			e.create(e.localCloud(name, cluster, map[string]any{}))
 			e.waitFor(name, 2*time.Minute, "Ready", isReady)
 		}
@@ -1135,7 +1135,7 @@ func TestNoLegacyStateAdoption(t *testing.T) {
 	e.create(e.localCloud(planted, e.newCluster(planted, false), map[string]any{"instances": 2}))
 	e.waitFor(planted, 2*time.Minute, "Ready", isReady)
 	m.Stop()
-	victim := e.create(e.localCloud("victim.db", e.newCluster("victim-db", false), map[string]any{"instances": 1}))
+	victim := e.create(e.localCloud("victim.db", e.newClusterOf("victim-db", "victim.db", false), map[string]any{"instances": 1}))
 	secrets := plane.Kube.CoreV1().Secrets(e.ns)
 	// What module code can do through the runner API: label its own state
 	// with the victim's UID.

@@ -650,7 +650,7 @@ func TestLongNameThroughRunnerAPI(t *testing.T) {
 	e := newEnv(t)
 	e.startManager()
 	name := "long-" + strings.Repeat("n", 235)
-	tc := e.localCloud(name, e.newCluster("long", false), map[string]any{"instances": 1})
+	tc := e.localCloud(name, e.newClusterOf("long", name, false), map[string]any{"instances": 1})
 	tc.Labels["cluster.x-k8s.io/cluster-name"] = "long"
 	e.create(tc)
 	e.waitFor(name, 2*time.Minute, "Ready", isReady)
