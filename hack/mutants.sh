@@ -249,6 +249,15 @@ mutant first-request-not-retried pkg/runner/runner.go \
 		inputs, err = r.Client'
 mutant no-retry-after-header pkg/runnerapi/server.go \
 	'w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))' ''
+# A new token is checked before it costs a TokenReview.
+mutant token-expiry-unchecked pkg/runnerapi/tokens.go \
+	'case claims.Expiry == 0 || now.Unix() >= claims.Expiry:' 'case false:'
+mutant token-signature-unchecked pkg/runnerapi/tokens.go \
+	'if header.Algorithm != "RS256" || rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig) != nil {' 'if header.Algorithm != "RS256" {'
+mutant token-unknown-key-trusted pkg/runnerapi/tokens.go \
+	'return true, fmt.Errorf("signed with key %q, not one of the API server'"'"'s", header.KeyID)' 'return false, nil'
+mutant token-junk-spends-budget pkg/runnerapi/server.go \
+	'ns, verified, err := claimedNamespace(ctx, token, now, s.keys)' 'ns, verified, err := claimedNamespace(ctx, token, now, s.keys); err = nil'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

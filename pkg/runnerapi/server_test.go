@@ -304,7 +304,7 @@ func jwtOf(ns, pod, uid string) string {
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
 	claims := map[string]any{"aud": []string{names.RunnerTokenAudience}, "exp": time.Now().Add(time.Hour).Unix(),
-		"sub": "system:serviceaccount:" + ns + ":" + names.RunnerServiceAccount,
+		"sub":           "system:serviceaccount:" + ns + ":" + names.RunnerServiceAccount,
 		"kubernetes.io": map[string]any{"namespace": ns, "pod": map[string]string{"name": pod, "uid": uid}}}
 	return enc(map[string]string{"alg": "RS256", "kid": "k"}) + "." + enc(claims) + ".c2ln"
 }
