@@ -258,6 +258,9 @@ mutant token-unknown-key-trusted pkg/runnerapi/tokens.go \
 	'return true, fmt.Errorf("signed with key %q, not one of the API server'"'"'s", header.KeyID)' 'return false, nil'
 mutant token-junk-spends-budget pkg/runnerapi/server.go \
 	'ns, verified, err := claimedNamespace(ctx, token, now, s.keys)' 'ns, verified, err := claimedNamespace(ctx, token, now, s.keys); err = nil'
+# Terraform gets one SIGTERM, however many reasons to stop come.
+mutant second-interrupt pkg/runner/runner.go \
+	'r.child.Process != nil && r.interrupted != r.child {' 'r.child.Process != nil {'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

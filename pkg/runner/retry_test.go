@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,5 +201,38 @@ func TestReadInputsRetries(t *testing.T) {
 				t.Errorf("took %s, want at least the %s the 429 asked for", took, tc.minTaken)
 			}
 		})
+	}
+}
+
+// TestOneInterruptForTerraform: however many reasons to stop come (the
+// pod's SIGTERM twice, the lock lost), terraform gets one SIGTERM: a second
+// makes it exit at once and lose what an apply made.
+func TestOneInterruptForTerraform(t *testing.T) {
+	dir := t.TempDir()
+	counted := filepath.Join(dir, "terms")
+	ready := filepath.Join(dir, "ready")
+	cmd := exec.Command("sh", "-c", `trap 'echo TERM >> `+counted+`' TERM; touch `+ready+`; while :; do sleep 0.05; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for range 100 {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := &Runner{}
+	r.child = cmd
+	for range 3 { // apart: signals sent at once would merge
+		r.mu.Lock()
+		r.interruptLocked()
+		r.mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	b, _ := os.ReadFile(counted)
+	if n := strings.Count(string(b), "TERM"); n != 1 {
+		t.Errorf("terraform got %d SIGTERMs, want 1", n)
 	}
 }

@@ -56,13 +56,15 @@ type Runner struct {
 	// Log receives terraform's output.
 	Log io.Writer
 
-	obj      names.Object
-	redact   *Redactor // nil until the inputs are read
-	env      []string  // terraform's environment, before the backend's
-	mu       sync.Mutex
-	child    *exec.Cmd
-	signal   bool
-	lockLost error
+	obj    names.Object
+	redact *Redactor // nil until the inputs are read
+	env    []string  // terraform's environment, before the backend's
+	mu     sync.Mutex
+	child  *exec.Cmd
+	// interrupted is the child already sent its one SIGTERM.
+	interrupted *exec.Cmd
+	signal      bool
+	lockLost    error
 	// readFile reads the container's cgroup files (nil: os.ReadFile).
 	readFile cgroup.ReadFile
 	// Clock times the terraform commands (nil: the real clock).
@@ -152,9 +154,7 @@ func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 		for range sigs {
 			r.mu.Lock()
 			r.signal = true
-			if r.child != nil && r.child.Process != nil {
-				_ = r.child.Process.Signal(syscall.SIGTERM)
-			}
+			r.interruptLocked()
 			r.mu.Unlock()
 		}
 	}()
@@ -338,9 +338,7 @@ func (r *Runner) lock(ctx context.Context, labels map[string]string, res *run.Re
 		logger.Error(err, "Stopping terraform")
 		r.mu.Lock()
 		r.lockLost = err
-		if r.child != nil && r.child.Process != nil {
-			_ = r.child.Process.Signal(syscall.SIGTERM)
-		}
+		r.interruptLocked()
 		r.mu.Unlock()
 	})
 	return func() {
@@ -582,6 +580,17 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "terraform.tfvars.json"), tfvars, 0o600)
+}
+
+// interruptLocked sends the running terraform one SIGTERM, however many
+// reasons to stop come (the pod's SIGTERM, a second one, the lock lost): a
+// second interrupt makes terraform exit at once and lose what an apply
+// made. r.mu is held.
+func (r *Runner) interruptLocked() {
+	if r.child != nil && r.child.Process != nil && r.interrupted != r.child {
+		r.interrupted = r.child
+		_ = r.child.Process.Signal(syscall.SIGTERM)
+	}
 }
 
 // exec runs terraform; its output goes to the log, stdout is also returned.
