@@ -314,8 +314,11 @@ func jwtOf(ns, pod, uid string) string {
 func noJWKS(context.Context) ([]byte, error) { return nil, errors.New("no keys here") }
 
 // fakeRunnerPod is the API objects of one runner pod of me's object, and a
-// TokenReview that knows its token.
-func fakeRunnerPod() *fake.Clientset {
+// TokenReview that knows its token, runnerToken.
+func fakeRunnerPod() *fake.Clientset { return fakeRunnerPodWithToken(runnerToken) }
+
+// fakeRunnerPodWithToken is fakeRunnerPod whose pod's token is token.
+func fakeRunnerPodWithToken(token string) *fake.Clientset {
 	ctrl := true
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: me.Job, Namespace: "ns", UID: "uid-job",
 		Labels:          map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: "uid-prod"},
@@ -325,7 +328,7 @@ func fakeRunnerPod() *fake.Clientset {
 	kube := fake.NewClientset(pod, job)
 	kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
-		if review.Spec.Token == runnerToken {
+		if review.Spec.Token == token {
 			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{names.RunnerTokenAudience},
 				User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
 					"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
@@ -179,17 +178,11 @@ func TestForgedClaimsSpendNoBudget(t *testing.T) {
 	}))
 	defer api.Close()
 	victim := rs.token(t, "ns", nil)
-	kube := fakeRunnerPod()
+	kube := fakeRunnerPodWithToken(victim)
 	reviews := 0
-	kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	kube.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
 		reviews++
-		review := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
-		if review.Spec.Token == victim {
-			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{names.RunnerTokenAudience},
-				User: authenticationv1.UserInfo{Username: "system:serviceaccount:ns:captf-runner", Extra: map[string]authenticationv1.ExtraValue{
-					"authentication.kubernetes.io/pod-name": {"p"}, "authentication.kubernetes.io/pod-uid": {"uid-pod"}}}}
-		}
-		return true, review, nil
+		return false, nil, nil // counted, then answered by the fake's own
 	})
 	s := &Server{Kube: kube, Config: &rest.Config{Host: api.URL}, JWKS: func(context.Context) ([]byte, error) { return jwks, nil }}
 	send := func(source, token string) int {
