@@ -255,7 +255,7 @@ mutant token-expiry-unchecked pkg/runnerapi/tokens.go \
 mutant token-signature-unchecked pkg/runnerapi/tokens.go \
 	'if header.Algorithm != "RS256" || rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig) != nil {' 'if header.Algorithm != "RS256" {'
 mutant token-unknown-key-trusted pkg/runnerapi/tokens.go \
-	'return true, fmt.Errorf("signed with key %q, not one of the API server'"'"'s", header.KeyID)' 'return false, nil'
+	'return true, fmt.Errorf("%w: %q", errKeyNotKnown, header.KeyID)' 'return false, nil'
 mutant token-junk-spends-budget pkg/runnerapi/server.go \
 	'ns, verified, err := claimedNamespace(ctx, token, now, s.keys)' 'ns, verified, err := claimedNamespace(ctx, token, now, s.keys); err = nil'
 # Terraform gets one SIGTERM, however many reasons to stop come.

@@ -366,6 +366,11 @@ func (s *Server) budgetNewToken(ctx context.Context, token, source string, now t
 	if err != nil {
 		metrics.RunnerAPIRefused.WithLabelValues("", "not_a_runner_token").Inc()
 		klog.FromContext(ctx).WithName("runner-api").V(4).Info("Refused a token before its review", "source", source, "err", err)
+		if errors.Is(err, errKeyNotKnown) {
+			// A key rotated in since the keys were read (at most every
+			// refetchAfter): a runner waits for the next read.
+			return apierrors.NewTooManyRequests("the token's signing key is not known yet", 5)
+		}
 		return apierrors.NewUnauthorized("the token is not a valid runner token")
 	}
 	if s.sourceReviews.TryAccept(source) != fairshare.Accepted {

@@ -71,8 +71,13 @@ type jwtHeader struct {
 	KeyID     string `json:"kid"`
 }
 
-// notARunnerToken is the answer to a token that cannot be a runner's.
+// errNotARunnerToken is the answer to a token that cannot be a runner's.
 var errNotARunnerToken = errors.New("not a runner token")
+
+// errKeyNotKnown: the token names a signing key the API server did not
+// list when its keys were last read (made up, or a key rotated in since,
+// which the next read finds): the runner is told to come back.
+var errKeyNotKnown = errors.New("signed with a key the API server did not list")
 
 // claimedNamespace says which namespace token is a runner's token of, and
 // whether its signature said so (the issuer's keys could be read), or why
@@ -105,7 +110,7 @@ func claimedNamespace(ctx context.Context, token string, now time.Time, keys *is
 	}
 	if keys != nil {
 		if verified, err = keys.verify(ctx, header, parts[0]+"."+parts[1], parts[2]); err != nil {
-			return "", false, fmt.Errorf("%w: %v", errNotARunnerToken, err)
+			return "", false, fmt.Errorf("%w: %w", errNotARunnerToken, err)
 		}
 	}
 	return ns, verified, nil
@@ -148,7 +153,7 @@ func (k *issuerKeys) verify(ctx context.Context, header jwtHeader, signed, signa
 		return false, nil
 	}
 	if key == nil {
-		return true, fmt.Errorf("signed with key %q, not one of the API server's", header.KeyID)
+		return true, fmt.Errorf("%w: %q", errKeyNotKnown, header.KeyID)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(signature)
 	if err != nil {

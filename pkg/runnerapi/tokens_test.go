@@ -212,4 +212,10 @@ func TestForgedClaimsSpendNoBudget(t *testing.T) {
 	if code := send("10.0.3.1", victim); code != http.StatusOK {
 		t.Errorf("the victim's new token: %d, want 200", code)
 	}
+	// A key the API server did not list when its keys were last read (a
+	// rotation, or made up): come back later, no review.
+	before := reviews
+	if code := send("10.0.3.2", signer{kid: "rotated-in", rsa: rs.rsa}.token(t, "ns", nil)); code != http.StatusTooManyRequests || reviews != before {
+		t.Errorf("a token of a key not listed yet: %d after %d reviews, want 429 and none", code, reviews-before)
+	}
 }
