@@ -15,6 +15,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -244,23 +245,53 @@ func TestWebhookFairShare(t *testing.T) {
 
 // TestRunnerWaitsOutABusyRunnerAPI (issue 49, item 3): a runner's first
 // request, the read of its inputs, meets a runner API that refuses it with
-// 429 (the budget of new tokens of its address spent, here by a flood of
-// made-up tokens from the address runner pods share in this plane, for 3
-// s from its Job's creation; a manager restarting answers alike). The runner
-// waits and asks again, as it does for every later request: one apply Job,
-// which succeeds. The old runner failed its run on it, and the manager
-// made a second Job 13 to 18 s later. (The flood leaves a new token a few
-// chances in a hundred to pass at once: the unit test TestReadInputsRetries
-// shows every retry deterministically.)
+// 429: the budget of new tokens of its address and namespace spent, here
+// by a flood of a real runner token of the namespace, bound to a decoy pod
+// that runs no Job (each costs a TokenReview, then is refused), from the
+// address runner pods share in this plane, for 3 s from the Job's
+// creation; a manager restarting answers alike. The runner waits and asks
+// again, as it does for every later request: one apply Job, which
+// succeeds. The old runner failed its run on it, and the manager made a
+// second Job 13 to 18 s later. (The flood leaves a new token a few chances
+// in a hundred to pass at once: the unit test TestReadInputsRetries shows
+// every retry deterministically.)
 func TestRunnerWaitsOutABusyRunnerAPI(t *testing.T) {
+	ctx := context.Background()
 	e := newEnv(t)
 	m := e.startManager()
+	// A first apply: the manager makes the namespace's runner
+	// ServiceAccount, whose token the flood sends.
+	e.create(e.localCloud("first", e.newCluster("first", false), map[string]any{"instances": 1}))
+	e.waitFor("first", 2*time.Minute, "Ready", isReady)
+	decoy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "decoy"}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), RunAsUser: ptrTo(int64(1000)), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		Containers: []corev1.Container{{Name: "c", Image: "decoy", SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptrTo(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}}}}
+	decoy, err := plane.Kube.CoreV1().Pods(e.ns).Create(ctx, decoy, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, names.RunnerServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{names.RunnerTokenAudience},
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: decoy.Name, UID: decoy.UID}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// From 127.0.0.1: the front that plays the runner API's Service here
 	// connects from there, so its budget is the runners'.
-	stop := startAttack(t, "127.0.0.1", "-target="+m.RunnerAPIAddr, "-junk-tokens=8")
+	stop := startAttack(t, "127.0.0.1", "-target="+m.RunnerAPIAddr, "-junk-tokens=8", "-junk-token-file="+tokenFile)
 	e.create(e.localCloud("busy", e.newCluster("busy", false), map[string]any{"instances": 1}))
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return len(e.jobs("apply")) > 0, nil
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, j := range e.jobs("apply") {
+			if j.Labels[names.LabelObjectName] == "busy" {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
 		t.Fatal("no apply Job")
@@ -268,14 +299,25 @@ func TestRunnerWaitsOutABusyRunnerAPI(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	stop()
 	e.waitFor("busy", 3*time.Minute, "Ready", isReady)
-	if jobs := e.jobs("apply"); len(jobs) != 1 {
-		for _, j := range jobs {
-			res, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), j.Name+"-result", metav1.GetOptions{})
+	var busy []batchv1.Job
+	for _, j := range e.jobs("apply") {
+		if j.Labels[names.LabelObjectName] == "busy" {
+			busy = append(busy, j)
+		}
+	}
+	if len(busy) != 1 {
+		for _, j := range busy {
+			res, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, j.Name+"-result", metav1.GetOptions{})
 			if err == nil {
 				t.Logf("Job %s: %s", j.Name, res.Data[run.KeyResult])
 			}
 		}
-		t.Errorf("%d apply Jobs, want the one whose runner waited out the 429s", len(jobs))
+		t.Errorf("%d apply Jobs of busy, want the one whose runner waited out the 429s", len(busy))
+	}
+	// The flood did take the budget: refused for its address's.
+	scrape := e.scrape(m)
+	if n := sample(t, scrape, "captf_runner_api_refused_total", map[string]string{"namespace": "", "reason": "new_tokens_source"}); n == 0 {
+		t.Errorf("the flood was never refused for its address's budget: the runner met no 429\n%s", grepLines(scrape, "captf_runner_api_refused_total"))
 	}
 }
 

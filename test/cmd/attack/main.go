@@ -33,6 +33,7 @@ func main() {
 	target := flag.String("target", "", "host:port of the manager's port")
 	source := flag.String("source", "", "local addresses to send from, comma-separated")
 	forgeNS := flag.String("forge-namespace", "", "make the junk tokens look like runner tokens of this namespace")
+	junkFile := flag.String("junk-token-file", "", "send this file's token (a real one, of a pod that runs no Job) as the junk, again and again")
 	junk := flag.Int("junk-tokens", 0, "goroutines sending requests with made-up tokens")
 	trickle := flag.Int("trickle", 0, "connections per token (or in all, without tokens) that send bodies a byte a second")
 	tokenFile := flag.String("token-file", "", "file of bearer tokens, one per line, for -trickle")
@@ -50,6 +51,15 @@ func main() {
 	tlsConfig := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // an attacker checks nothing
 	var sent, refused, open atomic.Int64
 
+	fixedJunk := ""
+	if *junkFile != "" {
+		b, err := os.ReadFile(*junkFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fixedJunk = strings.TrimSpace(string(b))
+	}
 	for i := range *junk {
 		d := dialers[i%len(dialers)]
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, TLSClientConfig: tlsConfig,
@@ -61,6 +71,9 @@ func main() {
 				token := randomToken()
 				if *forgeNS != "" {
 					token = forgedRunnerToken(*forgeNS)
+				}
+				if fixedJunk != "" {
+					token = fixedJunk
 				}
 				req.Header.Set("Authorization", "Bearer "+token)
 				resp, err := client.Do(req)
