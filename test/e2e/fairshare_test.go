@@ -263,7 +263,7 @@ func TestRunnerWaitsOutABusyRunnerAPI(t *testing.T) {
 	// ServiceAccount, whose token the flood sends.
 	e.create(e.localCloud("first", e.newCluster("first", false), map[string]any{"instances": 1}))
 	e.waitFor("first", 2*time.Minute, "Ready", isReady)
-	decoy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "decoy"}, Spec: corev1.PodSpec{
+	decoy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "decoy"}, Spec: corev1.PodSpec{ServiceAccountName: names.RunnerServiceAccount, AutomountServiceAccountToken: ptrTo(false),
 		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), RunAsUser: ptrTo(int64(1000)), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Containers: []corev1.Container{{Name: "c", Image: "decoy", SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptrTo(false),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}}}}
