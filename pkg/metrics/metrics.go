@@ -230,7 +230,7 @@ var (
 	}, []string{"server", "slots", "share"})
 	RunnerAPIRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "captf_runner_api_refused_total",
-		Help: "Runner API requests refused before they were forwarded, by namespace of the runner (empty where its token's signature did not say it) and reason: not_a_runner_token (401, no TokenReview spent: not a pod-bound token of captf-runner with CAPTF's audience, expired, or not signed by the API server); with 429, pod_share (4 requests of its pod at once), new_tokens_source (its source address's budget of new tokens), new_tokens_namespace (its namespace's), new_tokens_shared (all namespaces').",
+		Help: "Runner API requests refused before they were forwarded, by namespace of the runner (empty where its token's signature did not say it) and reason: not_a_runner_token (401, no TokenReview spent: not a pod-bound ServiceAccount token with CAPTF's audience, expired, or not signed by the API server); with 429, pod_share (4 requests of its pod at once), new_tokens_source (its source address's budget of new tokens), new_tokens_namespace (its namespace's), new_tokens_shared (all namespaces').",
 	}, []string{"namespace", "reason"})
 )
 

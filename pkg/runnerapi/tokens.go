@@ -27,7 +27,7 @@ import (
 
 // A token the runner API has not seen is checked here before it spends any
 // budget of TokenReviews: it must be a ServiceAccount token of the CAPTF
-// audience, of the captf-runner ServiceAccount, bound to a pod, not
+// audience, of a ServiceAccount of its namespace, bound to a pod, not
 // expired, and signed by a key of the API server's issuer (when the
 // manager can read them). Junk, and tokens forged to claim another
 // namespace, are refused at once; what passes spends the budget of the
@@ -99,7 +99,9 @@ func claimedNamespace(ctx context.Context, token string, now time.Time, keys *is
 	switch {
 	case !slices.Contains(claims.Audience, names.RunnerTokenAudience):
 		return "", false, fmt.Errorf("%w: audience %v", errNotARunnerToken, claims.Audience)
-	case ns == "" || claims.Subject != "system:serviceaccount:"+ns+":"+names.RunnerServiceAccount:
+	// Any ServiceAccount of the namespace: a runner may run as one of
+	// spec.jobs.serviceAccountName (workload identity).
+	case ns == "" || !strings.HasPrefix(claims.Subject, "system:serviceaccount:"+ns+":") || strings.Count(claims.Subject, ":") != 3:
 		return "", false, fmt.Errorf("%w: subject %q", errNotARunnerToken, claims.Subject)
 	case claims.Kubernetes.Pod == nil || claims.Kubernetes.Pod.Name == "" || claims.Kubernetes.Pod.UID == "":
 		return "", false, fmt.Errorf("%w: bound to no pod", errNotARunnerToken)
