@@ -261,6 +261,30 @@ mutant token-junk-spends-budget pkg/runnerapi/server.go \
 # Terraform gets one SIGTERM, however many reasons to stop come.
 mutant second-interrupt pkg/runner/runner.go \
 	'r.child.Process != nil && r.interrupted != r.child {' 'r.child.Process != nil {'
+# Issue 50, item 1: CAPTF's finalizers and the protection a state was kept
+# under stay, whoever writes.
+mutant finalizer-anyone-strips pkg/webhook/admission.go \
+	'if !slices.Contains(old.Metadata.Finalizers, finalizer) || slices.Contains(obj.Metadata.Finalizers, finalizer) {' 'if true {'
+mutant finalizer-any-verb pkg/webhook/admission.go \
+	'if ok {
+				return nil, nil
+			}' 'if ok || true {
+				return nil, nil
+			}'
+mutant runner-drops-state-finalizer pkg/runnerapi/server.go \
+	'&& !slices.Contains(sec.Finalizers, names.StateFinalizer) {' '&& false {'
+mutant runner-rewrites-protection pkg/runnerapi/server.go \
+	'if head.Annotations[names.AnnotationProtection] != recorded {' 'if false {'
+mutant protection-not-inherited pkg/controller/workspace/protection.go \
+	'if p == nil || p.UID == obj.GetUID() ||' 'if true ||'
+mutant protection-covered-loosely pkg/controller/workspace/protection.go \
+	'if !slices.Contains(g.Protect, pattern) {
+			return false' 'if false {
+			return false'
+mutant protection-adopted-by-any pkg/controller/workspace/protection.go \
+	'obj.GetAnnotations()[infrav1.AnnotationAdoptState] == string(p.UID)' 'obj.GetAnnotations()[infrav1.AnnotationAdoptState] != ""'
+mutant protection-recorded-while-held pkg/controller/workspace/protection.go \
+	'if own == nil || r.Gate != own || head == nil' 'if own == nil || head == nil'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -87,6 +87,11 @@ const LabelClusterctlMove = capi.MoveLabel
 // for another object.
 const AnnotationObjectName = "captf.io/object-name"
 
+// AnnotationProtection on a state head is the approval policy and
+// spec.protect the state was kept under, and the UID of the object they
+// were the spec of (JSON): the manager writes it, runners may not change it.
+const AnnotationProtection = "captf.io/protection"
+
 // StateFinalizer keeps state, its chunks, backups and durable inputs until
 // CAPTF lets them go: after a successful destroy, or an abandon. A foreground
 // or namespace delete can therefore never take the state before the

@@ -243,6 +243,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.head != nil {
+		if err := s.checkProtection(ctx, id, r.Method, req.head); err != nil {
+			logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
+			writeStatus(w, err)
+			return
+		}
+	}
 	if req.created != nil {
 		if err := s.checkFamilySize(ctx, id, req.created); err != nil {
 			logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
@@ -488,6 +495,8 @@ type request struct {
 	result *corev1.Secret
 	// runInputs is this Job's run-inputs Secret, which the request reads.
 	runInputs string
+	// head is the object's state head, which the request writes.
+	head *corev1.Secret
 }
 
 // readBody reads the body of a write, at most maxBody bytes within
@@ -557,6 +566,9 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	}
 	if sec, ok := checked.(*corev1.Secret); ok && sec.Name == id.Object.Result(id.Job) {
 		req.result = sec
+	}
+	if sec, ok := checked.(*corev1.Secret); ok && sec.Name == id.Object.State() {
+		req.head = sec
 	}
 	return req, nil
 }
@@ -640,6 +652,27 @@ func (id *Identity) checkedSecret(body []byte, name string, forbid func(string) 
 	}
 	sec.Namespace = id.Namespace
 	return &sec, nil
+}
+
+// checkProtection refuses a write of the state head that changes the
+// protection the manager recorded on it (names.AnnotationProtection): module
+// code would free what an earlier object's spec.protect covered.
+func (s *Server) checkProtection(ctx context.Context, id *Identity, method string, head *corev1.Secret) error {
+	recorded := ""
+	if method == http.MethodPut {
+		current, err := s.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(id.Namespace).Get(ctx, head.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return unavailable(err)
+		default:
+			recorded = current.Annotations[names.AnnotationProtection]
+		}
+	}
+	if head.Annotations[names.AnnotationProtection] != recorded {
+		return id.forbid("secrets", head.Name, method, "annotation "+names.AnnotationProtection+" is the manager's")
+	}
+	return nil
 }
 
 // checkedRecord is the run record a run creates, once checked: this Job's,
@@ -826,6 +859,9 @@ func (id *Identity) checkMetadata(sec *corev1.Secret) string {
 		if f != names.StateFinalizer {
 			return "finalizer " + f + ": only " + names.StateFinalizer
 		}
+	}
+	if (sec.Name == id.Object.State() || sec.Name == id.Object.DurableInputs()) && !slices.Contains(sec.Finalizers, names.StateFinalizer) {
+		return "the state and durable inputs keep finalizer " + names.StateFinalizer
 	}
 	if sec.Immutable != nil && *sec.Immutable {
 		return "immutable: the manager must be able to rewrite the object's Secrets"

@@ -61,6 +61,9 @@ func secretBody(t *testing.T, name string, mutate ...func(*corev1.Secret)) []byt
 	if types := me.Object.FamilyTypes(name); types != nil {
 		s.Labels[names.LabelSecretType] = types[0]
 	}
+	if name == me.Object.State() || name == me.Object.DurableInputs() {
+		s.Finalizers = []string{names.StateFinalizer}
+	}
 	for _, m := range mutate {
 		m(s)
 	}
@@ -164,9 +167,13 @@ func TestAuthorize(t *testing.T) {
 		"a secret type of the manager's": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) {
 			s.Labels[names.LabelSecretType] = names.SecretTypeRunInputs
 		})},
-		"a finalizer of another":               {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Finalizers = []string{"example.com/never"} })},
-		"an immutable backup":                  {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Immutable = ptrTo(true) })},
-		"a Secret in another namespace (body)": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Namespace = "kube-system" }), allowed: true},
+		"a finalizer of another": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Finalizers = []string{"example.com/never"} })},
+		// Issue 50, item 1: the state and durable inputs keep their finalizer.
+		"its state without its finalizer":            {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state", func(s *corev1.Secret) { s.Finalizers = nil })},
+		"its durable inputs without their finalizer": {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-inputs", func(s *corev1.Secret) { s.Finalizers = nil })},
+		"a backup without it":                        {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Finalizers = nil }), allowed: true},
+		"an immutable backup":                        {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Immutable = ptrTo(true) })},
+		"a Secret in another namespace (body)":       {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914", func(s *corev1.Secret) { s.Namespace = "kube-system" }), allowed: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -700,6 +707,10 @@ func TestResultHandedOver(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
+				if r.Method == http.MethodGet { // the head's protection, read before it is written
+					_, _ = w.Write([]byte(`{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"tfc-prod-state"}}`))
+					return
+				}
 				w.WriteHeader(tc.answer)
 				_, _ = w.Write([]byte(`{}`))
 			}))
@@ -784,5 +795,61 @@ func TestRunInputsHandedOver(t *testing.T) {
 				t.Errorf("asked for %v: only a run's own inputs are handed over", asked)
 			}
 		})
+	}
+}
+
+// TestProtectionRecordIsTheManagers (issue 50, item 1): a runner writes its
+// state head with the protection the manager recorded on it, never another.
+func TestProtectionRecordIsTheManagers(t *testing.T) {
+	const recorded = `{"uid":"uid-earlier","policy":"Manual","protect":["net.*"]}`
+	var forwarded []string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			_, _ = fmt.Fprintf(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"tfc-prod-state","namespace":"ns","annotations":{%q:%q}}}`,
+				names.AnnotationProtection, recorded)
+			return
+		}
+		forwarded = append(forwarded, r.Method)
+		_, _ = w.Write([]byte(`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"tfc-prod-state"}}`))
+	}))
+	defer api.Close()
+	s := &Server{JWKS: noJWKS, Kube: fakeRunnerPod(), Config: &rest.Config{Host: api.URL, BearerToken: "manager-token"}}
+	front := httptest.NewServer(s)
+	defer front.Close()
+	head := func(annotation string) []byte {
+		return secretBody(t, "tfc-prod-state", func(s *corev1.Secret) {
+			if annotation != "" {
+				s.Annotations = map[string]string{names.AnnotationProtection: annotation}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		body               []byte
+		want               int
+	}{
+		{"kept as recorded", http.MethodPut, "/tfc-prod-state", head(recorded), http.StatusOK},
+		{"loosened", http.MethodPut, "/tfc-prod-state", head(`{"uid":"uid-earlier","policy":"Manual"}`), http.StatusForbidden},
+		{"dropped", http.MethodPut, "/tfc-prod-state", head(""), http.StatusForbidden},
+		{"made up on a new state", http.MethodPost, "", head(`{"uid":"uid-x"}`), http.StatusForbidden},
+		{"a new state without", http.MethodPost, "", head(""), http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, front.URL+"/api/v1/namespaces/ns/secrets"+tc.path, bytes.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer "+runnerToken)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("status %s, want %d", resp.Status, tc.want)
+			}
+		})
+	}
+	if len(forwarded) != 2 {
+		t.Errorf("forwarded %v, want the two allowed writes", forwarded)
 	}
 }

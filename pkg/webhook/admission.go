@@ -252,6 +252,11 @@ func (h *Handler) decide(ctx context.Context, kind string, req *admissionv1.Admi
 	if err != nil {
 		return nil, err
 	}
+	finErrs, err := h.checkFinalizer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, finErrs...)
 	specs, err := specsOf(req.Object.Raw)
 	if err != nil {
 		return nil, err
@@ -383,6 +388,56 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	}
 	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it (or, into a paused Cluster or one not yet restored, a user with the %q verb on %s, as clusterctl move and a restore do); %s may not",
 		h.ManagerUser, MoveVerb, resourceOf(req), user))}
+}
+
+// Finalizers are CAPTF's finalizers on the kinds that hold infrastructure.
+var Finalizers = map[string]string{
+	"TerraformCluster":     infrav1.TerraformClusterFinalizer,
+	"TerraformMachine":     infrav1.TerraformMachineFinalizer,
+	"TerraformMachinePool": infrav1.TerraformMachinePoolFinalizer,
+}
+
+// ApproveVerb is the RBAC verb of approvers (manifests/approval-policy).
+const ApproveVerb = "approve"
+
+// checkFinalizer refuses the removal of CAPTF's finalizer to anyone but the
+// manager: the object would go while its state and infrastructure stay, an
+// abandon nobody approved, and the next object of its name would take the
+// state up. A user with the verb approve (who may abandon) or move
+// (clusterctl move removes the finalizers of what it moved) may.
+func (h *Handler) checkFinalizer(ctx context.Context, req *admissionv1.AdmissionRequest) (field.ErrorList, error) {
+	finalizer := Finalizers[req.Kind.Kind]
+	if req.Operation != admissionv1.Update || finalizer == "" || h.ManagerUser != "" && req.UserInfo.Username == h.ManagerUser {
+		return nil, nil
+	}
+	var obj, old struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return nil, fmt.Errorf("decoding the old object: %w", err)
+	}
+	if !slices.Contains(old.Metadata.Finalizers, finalizer) || slices.Contains(obj.Metadata.Finalizers, finalizer) {
+		return nil, nil
+	}
+	path := field.NewPath("metadata", "finalizers")
+	if h.Authorize != nil {
+		for _, verb := range []string{ApproveVerb, MoveVerb} {
+			ok, _, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: req.Namespace, Name: req.Name, Verb: verb,
+				Group: infrav1.GroupName, Resource: resourceOf(req)})
+			if err != nil {
+				return field.ErrorList{field.InternalError(path, fmt.Errorf("checking whether %s may remove %s: %w", req.UserInfo.Username, finalizer, err))}, nil
+			}
+			if ok {
+				return nil, nil
+			}
+		}
+	}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager removes %s, once the infrastructure is destroyed or left unmanaged (a user with the verb %s or %s on %s may too). "+
+		"To let the object go and keep its infrastructure: kubectl annotate %s -n %s %s %s=true",
+		finalizer, ApproveVerb, MoveVerb, resourceOf(req), strings.ToLower(req.Kind.Kind), req.Namespace, req.Name, infrav1.AnnotationAbandonInfrastructure))}, nil
 }
 
 // resourceOf is the request's resource: terraformmachines or

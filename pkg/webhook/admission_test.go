@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -408,7 +409,10 @@ func TestDeletingObjectsKeepTheRules(t *testing.T) {
 		want     string // "" = allowed
 	}{
 		{"the finalizer goes though the spec breaks a newer rule",
-			deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) { broken(m); m.Finalizers = nil }), deleted(machine("local:///a"), broken), ""},
+			deleted(machine("local:///a"), broken), deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
+				broken(m)
+				m.Finalizers = append(m.Finalizers, "example.com/hold")
+			}), ""},
 		{"abandon is set", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
 			m.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "true"}
 		}), deleted(machine("local:///a"), nil), ""},
@@ -538,4 +542,59 @@ func TestClonedObjectsReadOnlyWhatTheirTemplateNames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFinalizerRule: only the manager, an approver or a mover removes
+// CAPTF's finalizer; other finalizers and other writes stay open.
+func TestFinalizerRule(t *testing.T) {
+	h := &Handler{ManagerUser: managerUser, Authorize: func(_ context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
+		switch user.Username {
+		case "approver":
+			return attrs.Verb == ApproveVerb && attrs.Resource == "terraformmachines" && attrs.Name == "m", "", nil
+		case "mover":
+			return attrs.Verb == MoveVerb && attrs.Resource == "terraformmachines", "", nil
+		case "broken":
+			return false, "", errors.New("no answer")
+		}
+		return false, "", nil
+	}}
+	with := func(finalizers ...string) *infrav1.TerraformMachine {
+		m := machine("")
+		m.Finalizers = finalizers
+		return m
+	}
+	deleting := func(m *infrav1.TerraformMachine) *infrav1.TerraformMachine {
+		m.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+		return m
+	}
+	ours := infrav1.TerraformMachineFinalizer
+	cases := []struct {
+		name string
+		req  *admissionv1.AdmissionRequest
+		want string
+	}{
+		{"a writer strips it", request(admissionv1.Update, "tenant", with(), with(ours)),
+			"metadata.finalizers: Forbidden: only the CAPTF manager removes " + ours + ", once the infrastructure is destroyed or left unmanaged"},
+		{"a writer strips it from a deleting object", request(admissionv1.Update, "tenant", deleting(with()), deleting(with(ours))),
+			"kubectl annotate terraformmachine -n ns m captf.io/abandon-infrastructure=true"},
+		{"a writer swaps it for another", request(admissionv1.Update, "tenant", with("example.com/x"), with(ours)), "metadata.finalizers: Forbidden"},
+		{"the manager removes it", request(admissionv1.Update, managerUser, deleting(with()), deleting(with(ours))), ""},
+		{"an approver removes it", request(admissionv1.Update, "approver", with(), with(ours)), ""},
+		{"a mover removes it", request(admissionv1.Update, "mover", with(), with(ours)), ""},
+		{"no answer from the authorizer", request(admissionv1.Update, "broken", with(), with(ours)), "Internal error"},
+		{"a writer removes another finalizer", request(admissionv1.Update, "tenant", with(ours), with(ours, "example.com/x")), ""},
+		{"a writer adds it", request(admissionv1.Update, "tenant", with(ours), with()), ""},
+		{"a writer creates with it", request(admissionv1.Create, "tenant", with(ours), nil), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wantAdmission(t, h.Admit(context.Background(), tc.req.Kind.Kind, tc.req), tc.want)
+		})
+	}
+	// Templates hold no infrastructure, and no CAPTF finalizer.
+	tmpl := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", Finalizers: []string{ours}}}
+	tmpl.Spec.Template.Spec.Module.Inline = "a"
+	bare := tmpl.DeepCopy()
+	bare.Finalizers = nil
+	wantAdmission(t, h.Admit(context.Background(), "TerraformMachineTemplate", request(admissionv1.Update, "tenant", bare, tmpl)), "")
 }

@@ -280,6 +280,9 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 	if s.Owner == nil {
 		l.OwnerMissing = &c.kind.OwnerMissing
 	}
+	if ok, err := c.engine.InheritProtection(ctx, s); err != nil || !ok {
+		return err
+	}
 	live, err := c.engine.Reconcile(ctx, s, l)
 	if err != nil || !live {
 		return err

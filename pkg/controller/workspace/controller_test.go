@@ -68,6 +68,9 @@ func TestSync(t *testing.T) {
 		objLabels := names.ObjectLabels(k.kind, "prod", "obj-uid")
 		stateSecret := statestore.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, objLabels)
 		stateSecret.Annotations["captf.io/encoding"] = "gzip"
+		if k.kind == "TerraformCluster" {
+			stateSecret.Annotations[names.AnnotationProtection] = ownProtection
+		}
 		durable := statestore.NewStateSecret("ns", obj.DurableInputs(), obj, names.SecretTypeDurableInput, objLabels)
 		durable.Data = map[string][]byte{"module.json": []byte(`{"inline":"x"}`), "terraform.tfvars.json": []byte(`{}`)}
 		fin := withFinalizer(k)

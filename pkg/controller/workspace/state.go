@@ -156,10 +156,11 @@ type StateSecretMeta struct {
 	ObjectName string // names.AnnotationObjectName
 	// NamesObject: the Secret has the names.AnnotationObjectName annotation.
 	NamesObject bool
-	HasState    bool  // statestore.HasState
-	Size        int64 // statestore.StateSize; -1 when it records none
-	Owned       bool  // it has owner references
-	Protected   bool  // it holds names.StateFinalizer
+	HasState    bool   // statestore.HasState
+	Size        int64  // statestore.StateSize; -1 when it records none
+	Owned       bool   // it has owner references
+	Protected   bool   // it holds names.StateFinalizer
+	Protection  string // names.AnnotationProtection
 }
 
 // GetObjectMeta is the metadata a cache keys and indexes s by
@@ -175,7 +176,7 @@ func StateSecretMetaFrom(m metav1.Object) *StateSecretMeta {
 	s := &StateSecretMeta{Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion(), DeletionTimestamp: m.GetDeletionTimestamp(),
 		Kind: labels[names.LabelKind], Abandoned: labels[names.LabelAbandoned] == "true",
 		HasState: statestore.HasState(m), Size: -1, Owned: len(m.GetOwnerReferences()) > 0,
-		Protected: slices.Contains(m.GetFinalizers(), names.StateFinalizer)}
+		Protected: slices.Contains(m.GetFinalizers(), names.StateFinalizer), Protection: annotations[names.AnnotationProtection]}
 	s.ObjectName, s.NamesObject = annotations[names.AnnotationObjectName]
 	if n, ok := statestore.StateSize(m); ok {
 		s.Size = n
@@ -282,10 +283,15 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 			e.stopped(r, ReasonStateAbandoned, msg)
 			return false, false, nil
 		}
-		if head.Owned || !head.Protected {
-			// Written by a release that let garbage collection take it, or
-			// restored by a backup tool that reset its metadata.
-			if err := e.protectState(ctx, obj); err != nil {
+		record, err := protectionRecord(r, head)
+		if err != nil {
+			return false, false, err
+		}
+		// Owned or unprotected: written by a release that let garbage
+		// collection take it, or restored by a backup tool that reset its
+		// metadata.
+		if head.Owned || !head.Protected || record != "" {
+			if err := e.protectState(ctx, obj, record); err != nil {
 				return false, false, err
 			}
 		}
@@ -293,6 +299,7 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 	if applied && !present {
 		return false, false, e.reportStateMissing(ctx, r)
 	}
+
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing); c != nil && c.Status != metav1.ConditionFalse {
 		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
 	}
@@ -323,11 +330,17 @@ func (e *Engine) reportStateMissing(ctx context.Context, r *Sync) error {
 }
 
 // protectState takes the owner references off obj's state Secrets and puts
-// StateFinalizer on them.
-func (e *Engine) protectState(ctx context.Context, obj Object) error {
+// StateFinalizer on them, and record (names.AnnotationProtection) on the
+// head unless it is "".
+func (e *Engine) protectState(ctx context.Context, obj Object, record string) error {
+	head := e.Names(obj).State()
 	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
-		if len(s.OwnerReferences) == 0 && slices.Contains(s.Finalizers, names.StateFinalizer) && s.Annotations[names.AnnotationObjectName] == obj.GetName() {
+		recorded := record == "" || s.Name != head || s.Annotations[names.AnnotationProtection] == record
+		if recorded && len(s.OwnerReferences) == 0 && slices.Contains(s.Finalizers, names.StateFinalizer) && s.Annotations[names.AnnotationObjectName] == obj.GetName() {
 			return false
+		}
+		if !recorded {
+			s.Annotations[names.AnnotationProtection] = record
 		}
 		s.OwnerReferences = nil
 		if !slices.Contains(s.Finalizers, names.StateFinalizer) {
@@ -364,8 +377,10 @@ func familyMetadata(s *corev1.Secret) corev1.Secret {
 			kept.Labels[k] = v
 		}
 	}
-	if v, ok := m.Annotations[names.AnnotationObjectName]; ok {
-		kept.Annotations[names.AnnotationObjectName] = v
+	for _, k := range []string{names.AnnotationObjectName, names.AnnotationProtection} {
+		if v, ok := m.Annotations[k]; ok {
+			kept.Annotations[k] = v
+		}
 	}
 	return kept
 }

@@ -14,6 +14,10 @@ import (
 	"github.com/captf/captf/pkg/statestore"
 )
 
+// ownProtection is what a TerraformCluster of the fixtures records on its
+// state head: its UID and default approval policy.
+const ownProtection = `{"uid":"obj-uid","policy":"Destructive"}`
+
 // TestStateChecks: the checks before every Job decide the same on a state
 // head read from the API server and on what the state Secrets' cache keeps
 // of it (StateSecretMeta).
@@ -23,6 +27,9 @@ func TestStateChecks(t *testing.T) {
 		head := func(mutate func(s *corev1.Secret)) *corev1.Secret {
 			s := statestore.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, names.ObjectLabels(k.kind, "prod", "obj-uid"))
 			s.Annotations["captf.io/encoding"] = "gzip"
+			if k.kind == "TerraformCluster" {
+				s.Annotations[names.AnnotationProtection] = ownProtection
+			}
 			if mutate != nil {
 				mutate(s)
 			}

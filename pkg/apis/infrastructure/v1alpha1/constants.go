@@ -13,6 +13,10 @@ const (
 	// AnnotationAbandonInfrastructure set to "true" lets a delete proceed
 	// without destroy; the state is kept, orphaned and labelled.
 	AnnotationAbandonInfrastructure = "captf.io/abandon-infrastructure"
+	// AnnotationAdoptState set to the UID of the object a state was
+	// protected for lets this object take the state up under its own
+	// approval policy and spec.protect alone.
+	AnnotationAdoptState = "captf.io/adopt-state"
 )
 
 // Condition types. Ready, Paused and the approval and drift types are fixed
@@ -31,6 +35,10 @@ const (
 	// ConditionStateRescued is True when terraform could not save a state
 	// and CAPTF kept it in a backup of its own.
 	ConditionStateRescued = "StateRescued"
+	// ConditionProtectionInherited is True while the object is held to the
+	// approval policy and spec.protect its state was kept under for an
+	// earlier object of its name, until an approver lets them go.
+	ConditionProtectionInherited = "ProtectionInherited"
 )
 
 // Finalizers, one per kind that runs Terraform, domain-qualified with a path

@@ -1,0 +1,132 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/names"
+)
+
+// Reasons of ConditionProtectionInherited.
+const (
+	ReasonProtectionInherited  = "StateProtectedForEarlierObject"
+	ReasonProtectionOwn        = "OwnProtection"
+	ReasonProtectionUnreadable = "StateProtectionUnreadable"
+)
+
+// Protection is the approval policy and spec.protect a state was kept
+// under, recorded on its head (names.AnnotationProtection). It travels with
+// the state: an object of another UID that takes the state up (one made
+// again under the name, or a restored or moved one) is held to it beside
+// its own until it covers it, or an approver sets
+// infrav1.AnnotationAdoptState to UID.
+type Protection struct {
+	UID     types.UID              `json:"uid"`
+	Policy  infrav1.ApprovalPolicy `json:"policy,omitempty"`
+	Protect []string               `json:"protect,omitempty"`
+}
+
+// strictness orders approval policies: Manual gates more than Destructive.
+func strictness(p infrav1.ApprovalPolicy) int {
+	switch p {
+	case infrav1.ApprovalPolicyManual:
+		return 2
+	case infrav1.ApprovalPolicyDestructive:
+		return 1
+	}
+	return 0
+}
+
+// covers tells whether g holds at least what p recorded.
+func covers(g *approval.Gate, p *Protection) bool {
+	if strictness(g.Policy) < strictness(p.Policy) {
+		return false
+	}
+	for _, pattern := range p.Protect {
+		if !slices.Contains(g.Protect, pattern) {
+			return false
+		}
+	}
+	return true
+}
+
+// readProtection is what obj's state head records, nil when nothing.
+func (e *Engine) readProtection(ctx context.Context, obj Object) (*Protection, error) {
+	head, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).State(), false)
+	if err != nil || head == nil || head.Protection == "" {
+		return nil, err
+	}
+	var p Protection
+	if err := json.Unmarshal([]byte(head.Protection), &p); err != nil || p.UID == "" {
+		return nil, fmt.Errorf("annotation %s of state Secret %s is not CAPTF's record: %q", names.AnnotationProtection, head.Name, head.Protection)
+	}
+	return &p, nil
+}
+
+// InheritProtection holds r's gate to the protection its state was kept
+// under for an earlier object of its name, with its own, until the object
+// covers it or an approver lets it go. It says so in
+// ConditionProtectionInherited. An unreadable record stops the object: a
+// Job under less protection than the state's may destroy what it covered.
+func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err error) {
+	r.OwnGate = r.Gate
+	if r.Gate == nil {
+		return true, nil
+	}
+	obj := r.Obj
+	p, err := e.readProtection(ctx, obj)
+	if err != nil {
+		msg := err.Error() + ": CAPTF runs nothing for this object until it is (delete the annotation to record this object's own protection)"
+		e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionUnknown, ReasonProtectionUnreadable, ReasonProtectionUnreadable, msg)
+		e.stopped(r, ReasonProtectionUnreadable, msg)
+		return false, nil
+	}
+	if p == nil || p.UID == obj.GetUID() || covers(r.Gate, p) || obj.GetAnnotations()[infrav1.AnnotationAdoptState] == string(p.UID) {
+		if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionProtectionInherited); c != nil && c.Status != metav1.ConditionFalse {
+			SetCondition(obj, infrav1.ConditionProtectionInherited, metav1.ConditionFalse, ReasonProtectionOwn, "")
+		}
+		return true, nil
+	}
+	g := *r.Gate
+	if strictness(p.Policy) > strictness(g.Policy) {
+		g.Policy = p.Policy
+	}
+	g.Protect = slices.Clone(g.Protect)
+	for _, pattern := range p.Protect {
+		if !slices.Contains(g.Protect, pattern) {
+			g.Protect = append(g.Protect, pattern)
+		}
+	}
+	r.Gate = &g
+	msg := fmt.Sprintf("State Secret %s was kept under approvalPolicy %s and spec.protect [%s] for an earlier %s of this name (UID %s): they hold for this object too, beside its own. "+
+		"An approver lets them go: kubectl annotate %s -n %s %s %s=%s",
+		e.Names(obj).State(), p.Policy, strings.Join(p.Protect, ", "), e.GVK.Kind, p.UID,
+		strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationAdoptState, p.UID)
+	e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionTrue, ReasonProtectionInherited, ReasonProtectionInherited, msg)
+	return true, nil
+}
+
+// protectionRecord is the protection to record on obj's state head, or ""
+// when the head holds it already: obj's own, once obj holds the state
+// under it (its own UID, a protection that covers the one recorded, or an
+// approver's consent), never while obj is held to an earlier object's.
+func protectionRecord(r *Sync, head *StateSecretMeta) (string, error) {
+	own := r.OwnGate
+	if own == nil || r.Gate != own || head == nil || !head.HasState {
+		return "", nil
+	}
+	want, err := json.Marshal(Protection{UID: r.Obj.GetUID(), Policy: own.Policy, Protect: own.Protect})
+	if err != nil || string(want) == head.Protection {
+		return "", err
+	}
+	return string(want), nil
+}
