@@ -276,15 +276,18 @@ mutant runner-drops-state-finalizer pkg/runnerapi/server.go \
 mutant runner-rewrites-protection pkg/runnerapi/server.go \
 	'if head.Annotations[names.AnnotationProtection] != recorded {' 'if false {'
 mutant protection-not-inherited pkg/controller/workspace/protection.go \
-	'if p == nil || p.UID == obj.GetUID() ||' 'if true ||'
+	'if p != nil && p.UID != obj.GetUID() && !covers(r.Gate, p)' 'if false && p != nil'
 mutant protection-covered-loosely pkg/controller/workspace/protection.go \
 	'if !slices.Contains(g.Protect, pattern) {
 			return false' 'if false {
 			return false'
 mutant protection-adopted-by-any pkg/controller/workspace/protection.go \
-	'obj.GetAnnotations()[infrav1.AnnotationAdoptState] == string(p.UID)' 'obj.GetAnnotations()[infrav1.AnnotationAdoptState] != ""'
+	'obj.GetAnnotations()[infrav1.AnnotationAdoptState] != string(p.UID)' 'obj.GetAnnotations()[infrav1.AnnotationAdoptState] == ""'
 mutant protection-recorded-while-held pkg/controller/workspace/protection.go \
-	'if own == nil || r.Gate != own || head == nil' 'if own == nil || head == nil'
+	'		return true, nil
+	}
+	if c := meta.FindStatusCondition' '	}
+	if c := meta.FindStatusCondition'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -138,9 +138,6 @@ type Sync struct {
 	// Gate holds a TerraformCluster's approval policy and approvals; nil
 	// for machines and pools, which are never gated.
 	Gate *approval.Gate
-	// OwnGate is Gate as the object's spec has it: Gate may hold more,
-	// the protection its state was kept under (InheritProtection).
-	OwnGate *approval.Gate
 	// ReapplyAfter asks for an apply of inputs already applied when the
 	// last apply Job was created before it: drift to remediate.
 	ReapplyAfter time.Time

@@ -59,74 +59,60 @@ func covers(g *approval.Gate, p *Protection) bool {
 	return true
 }
 
-// readProtection is what obj's state head records, nil when nothing.
-func (e *Engine) readProtection(ctx context.Context, obj Object) (*Protection, error) {
-	head, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).State(), false)
-	if err != nil || head == nil || head.Protection == "" {
-		return nil, err
-	}
-	var p Protection
-	if err := json.Unmarshal([]byte(head.Protection), &p); err != nil || p.UID == "" {
-		return nil, fmt.Errorf("annotation %s of state Secret %s is not CAPTF's record: %q", names.AnnotationProtection, head.Name, head.Protection)
-	}
-	return &p, nil
-}
-
 // InheritProtection holds r's gate to the protection its state was kept
 // under for an earlier object of its name, with its own, until the object
-// covers it or an approver lets it go. It says so in
-// ConditionProtectionInherited. An unreadable record stops the object: a
-// Job under less protection than the state's may destroy what it covered.
+// covers it or an approver lets it go, and says so in
+// ConditionProtectionInherited. Otherwise it records the object's own on
+// the state head. An unreadable record stops the object: a Job under less
+// protection than the state's may destroy what it covered.
 func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err error) {
-	r.OwnGate = r.Gate
 	if r.Gate == nil {
 		return true, nil
 	}
-	obj := r.Obj
-	p, err := e.readProtection(ctx, obj)
+	obj, n := r.Obj, e.Names(r.Obj)
+	head, err := e.secretMeta(ctx, obj.GetNamespace(), n.State(), false)
 	if err != nil {
-		msg := err.Error() + ": CAPTF runs nothing for this object until it is (delete the annotation to record this object's own protection)"
-		e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionUnknown, ReasonProtectionUnreadable, ReasonProtectionUnreadable, msg)
-		e.stopped(r, ReasonProtectionUnreadable, msg)
-		return false, nil
+		return false, err
 	}
-	if p == nil || p.UID == obj.GetUID() || covers(r.Gate, p) || obj.GetAnnotations()[infrav1.AnnotationAdoptState] == string(p.UID) {
-		if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionProtectionInherited); c != nil && c.Status != metav1.ConditionFalse {
-			SetCondition(obj, infrav1.ConditionProtectionInherited, metav1.ConditionFalse, ReasonProtectionOwn, "")
+	if head == nil || !head.HasState || head.Abandoned || head.NamesObject && (head.ObjectName != obj.GetName() || head.Kind != n.Kind) {
+		return true, nil // no state of this object's: the checks before a Job say why
+	}
+	var p *Protection
+	if head.Protection != "" {
+		p = &Protection{}
+		if err := json.Unmarshal([]byte(head.Protection), p); err != nil || p.UID == "" {
+			msg := fmt.Sprintf("Annotation %s of state Secret %s is not CAPTF's record (%q): CAPTF runs nothing for this object until it is. Delete the annotation to record this object's own approval policy and spec.protect.",
+				names.AnnotationProtection, head.Name, head.Protection)
+			e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionUnknown, ReasonProtectionUnreadable, ReasonProtectionUnreadable, msg)
+			e.stopped(r, ReasonProtectionUnreadable, msg)
+			return false, nil
 		}
+	}
+	if p != nil && p.UID != obj.GetUID() && !covers(r.Gate, p) && obj.GetAnnotations()[infrav1.AnnotationAdoptState] != string(p.UID) {
+		g := *r.Gate
+		if strictness(p.Policy) > strictness(g.Policy) {
+			g.Policy = p.Policy
+		}
+		g.Protect = slices.Clone(g.Protect)
+		for _, pattern := range p.Protect {
+			if !slices.Contains(g.Protect, pattern) {
+				g.Protect = append(g.Protect, pattern)
+			}
+		}
+		r.Gate = &g
+		msg := fmt.Sprintf("State Secret %s was kept under approvalPolicy %s and spec.protect [%s] for an earlier %s of this name (UID %s): they hold for this object too, beside its own. "+
+			"An approver lets them go: kubectl annotate %s -n %s %s %s=%s",
+			head.Name, p.Policy, strings.Join(p.Protect, ", "), e.GVK.Kind, p.UID,
+			strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationAdoptState, p.UID)
+		e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionTrue, ReasonProtectionInherited, ReasonProtectionInherited, msg)
 		return true, nil
 	}
-	g := *r.Gate
-	if strictness(p.Policy) > strictness(g.Policy) {
-		g.Policy = p.Policy
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionProtectionInherited); c != nil && c.Status != metav1.ConditionFalse {
+		SetCondition(obj, infrav1.ConditionProtectionInherited, metav1.ConditionFalse, ReasonProtectionOwn, "")
 	}
-	g.Protect = slices.Clone(g.Protect)
-	for _, pattern := range p.Protect {
-		if !slices.Contains(g.Protect, pattern) {
-			g.Protect = append(g.Protect, pattern)
-		}
+	own, err := json.Marshal(Protection{UID: obj.GetUID(), Policy: r.Gate.Policy, Protect: r.Gate.Protect})
+	if err != nil || string(own) == head.Protection {
+		return err == nil, err
 	}
-	r.Gate = &g
-	msg := fmt.Sprintf("State Secret %s was kept under approvalPolicy %s and spec.protect [%s] for an earlier %s of this name (UID %s): they hold for this object too, beside its own. "+
-		"An approver lets them go: kubectl annotate %s -n %s %s %s=%s",
-		e.Names(obj).State(), p.Policy, strings.Join(p.Protect, ", "), e.GVK.Kind, p.UID,
-		strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationAdoptState, p.UID)
-	e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionTrue, ReasonProtectionInherited, ReasonProtectionInherited, msg)
-	return true, nil
-}
-
-// protectionRecord is the protection to record on obj's state head, or ""
-// when the head holds it already: obj's own, once obj holds the state
-// under it (its own UID, a protection that covers the one recorded, or an
-// approver's consent), never while obj is held to an earlier object's.
-func protectionRecord(r *Sync, head *StateSecretMeta) (string, error) {
-	own := r.OwnGate
-	if own == nil || r.Gate != own || head == nil || !head.HasState {
-		return "", nil
-	}
-	want, err := json.Marshal(Protection{UID: r.Obj.GetUID(), Policy: own.Policy, Protect: own.Protect})
-	if err != nil || string(want) == head.Protection {
-		return "", err
-	}
-	return string(want), nil
+	return true, e.protectState(ctx, obj, string(own))
 }

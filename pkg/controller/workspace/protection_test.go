@@ -45,6 +45,9 @@ func TestProtectionTravelsWithState(t *testing.T) {
 			o.SetAnnotations(map[string]string{infrav1.AnnotationAdoptState: "obj-uid"})
 		}, wantProtect: names.ProtectHash([]string{"net.*"}), wantCond: metav1.ConditionTrue, wantRecord: earlier},
 		{name: "none recorded: its own is", wantRecord: ownProtection},
+		{name: "its own, changed since: recorded anew", recorded: ownProtection, mutate: func(o workspace.Object) {
+			o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+		}, wantRecord: `{"uid":"obj-uid","policy":"Manual"}`},
 		{name: "unreadable: nothing runs", recorded: `{"protect":"x"}`, wantCond: metav1.ConditionUnknown,
 			wantRecord: `{"protect":"x"}`, wantReady: workspace.ReasonProtectionUnreadable},
 	}
@@ -94,4 +97,3 @@ func TestProtectionTravelsWithState(t *testing.T) {
 		})
 	}
 }
-

@@ -283,15 +283,10 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 			e.stopped(r, ReasonStateAbandoned, msg)
 			return false, false, nil
 		}
-		record, err := protectionRecord(r, head)
-		if err != nil {
-			return false, false, err
-		}
-		// Owned or unprotected: written by a release that let garbage
-		// collection take it, or restored by a backup tool that reset its
-		// metadata.
-		if head.Owned || !head.Protected || record != "" {
-			if err := e.protectState(ctx, obj, record); err != nil {
+		if head.Owned || !head.Protected {
+			// Written by a release that let garbage collection take it, or
+			// restored by a backup tool that reset its metadata.
+			if err := e.protectState(ctx, obj, ""); err != nil {
 				return false, false, err
 			}
 		}
