@@ -288,6 +288,13 @@ mutant protection-recorded-while-held pkg/controller/workspace/protection.go \
 	}
 	if c := meta.FindStatusCondition' '	}
 	if c := meta.FindStatusCondition'
+# Issue 50, item 5: the plugin prints only what a terminal shows as text.
+mutant plugin-prints-format-characters pkg/plugin/printable.go \
+	'case unicode.Is(unicode.Cf, r), unicode.Is(unicode.Zl, r)' 'case unicode.Is(unicode.Zl, r)'
+mutant plugin-prints-controls pkg/plugin/printable.go \
+	'case r < 0x100 && unicode.IsControl(r):' 'case r < 0x20 && r != 0x1b:'
+mutant plugin-drops-split-characters pkg/plugin/printable.go \
+	'p.pending = append([]byte(nil), data...)' 'p.pending = nil'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

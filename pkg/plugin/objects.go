@@ -8,7 +8,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -143,18 +142,6 @@ func planRecord(records []record, plan *infrav1.PlanStatus) (record, bool) {
 		}
 	}
 	return record{}, false
-}
-
-// printable drops the control characters of terminal escapes from text a
-// module's output or a provider's error put in a record: what a person
-// reads before approving must be what is there.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
-			return r
-		}
-		return -1
-	}, s)
 }
 
 func condition(obj object, t string) *metav1.Condition {

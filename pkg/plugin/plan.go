@@ -112,7 +112,7 @@ func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, 
 		return
 	}
 	fmt.Fprintf(w, "Run: %s\n\n", rec.Job)
-	if text := printable(rec.data[run.KeyPlanText]); text != "" {
+	if text := rec.data[run.KeyPlanText]; text != "" {
 		fmt.Fprint(w, text)
 		if !strings.HasSuffix(text, "\n") {
 			fmt.Fprintln(w)

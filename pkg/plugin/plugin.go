@@ -83,6 +83,11 @@ func Main(args []string, in io.Reader, out, errOut io.Writer) int {
 		fmt.Fprintf(errOut, "error: unknown command %q for \"kubectl captf\"\nRun 'kubectl captf --help' for usage.\n", args[0])
 		return 1
 	}
+	// What module code or a writer wrote reaches a terminal only printable.
+	printOut, printErr := newPrintable(out), newPrintable(errOut)
+	defer printOut.Flush()
+	defer printErr.Flush()
+	out, errOut = printOut, printErr
 	e := &env{ctx: context.Background(), in: in, out: out, err: errOut}
 	fs := flag.NewFlagSet("kubectl captf "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

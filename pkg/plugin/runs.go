@@ -118,13 +118,13 @@ Examples:
 				fmt.Fprintf(e.err, "(the last %d KiB of the log of run %s)\n", run.MaxLogTail>>10, rec.Job)
 			}
 		}
-		log := printable(rec.data[run.KeyLog])
+		log := rec.data[run.KeyLog]
 		fmt.Fprint(e.out, log)
 		if log != "" && !strings.HasSuffix(log, "\n") {
 			fmt.Fprintln(e.out)
 		}
 		if rec.Error != "" {
-			fmt.Fprintf(e.out, "\n%s %s at %s: %s\n", rec.Operation, rec.Outcome, rec.Stage, printable(rec.Error))
+			fmt.Fprintf(e.out, "\n%s %s at %s: %s\n", rec.Operation, rec.Outcome, rec.Stage, rec.Error)
 		}
 		return nil
 	},

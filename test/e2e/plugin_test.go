@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -162,4 +163,56 @@ func TestKubectlPlugin(t *testing.T) {
 	expect("a missing object", e.kubectlCaptf(bin, viewer, "", "plan", "tfc/nope"), 1, nil, []string{"Error from server (NotFound)"})
 	expect("not a KIND/NAME", e.kubectlCaptf(bin, viewer, "", "plan", "shop"), 1, nil, []string{`error: "shop" is no KIND/NAME`})
 	expect("completion", e.kubectlCaptf(bin, viewer, "", "completion", "bash"), 0, []string{"complete -F _kubectl_captf kubectl-captf"}, nil)
+}
+
+// pluginBinary is the kubectl plugin under test: CAPTF_TEST_PLUGIN names
+// one built from an earlier tree, else it is built from this one.
+func pluginBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("CAPTF_TEST_PLUGIN"); bin != "" {
+		return bin
+	}
+	bin, err := framework.BuildCommand("./cmd/kubectl-captf", "kubectl-captf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestPluginPrintsOnlyPrintable (issue 50, item 5): the plugin printed what
+// module code wrote into a run's log as it came; a bidi override or a
+// zero-width character reached the approver's terminal (and, before the
+// log was filtered, an escape sequence that clears it). Every byte the
+// plugin prints is printable now: read the raw bytes.
+func TestPluginPrintsOnlyPrintable(t *testing.T) {
+	bin := pluginBinary(t)
+	e := newEnv(t)
+	e.startManager()
+	viewer := e.user("viewer", "captf-viewer")
+	tc := e.localCloud("noisy", e.newCluster("noisy", false), map[string]any{})
+	// Octal escapes for printf: ESC [2J ESC [H, CR, U+202E, U+200B, U+2066.
+	tc.Spec.Module.Inline = `
+resource "terraform_data" "noisy" {
+  provisioner "local-exec" {
+    command = "printf 'before\\033[2J\\033[Hafter\\rover \\342\\200\\256evil \\342\\200\\213zw \\342\\201\\246iso\\n'"
+  }
+}
+`
+	tc.Spec.Variables = nil
+	e.create(tc)
+	e.waitFor("noisy", 2*time.Minute, "Ready", isReady)
+	r := e.kubectlCaptf(bin, viewer, "", "logs", "tfc/noisy")
+	if r.code != 0 || !strings.Contains(r.out, "evil") {
+		t.Fatalf("logs: exit %d\nstdout: %q\nstderr: %q", r.code, r.out, r.err)
+	}
+	for _, bad := range []string{"\x1b", "\r", "\u202e", "\u200b", "\u2066"} {
+		if strings.Contains(r.out, bad) || strings.Contains(r.err, bad) {
+			t.Errorf("the plugin printed %q raw: %q", bad, r.out)
+		}
+	}
+	for _, shown := range []string{`\x1b[2J`, `\x0dover`, `\u202eevil`, `\u200bzw`} {
+		if !strings.Contains(r.out, shown) {
+			t.Errorf("the log does not show %s as an escape: %q", shown, r.out)
+		}
+	}
 }

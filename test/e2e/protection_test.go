@@ -31,7 +31,8 @@ func TestRecreatedObjectKeepsProtection(t *testing.T) {
 	e.startManagerWithWebhook()
 	tn := e.newTenant()
 	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
-	tc := e.localCloud("kept", e.newCluster("kept", false), map[string]any{"instances": 1})
+	cluster := e.newCluster("kept", false)
+	tc := e.localCloud("kept", cluster, map[string]any{"instances": 1})
 	tc.Spec.Protect = []string{"terraform_data.instance"}
 	e.create(tc)
 	first := e.waitFor("kept", 2*time.Minute, "Ready", isReady)
@@ -83,7 +84,7 @@ func TestRecreatedObjectKeepsProtection(t *testing.T) {
 		}
 	}
 	e.waitFor("kept", 30*time.Second, "gone", gone)
-	again := e.localCloud("kept", nil, map[string]any{"instances": 1})
+	again := e.localCloud("kept", cluster, map[string]any{"instances": 1})
 	if _, err := tcs.Create(ctx, again, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
