@@ -232,6 +232,10 @@ var (
 		Name: "captf_runner_api_refused_total",
 		Help: "Runner API requests refused before they were forwarded, by namespace of the runner (empty where its token's signature did not say it) and reason: not_a_runner_token (401, no TokenReview spent: not a pod-bound ServiceAccount token with CAPTF's audience, expired, or not signed by the API server); with 429, pod_share (4 requests of its pod at once), new_tokens_source (its source address's budget of new tokens), new_tokens_namespace (its namespace's), new_tokens_shared (all namespaces').",
 	}, []string{"namespace", "reason"})
+	WebhookRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "captf_webhook_refused_total",
+		Help: "Admission reviews the webhook refused before deciding them, by reason: over_bounds (more references than the CRD admits: a forged review), access_review_budget (its source address asked for more access reviews than its budget).",
+	}, []string{"reason"})
 )
 
 // The servers and slots of captf_slot_waits_total.
@@ -256,7 +260,10 @@ func SlotWaitCounter(server, slots string) func(key string, withinShare bool) {
 }
 
 func init() {
-	register(SlotWaits, RunnerAPIRefused)
+	register(SlotWaits, RunnerAPIRefused, WebhookRefused)
+	for _, reason := range []string{"over_bounds", "access_review_budget"} {
+		WebhookRefused.WithLabelValues(reason)
+	}
 	for _, s := range [][2]string{{ServerRunnerAPI, SlotsReading}, {ServerRunnerAPI, SlotsForwarding}, {ServerWebhook, SlotsReading}, {ServerWebhook, SlotsDeciding}} {
 		SlotWaits.WithLabelValues(s[0], s[1], "within")
 		SlotWaits.WithLabelValues(s[0], s[1], "beyond")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,8 +30,9 @@ import (
 )
 
 // MaxRequestBytes bounds an AdmissionReview body: an object and its old
-// version, each at most what etcd stores (1.5 MiB), with room to spare.
-const MaxRequestBytes = 7 << 20
+// version, each at most what etcd stores (1.5 MiB), and the review around
+// them.
+const MaxRequestBytes = 4 << 20
 
 // MaxInFlight bounds the admission requests decided at once, shared fairly
 // by source (the API server, or any pod that reaches port 9443): the
@@ -43,6 +45,21 @@ const MaxInFlight = 8
 // and so their memory; one source reads at most half of them, so that
 // slow senders leave the API server its share.
 const MaxReading = 16
+
+// Access reviews a source may ask for: each reference an object adds costs
+// one, through the manager's one client. What the API server sends stays
+// far below; forged reviews from a pod would take the others' share.
+const (
+	accessReviewQPS   = 20
+	accessReviewBurst = 400
+)
+
+// Deadlines of a decision: the API server says its own (the query
+// parameter timeout, 10 s by default); past it nobody reads the answer.
+const (
+	defaultDecisionTimeout = 10 * time.Second
+	maxDecisionTimeout     = 30 * time.Second
+)
 
 // bodyTimeout bounds the reading of one request's body: the API server
 // sends it at once, and a slow sender must not hold a reading slot for as
@@ -84,7 +101,16 @@ type Handler struct {
 	// reading and slots share requests by source: reading bounds the
 	// bodies being read or held, slots the requests being decided.
 	reading, slots *fairshare.Slots
+	// accessReviews is each source's budget of access reviews.
+	accessReviews *fairshare.RateLimits
 }
+
+// sourceKey carries a request's source in its context, for its budget of
+// access reviews.
+type sourceKey struct{}
+
+// errTooManyReviews refuses a decision past its source's budget.
+var errTooManyReviews = errors.New("too many access reviews asked for from this address: try again shortly")
 
 // Mux serves every kind's path: MaxReading requests read at a time,
 // MaxInFlight decided, shared by source.
@@ -92,8 +118,18 @@ func (h *Handler) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	h.reading = fairshare.NewSlots(MaxReading, MaxReading/2)
 	h.reading.OnWait = metrics.SlotWaitCounter(metrics.ServerWebhook, metrics.SlotsReading)
-	h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight)
+	h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight/2)
 	h.slots.OnWait = metrics.SlotWaitCounter(metrics.ServerWebhook, metrics.SlotsDeciding)
+	h.accessReviews = fairshare.NewRateLimits(accessReviewQPS, accessReviewBurst, 0, 0)
+	if authorize := h.Authorize; authorize != nil {
+		h.Authorize = func(ctx context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
+			if source, ok := ctx.Value(sourceKey{}).(string); ok && h.accessReviews.TryAccept(source) != fairshare.Accepted {
+				metrics.WebhookRefused.WithLabelValues("access_review_budget").Inc()
+				return false, "", errTooManyReviews
+			}
+			return authorize(ctx, user, attrs)
+		}
+	}
 	for _, kind := range Kinds {
 		mux.HandleFunc("POST "+Path(kind), func(w http.ResponseWriter, r *http.Request) {
 			source := fairshare.Source(r)
@@ -106,15 +142,27 @@ func (h *Handler) Mux() *http.ServeMux {
 			if !ok {
 				return
 			}
-			done, err := h.slots.Acquire(r.Context(), source)
+			ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), sourceKey{}, source), decisionTimeout(r))
+			defer cancel()
+			done, err := h.slots.Acquire(ctx, source)
 			if err != nil {
+				http.Error(w, "no slot to decide in before the deadline", http.StatusTooManyRequests)
 				return
 			}
 			defer done()
-			h.serve(w, r, kind, body)
+			h.serve(w, r.WithContext(ctx), kind, body)
 		})
 	}
 	return mux
+}
+
+// decisionTimeout is the deadline the API server gives a decision.
+func decisionTimeout(r *http.Request) time.Duration {
+	d, err := time.ParseDuration(r.URL.Query().Get("timeout"))
+	if err != nil || d <= 0 {
+		return defaultDecisionTimeout
+	}
+	return min(d, maxDecisionTimeout)
 }
 
 // readReview reads an AdmissionReview's body, or answers why it cannot.
@@ -178,6 +226,17 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return resp
+	}
+	// What the CRD admits bounds the references, and so the access
+	// reviews, of a review the API server sends; a forged one with more is
+	// refused before anything is asked.
+	for _, raw := range [][]byte{req.Object.Raw, req.OldObject.Raw} {
+		if errs, err := checkBounds(raw); err != nil {
+			return deny(resp, apierrors.NewBadRequest(err.Error()))
+		} else if len(errs) > 0 {
+			metrics.WebhookRefused.WithLabelValues("over_bounds").Inc()
+			return deny(resp, apierrors.NewInvalid(schema.GroupKind{Group: infrav1.GroupName, Kind: kind}, req.Name, errs))
+		}
 	}
 	errs, err := h.decide(ctx, kind, req)
 	if err == nil && deletingMetadataOnly(req) {
@@ -499,4 +558,79 @@ func specsOf(raw []byte) ([]objectSpec, error) {
 		specs = append(specs, t.Spec)
 	}
 	return specs, nil
+}
+
+// The CRD's bounds of the lists that hold references.
+const (
+	maxVariables = 256
+	maxEnv       = 64
+	maxEnvFrom   = 16
+)
+
+// listLen decodes a JSON list as its length.
+type listLen int
+
+func (n *listLen) UnmarshalJSON(b []byte) error {
+	var items []json.RawMessage
+	if err := json.Unmarshal(b, &items); err != nil {
+		return err
+	}
+	*n = listLen(len(items))
+	return nil
+}
+
+type boundedJobs struct {
+	Env     listLen `json:"env"`
+	EnvFrom listLen `json:"envFrom"`
+}
+
+type boundedSpec struct {
+	Variables listLen      `json:"variables"`
+	Jobs      *boundedJobs `json:"jobs"`
+	Defaults  *struct {
+		Jobs *boundedJobs `json:"jobs"`
+	} `json:"defaults"`
+}
+
+// checkBounds refuses an object whose lists of references are longer than
+// the CRD admits; raw may be empty (no old object).
+func checkBounds(raw []byte) (field.ErrorList, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var obj struct {
+		Spec struct {
+			boundedSpec
+			Template *struct {
+				Spec boundedSpec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the object: %w", err)
+	}
+	var errs field.ErrorList
+	check := func(path *field.Path, n listLen, max int) {
+		if int(n) > max {
+			errs = append(errs, field.TooMany(path, int(n), max))
+		}
+	}
+	jobs := func(path *field.Path, j *boundedJobs) {
+		if j != nil {
+			check(path.Child("env"), j.Env, maxEnv)
+			check(path.Child("envFrom"), j.EnvFrom, maxEnvFrom)
+		}
+	}
+	spec := func(path *field.Path, s boundedSpec) {
+		check(path.Child("variables"), s.Variables, maxVariables)
+		jobs(path.Child("jobs"), s.Jobs)
+		if s.Defaults != nil {
+			jobs(path.Child("defaults", "jobs"), s.Defaults.Jobs)
+		}
+	}
+	spec(field.NewPath("spec"), obj.Spec.boundedSpec)
+	if t := obj.Spec.Template; t != nil {
+		spec(field.NewPath("spec", "template", "spec"), t.Spec)
+	}
+	return errs, nil
 }

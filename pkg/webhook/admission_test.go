@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -597,4 +599,125 @@ func TestFinalizerRule(t *testing.T) {
 	bare := tmpl.DeepCopy()
 	bare.Finalizers = nil
 	wantAdmission(t, h.Admit(context.Background(), "TerraformMachineTemplate", request(admissionv1.Update, "tenant", bare, tmpl)), "")
+}
+
+// forgedReview is an AdmissionReview of a TerraformMachine with vars
+// variables, each from a Secret of its own, as a pod on port 9443 may send.
+func forgedReview(t *testing.T, user string, vars int) []byte {
+	t.Helper()
+	m := machine("")
+	for i := range vars {
+		m.Spec.Variables = append(m.Spec.Variables, infrav1.Variable{Name: fmt.Sprintf("v%d", i),
+			ValueFrom: &infrav1.VariableSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("s%d", i)}, Key: "k"}}})
+	}
+	review := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: request(admissionv1.Create, user, m, nil)}
+	b, err := json.Marshal(review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestExpensiveReviewsBounded (issue 50, item 7): forged reviews with
+// tens of thousands of references cost one access review each, and one
+// source held every decision slot: every Terraform* write then failed.
+// Now a review holds what the CRD admits, a source gets its budget of
+// access reviews and half the slots, and work stops at the deadline the
+// API server gives.
+func TestExpensiveReviewsBounded(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{}
+	var deadlines []time.Duration
+	release := make(chan struct{})
+	h := &Handler{ManagerUser: managerUser, Authorize: func(ctx context.Context, user authenticationv1.UserInfo, _ authorizationv1.ResourceAttributes) (bool, string, error) {
+		mu.Lock()
+		asked[user.Username]++
+		if d, ok := ctx.Deadline(); ok {
+			deadlines = append(deadlines, time.Until(d))
+		}
+		mu.Unlock()
+		if user.Username == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return false, "", ctx.Err()
+			}
+		}
+		return true, "", nil
+	}}
+	srv := httptest.NewServer(h.Mux())
+	defer srv.Close()
+	url := srv.URL + Path("TerraformMachine")
+	attacker := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	post := func(c *http.Client, query string, body []byte) (*admissionv1.AdmissionReview, int) {
+		t.Helper()
+		resp, err := c.Post(url+query, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var review admissionv1.AdmissionReview
+		_ = json.NewDecoder(resp.Body).Decode(&review)
+		return &review, resp.StatusCode
+	}
+
+	// More references than the CRD admits: refused before any review.
+	review, _ := post(attacker, "", forgedReview(t, "forger", 5000))
+	if review.Response == nil || review.Response.Allowed || !strings.Contains(review.Response.Result.Message, "spec.variables: Too many: 5000: must have at most 256 items") {
+		t.Errorf("a review with 5000 references: %+v", review.Response)
+	}
+	if asked["forger"] != 0 {
+		t.Errorf("%d access reviews for a review over the CRD's bounds", asked["forger"])
+	}
+
+	// Within them, a source has its budget; another source keeps its own.
+	refused := 0
+	for range 4 {
+		if review, _ := post(attacker, "", forgedReview(t, "forger", 200)); review.Response != nil && !review.Response.Allowed &&
+			strings.Contains(review.Response.Result.Message, "too many access reviews") {
+			refused++
+		}
+	}
+	if refused == 0 || asked["forger"] > accessReviewBurst+20 {
+		t.Errorf("4 reviews of 200 references from one source: %d refused, %d access reviews; want its budget (%d) to hold", refused, asked["forger"], accessReviewBurst)
+	}
+	if review, _ := post(http.DefaultClient, "", forgedReview(t, "admin", 3)); review.Response == nil || !review.Response.Allowed {
+		t.Errorf("the API server's review while another source is over its budget: %+v", review.Response)
+	}
+
+	// A source holds half the decision slots; the API server decides with
+	// the others meanwhile, within the deadline it gives.
+	slow := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}).DialContext}}
+	var wg sync.WaitGroup
+	for range MaxInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := slow.Post(url, "application/json", bytes.NewReader(forgedReview(t, "slow", 1)))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for h.slots.Held("127.0.0.3") < MaxInFlight/2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	deadlines = nil
+	mu.Unlock()
+	if review, _ := post(http.DefaultClient, "?timeout=3s", forgedReview(t, "admin", 1)); review.Response == nil || !review.Response.Allowed {
+		t.Errorf("the API server's review while one source holds its slots: %+v", review.Response)
+	}
+	if n := h.slots.Held("127.0.0.3"); n != MaxInFlight/2 {
+		t.Errorf("one source holds %d decision slots, want its share %d", n, MaxInFlight/2)
+	}
+	mu.Lock()
+	if len(deadlines) != 1 || deadlines[0] > 3*time.Second {
+		t.Errorf("the access review of a review with timeout=3s ran with deadlines %v, want one within 3s", deadlines)
+	}
+	mu.Unlock()
+	close(release)
+	wg.Wait()
 }

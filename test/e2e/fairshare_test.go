@@ -352,3 +352,41 @@ func TestRunnerAPIJunkTokensFromManyPods(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookBoundsExpensiveReviews (issue 50, item 7): a pod posted forged
+// AdmissionReviews with tens of thousands of references straight to port
+// 9443, no client certificate needed. Each reference cost an access review
+// through the manager's one client, one source held every decision slot,
+// and with failurePolicy Fail every TerraformCluster write failed
+// (context deadline exceeded) while the manager grew past its memory limit.
+// Now a review holds what the CRD admits, a source has its budget of access
+// reviews and half the slots, and decisions stop at the API server's
+// deadline: another namespace's creates and updates go through, and the
+// manager's memory stays within its limit. Apply times are printed, not
+// compared (logFairShare).
+func TestWebhookBoundsExpensiveReviews(t *testing.T) {
+	ctx := context.Background()
+	victim := newEnv(t)
+	m := victim.startManagerWithWebhook()
+	calm := victim.applyTimes("calm", 2)
+	startAttack(t, attackerSource, "-target="+m.WebhookAddr, "-forged-reviews=8", "-namespace="+victim.ns, "-path="+webhook.Path("TerraformCluster"))
+	logFairShare(t, calm, victim.applyTimes("storm", 2))
+	for _, name := range []string{"storm-0", "storm-1"} {
+		tc := victim.get(name)
+		tc.Labels["touched"] = "during-the-attack"
+		if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(victim.ns).Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("updating %s during the attack: %v", name, err)
+		}
+	}
+	scrape := victim.scrape(m)
+	checkShares(t, scrape, "webhook", []string{"deciding"},
+		series{"captf_webhook_refused_total", map[string]string{"reason": "over_bounds"}},
+		series{"captf_webhook_refused_total", map[string]string{"reason": "access_review_budget"}})
+	// The shipped limit is 256Mi (manifests/manager); the old webhook grew
+	// to 363 MiB under 8 forged reviews.
+	if rss := sample(t, scrape, "process_resident_memory_bytes", nil); rss == 0 || rss > 200<<20 {
+		t.Errorf("the manager's RSS under forged reviews: %.0f MiB, want it well within its 256Mi limit", rss/(1<<20))
+	} else {
+		t.Logf("the manager's RSS under forged reviews: %.0f MiB", rss/(1<<20))
+	}
+}

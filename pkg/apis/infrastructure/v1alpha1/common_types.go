@@ -188,11 +188,13 @@ type JobPolicy struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// EnvFrom adds all keys of Secrets or ConfigMaps as environment variables.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
 
 	// ServiceAccountName runs the runner as this ServiceAccount instead of
