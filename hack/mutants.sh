@@ -295,6 +295,11 @@ mutant plugin-prints-controls pkg/plugin/printable.go \
 	'case r < 0x100 && unicode.IsControl(r):' 'case r < 0x20 && r != 0x1b:'
 mutant plugin-drops-split-characters pkg/plugin/printable.go \
 	'p.pending = append([]byte(nil), data...)' 'p.pending = nil'
+# Issue 50, item 2: a drift check writes none of the state family.
+mutant drift-writes-state pkg/runnerapi/server.go \
+	'if id.ReadOnly && method != http.MethodGet && id.Object.HoldsState(name) {' 'if false {'
+mutant drift-creates-state pkg/runnerapi/server.go \
+	'if id.ReadOnly && id.Object.HoldsState(sec.Name) {' 'if false {'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

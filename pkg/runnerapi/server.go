@@ -156,6 +156,10 @@ type Identity struct {
 	Object    names.Object
 	// ObjectRef is the object as its owner reference names it.
 	ObjectRef metav1.OwnerReference
+	// ReadOnly: the Job only plans (a drift check), and may write none of
+	// the object's state family: module code it runs at plan time must not
+	// rewrite the state the next destroy reads.
+	ReadOnly bool
 }
 
 func (s *Server) init() error {
@@ -437,6 +441,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		return nil, refuse("the pod's Job belongs to no Terraform object")
 	}
 	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
+		ReadOnly:  job.Labels[names.LabelOperation] == string(infrav1.OperationDrift),
 		Object:    names.ObjectOf(owner.Kind, owner.Name),
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
 }
@@ -606,6 +611,9 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 		default:
 			return "not a verb of a run"
 		}
+		if id.ReadOnly && method != http.MethodGet && id.Object.HoldsState(name) {
+			return "a drift check only reads the state"
+		}
 	default:
 		return "not part of a run"
 	}
@@ -622,6 +630,9 @@ func (id *Identity) checkedSecret(body []byte, name string, forbid func(string) 
 	}
 	if (name != "" && sec.Name != name) || !(id.Object.HoldsState(sec.Name) || sec.Name == id.Object.Result(id.Job)) {
 		return nil, forbid("only the object's state Secrets and this Job's result are written")
+	}
+	if id.ReadOnly && id.Object.HoldsState(sec.Name) {
+		return nil, forbid("a drift check only reads the state")
 	}
 	// Never a ServiceAccount token Secret or another type the API
 	// server gives meaning to.

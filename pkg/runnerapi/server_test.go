@@ -853,3 +853,53 @@ func TestProtectionRecordIsTheManagers(t *testing.T) {
 		t.Errorf("forwarded %v, want the two allowed writes", forwarded)
 	}
 }
+
+// TestDriftChecksOnlyRead (issue 50, item 2): a drift check's runner, whose
+// module code runs at plan time with nobody's approval, reads the state and
+// writes its lock and result, and nothing of the state family.
+func TestDriftChecksOnlyRead(t *testing.T) {
+	const secrets = "/api/v1/namespaces/ns/secrets"
+	drift := *me
+	drift.ReadOnly = true
+	tests := map[string]struct {
+		method, path string
+		body         []byte
+		allowed      bool
+	}{
+		"read its state":          {method: "GET", path: secrets + "/tfc-prod-state", allowed: true},
+		"read a chunk":            {method: "GET", path: secrets + "/tfc-prod-state-1764540000000000000-0", allowed: true},
+		"read its durable inputs": {method: "GET", path: secrets + "/tfc-prod-inputs", allowed: true},
+		"hold its lock":           {method: "PUT", path: "/apis/coordination.k8s.io/v1/namespaces/ns/leases/tfc-prod-lock", body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`), allowed: true},
+		"write its result":        {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result"), allowed: true},
+		"delete its run inputs":   {method: "DELETE", path: secrets + "/" + me.Job, allowed: true},
+		"write the state":         {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state")},
+		"create a chunk":          {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-state-1764540000000000000-0")},
+		"create a backup":         {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914")},
+		"delete a backup":         {method: "DELETE", path: secrets + "/tfc-prod-backup-20261130-174914"},
+		"rewrite durable inputs":  {method: "PUT", path: secrets + "/tfc-prod-inputs", body: secretBody(t, "tfc-prod-inputs")},
+		"create a rescued state":  {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-errored-20261130-174914")},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.path, bytes.NewReader(tc.body))
+			if tc.body != nil {
+				r.Header.Set("Content-Type", "application/json")
+			}
+			_, err := drift.authorize(r, tc.body)
+			if tc.allowed != (err == nil) {
+				t.Fatalf("authorize = %v, want allowed %v", err, tc.allowed)
+			}
+			if err != nil && !strings.Contains(err.Error(), "a drift check only reads the state") {
+				t.Errorf("refused with %v, want the drift rule", err)
+			}
+		})
+	}
+	// The same requests of an apply pass.
+	for _, path := range []string{"tfc-prod-state", "tfc-prod-inputs"} {
+		r := httptest.NewRequest(http.MethodPut, secrets+"/"+path, bytes.NewReader(secretBody(t, path)))
+		r.Header.Set("Content-Type", "application/json")
+		if _, err := me.authorize(r, secretBody(t, path)); err != nil {
+			t.Errorf("an apply writes %s: %v", path, err)
+		}
+	}
+}
