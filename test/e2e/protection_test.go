@@ -78,7 +78,7 @@ func TestRecreatedObjectKeepsProtection(t *testing.T) {
 	// An operator with every right takes the object away (as a restore
 	// into another plane brings a state without its object), and a writer
 	// makes it again, unprotected, ungated.
-	if tc := e.get("kept"); tc != nil {
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "kept", metav1.GetOptions{}); err == nil {
 		if _, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Patch(ctx, "kept", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
