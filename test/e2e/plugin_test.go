@@ -28,7 +28,7 @@ func (e *env) user(name string, roles ...string) string {
 		e.t.Fatal(err)
 	}
 	for _, r := range roles {
-		role, err := framework.DocsRole(r)
+		role, err := framework.ShippedRole(r)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -129,7 +129,10 @@ func TestKubectlPlugin(t *testing.T) {
 
 	// An approver is asked, and a no approves nothing.
 	expect("approve, answered no", e.kubectlCaptf(bin, approver, "n\n", "approve", "tfc/shop"), 1,
-		[]string{"Plan " + hash, "Approve plan " + hash + " of terraformclusters/shop (captf.io/approve-destructive-plan=" + hash + ")? [y/N]"}, []string{"error: not approved"})
+		// The plan text as terraform wrote it (issue 50, item 8: the Roles
+		// the docs gave an approver read no run records, so only a summary).
+		[]string{"Plan " + hash, "terraform_data.instance[1] will be destroyed",
+			"Approve plan " + hash + " of terraformclusters/shop (captf.io/approve-destructive-plan=" + hash + ")? [y/N]"}, []string{"error: not approved"})
 	if v := e.get("shop").Annotations[infrav1.AnnotationApproveDestructivePlan]; v != "" {
 		t.Fatalf("a no approved %q", v)
 	}

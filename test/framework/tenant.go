@@ -24,7 +24,7 @@ func (cp *ControlPlane) Tenant(ctx context.Context, namespace string) (*rest.Con
 	if _, err := cp.Kube.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	role, err := DocsRole("captf-writer")
+	role, err := ShippedRole("captf-writer")
 	if err != nil {
 		return nil, err
 	}
