@@ -300,6 +300,15 @@ mutant drift-writes-state pkg/runnerapi/server.go \
 	'if id.ReadOnly && method != http.MethodGet && id.Object.HoldsState(name) {' 'if false {'
 mutant drift-creates-state pkg/runnerapi/server.go \
 	'if id.ReadOnly && id.Object.HoldsState(sec.Name) {' 'if false {'
+# Issue 50, item 6: heredoc lines, env from Secrets, one buffer a stream.
+mutant redact-no-heredoc-lines pkg/runner/redact.go \
+	'secrets = append(secrets, strings.TrimSpace(line))' 'secrets = append(secrets)'
+mutant redact-no-env pkg/runner/redact.go \
+	'name == s || isPattern && strings.HasPrefix(name, prefix)' 'name == s'
+mutant redact-streams-share-a-buffer pkg/runner/runner.go \
+	'ow, ew := r.redact.Writer(log), r.redact.Writer(log)' 'ow := r.redact.Writer(log); ew := ow'
+mutant env-from-secrets-untold pkg/controller/workspace/jobs.go \
+	'sensitive = append(sensitive, e.Name)' 'plain = append(plain, e.Name)'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -50,6 +50,11 @@ type Spec struct {
 	// Protect is the object's spec.protect: a plan that destroys, replaces
 	// or forgets an address it covers fails, whatever the approvals.
 	Protect []string
+	// SensitiveEnv names the runner's environment variables that come from
+	// Secrets (env[].valueFrom.secretKeyRef), and "P*" for an envFrom of a
+	// Secret with prefix P; PlainEnv the env entries that override those.
+	// Their values are redacted like sensitive variables.
+	SensitiveEnv, PlainEnv []string
 }
 
 // flag is one of the runner's flags: its name, and where it lives in a
@@ -81,6 +86,8 @@ var specFlags = []specFlag{
 	{"approved-plan", "plan hash captf.io/approve-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedPlan) }, func(s *Spec) bool { return s.ApprovedPlan != "" }},
 	{"approved-destructive-plan", "plan hash captf.io/approve-destructive-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedDestructivePlan) }, func(s *Spec) bool { return s.ApprovedDestructivePlan != "" }},
 	{"protect", "resource address patterns no plan may destroy, replace or forget, as a JSON list (spec.protect)", func(s *Spec) flag.Value { return (*jsonList)(&s.Protect) }, func(s *Spec) bool { return len(s.Protect) > 0 }},
+	{"sensitive-env", "environment variables from Secrets, and P* for an envFrom of one, as a JSON list: their values are redacted", func(s *Spec) flag.Value { return (*jsonList)(&s.SensitiveEnv) }, func(s *Spec) bool { return len(s.SensitiveEnv) > 0 }},
+	{"plain-env", "environment variables set by the pod's env, which an envFrom does not override, as a JSON list", func(s *Spec) flag.Value { return (*jsonList)(&s.PlainEnv) }, func(s *Spec) bool { return len(s.PlainEnv) > 0 }},
 }
 
 // Args are the flags that tell a runner s, in a fixed order.

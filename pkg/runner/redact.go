@@ -22,8 +22,9 @@ type Redactor struct {
 }
 
 // NewRedactor takes the sensitive variables' values from tfvars: each
-// string, a JSON value's string leaves, and the value as JSON.
-func NewRedactor(tfvars, sensitive []byte) (*Redactor, error) {
+// string, a JSON value's string leaves, and the value as JSON; and the
+// values in extra (environment variables from Secrets).
+func NewRedactor(tfvars, sensitive []byte, extra ...string) (*Redactor, error) {
 	var names []string
 	if len(sensitive) > 0 {
 		if err := json.Unmarshal(sensitive, &names); err != nil {
@@ -50,6 +51,16 @@ func NewRedactor(tfvars, sensitive []byte) (*Redactor, error) {
 			secrets = append(secrets, string(raw))
 		}
 		secrets = appendLeaves(secrets, v)
+	}
+	secrets = append(secrets, extra...)
+	// Each line of a value of several (a PEM key, a cloud-config) too:
+	// terraform prints those as an indented heredoc, a line at a time.
+	for _, s := range secrets {
+		if strings.Contains(s, "\n") {
+			for _, line := range strings.Split(s, "\n") {
+				secrets = append(secrets, strings.TrimSpace(line))
+			}
+		}
 	}
 	secrets = slices.DeleteFunc(secrets, func(s string) bool { return len(s) < minSecret })
 	// Longest first: a value that contains another goes whole.
@@ -132,4 +143,30 @@ func (rw *redactingWriter) Close() error {
 	_, err := io.WriteString(rw.w, rw.r.String(string(rw.buf)))
 	rw.buf = nil
 	return err
+}
+
+// containerEnv are set by the image or the container runtime, never by an
+// envFrom that matters.
+var containerEnv = []string{"PATH", "HOME", "HOSTNAME", "TERM", "PWD", "SHLVL", "USER"}
+
+// SensitiveEnv are the values of environ (os.Environ) that came from
+// Secrets: the variables sensitive names, and, for each pattern "P*" of
+// sensitive (an envFrom of a Secret, with its prefix), every variable that
+// starts with P but those plain names (the pod's own env, which overrides
+// envFrom).
+func SensitiveEnv(environ, sensitive, plain []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || slices.Contains(plain, name) || slices.Contains(containerEnv, name) || strings.HasPrefix(name, "KUBERNETES_") {
+			continue
+		}
+		for _, s := range sensitive {
+			if prefix, isPattern := strings.CutSuffix(s, "*"); name == s || isPattern && strings.HasPrefix(name, prefix) {
+				out = append(out, value)
+				break
+			}
+		}
+	}
+	return out
 }

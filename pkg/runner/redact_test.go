@@ -2,6 +2,9 @@ package runner
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,5 +48,49 @@ func TestRedactor(t *testing.T) {
 	var none *Redactor
 	if none.String("x") != "x" {
 		t.Error("a nil Redactor changes text")
+	}
+}
+
+// TestRedactsMultilineAndEnv (issue 50, item 6): each line of a value of
+// several, as terraform prints it in a heredoc; the values of environment
+// variables from Secrets; a value amid lines another stream wrote.
+func TestRedactsMultilineAndEnv(t *testing.T) {
+	key := "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
+	tfvars, _ := json.Marshal(map[string]string{"key": key})
+	env := SensitiveEnv([]string{"AWS_SECRET_ACCESS_KEY=aws-secret-value", "DB_PASSWORD=db-secret-value", "DB_HOST=db.example.com",
+		"REGION=eu-west-1", "PATH=/usr/bin", "HOSTNAME=runner-pod", "KUBERNETES_SERVICE_HOST=10.96.0.1", "TF_VAR_x=other"},
+		[]string{"AWS_SECRET_ACCESS_KEY", "DB_*"}, []string{"DB_HOST"})
+	if want := []string{"aws-secret-value", "db-secret-value"}; !slices.Equal(env, want) {
+		t.Errorf("SensitiveEnv = %q, want %q", env, want)
+	}
+	r, err := NewRedactor(tfvars, []byte(`["key"]`), env...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heredoc := "      + content = <<-EOT\n            -----BEGIN PRIVATE KEY-----\n            MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n            BKcwggSjAgEAAoIBAQC7\n        EOT\n"
+	for _, leak := range []string{"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "BKcwggSjAgEAAoIBAQC7"} {
+		if strings.Contains(r.String(heredoc), leak) {
+			t.Errorf("a heredoc line leaks %q: %q", leak, r.String(heredoc))
+		}
+	}
+	if got := r.String("export AWS=aws-secret-value DB=db-secret-value host=db.example.com"); got != "export AWS="+Redacted+" DB="+Redacted+" host=db.example.com" {
+		t.Errorf("env values: %q", got)
+	}
+	// stdout and stderr, each its own line buffer over one log.
+	var out bytes.Buffer
+	log := &lockedWriter{w: &out}
+	stdout, stderr := r.Writer(log), r.Writer(log)
+	for _, w := range []struct {
+		w io.Writer
+		s string
+	}{{stdout, "token aws-sec"}, {stderr, "Warning: something\n"}, {stdout, "ret-value\n"}} {
+		if _, err := w.w.Write([]byte(w.s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout.Close()
+	stderr.Close()
+	if strings.Contains(out.String(), "aws-secret-value") || !strings.Contains(out.String(), "token "+Redacted) {
+		t.Errorf("interleaved streams: %q", out.String())
 	}
 }

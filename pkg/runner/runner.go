@@ -287,7 +287,8 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if err != nil {
 		return nil, "", fmt.Errorf("reading inputs secret %s: %w", inputsName, err)
 	}
-	if r.redact, err = NewRedactor(inputs.Data[run.KeyVariables], inputs.Data[run.KeySensitive]); err != nil {
+	env := SensitiveEnv(os.Environ(), r.Config.SensitiveEnv, r.Config.PlainEnv)
+	if r.redact, err = NewRedactor(inputs.Data[run.KeyVariables], inputs.Data[run.KeySensitive], env...); err != nil {
 		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, run.KeySensitive, err)
 	}
 	var module run.Module
@@ -604,18 +605,22 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	// well as the runner's forwarded one. Two interrupts make it exit at
 	// once and lose what the apply made.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var logOut io.Writer = io.Discard
+	// Each stream its own line buffer: a line of stderr written amid one of
+	// stdout must not split a value of either.
+	var outLog, errLog io.Writer = io.Discard, io.Discard
 	if r.Log != nil {
-		lw := r.redact.Writer(r.Log)
-		defer lw.Close()
-		logOut = lw
+		log := &lockedWriter{w: r.Log}
+		ow, ew := r.redact.Writer(log), r.redact.Writer(log)
+		defer ow.Close()
+		defer ew.Close()
+		outLog, errLog = ow, ew
 	}
 	if args[0] == "show" || args[0] == "output" {
 		cmd.Stdout = &stdout // machine-readable, and outputs may be sensitive: not logged
 	} else {
-		cmd.Stdout = io.MultiWriter(&stdout, logOut)
+		cmd.Stdout = io.MultiWriter(&stdout, outLog)
 	}
-	cmd.Stderr = io.MultiWriter(&stderr, logOut)
+	cmd.Stderr = io.MultiWriter(&stderr, errLog)
 	r.mu.Lock()
 	if r.signal {
 		r.mu.Unlock()
@@ -815,4 +820,16 @@ func excerpt(s string) string {
 		s = s[:max] + "..."
 	}
 	return s
+}
+
+// lockedWriter writes whole lines of two streams one at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

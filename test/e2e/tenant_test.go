@@ -385,43 +385,7 @@ func TestSensitiveValuesStayHidden(t *testing.T) {
 		return c != nil && c.Reason == "ApplyFailed"
 	})
 
-	// Everything a user or an operator sees.
-	seen := map[string]string{}
-	obj, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "hush", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, _ := json.Marshal(obj.Status)
-	seen["status"] = string(status)
-	events, err := plane.Kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range events.Items {
-		seen["event "+ev.Reason] += ev.Message + "\n"
-	}
-	pods, err := plane.Kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		logs, err := executor.Logs(e.ns, p.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen["log of "+p.Name] = logs
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Terminated != nil {
-				seen["termination message of "+p.Name] = cs.State.Terminated.Message
-			}
-		}
-	}
-	mlog, _ := os.ReadFile(m.LogFile)
-	seen["manager log"] = string(mlog)
-	// What the runs kept of their plans and logs.
-	for k, v := range runRecords(t, e.ns) {
-		seen[k] = v
-	}
+	seen := e.everythingSeen(m, "hush")
 	if log := seen["record apply Failed "+run.KeyLog]; !strings.Contains(log, "cannot connect with "+runner.Redacted) {
 		t.Errorf("the failed run's record keeps no log of what it printed: %q", log)
 	}
@@ -811,4 +775,104 @@ func runRecords(t *testing.T, ns string) map[string]string {
 		}
 	}
 	return out
+}
+
+// everythingSeen is what a user or an operator sees of object name's runs:
+// its status, the namespace's events, pod logs and termination messages,
+// the manager's log and the run records.
+func (e *env) everythingSeen(m *framework.Manager, name string) map[string]string {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	seen := map[string]string{}
+	obj, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _ := json.Marshal(obj.Status)
+	seen["status"] = string(status)
+	events, err := plane.Kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		seen["event "+ev.Reason] += ev.Message + "\n"
+	}
+	pods, err := plane.Kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		logs, err := executor.Logs(e.ns, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen["log of "+p.Name] = logs
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				seen["termination message of "+p.Name] = cs.State.Terminated.Message
+			}
+		}
+	}
+	mlog, _ := os.ReadFile(m.LogFile)
+	seen["manager log"] = string(mlog)
+	for k, v := range runRecords(t, e.ns) {
+		seen[k] = v
+	}
+	return seen
+}
+
+// TestRedactsMultilineAndEnvSecrets (issue 50, item 6): a multi-line value
+// from a Secret (a PEM key, a cloud-config), which terraform prints as an
+// indented heredoc a line at a time, and the values of Secrets given to the
+// runner through spec.jobs.env and envFrom, passed the redactor into logs,
+// run records and statuses. Each line is redacted now, and so is each
+// value the runner's environment took from a Secret.
+func TestRedactsMultilineAndEnvSecrets(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManager()
+	const line1, line2, token, bulk = "MIIEcanaryLineOne4c1f", "MIIEcanaryLineTwo9a7e", "canary-env-token-51c3", "canary-envfrom-8e02"
+	pem := "-----BEGIN PRIVATE KEY-----\n" + line1 + "\n" + line2 + "\n-----END PRIVATE KEY-----\n"
+	for name, data := range map[string]map[string][]byte{"tls": {"key": []byte(pem)}, "creds": {"token": []byte(token)}, "bulk": {"secret": []byte(bulk)}} {
+		if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc := &infrav1.TerraformCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "pem", Namespace: e.ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "pem"},
+			OwnerReferences: []metav1.OwnerReference{clusterOwnerRef(e.newCluster("pem", false))}},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: `
+variable "key" { type = string }
+resource "terraform_data" "key" {
+  input = var.key
+  provisioner "local-exec" {
+    command = "echo token=$API_TOKEN bulk=$BULK_secret"
+  }
+}
+`},
+			Jobs: &infrav1.JobPolicy{
+				Env:     []corev1.EnvVar{{Name: "API_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "token"}}}},
+				EnvFrom: []corev1.EnvFromSource{{Prefix: "BULK_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "bulk"}}}},
+			}}},
+	}
+	tc.Spec.Variables = []infrav1.Variable{
+		{Name: "key", ValueFrom: &infrav1.VariableSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "tls"}, Key: "key"}}},
+	}
+	e.create(tc)
+	e.waitFor("pem", 2*time.Minute, "Ready", isReady)
+	seen := e.everythingSeen(m, "pem")
+	printed, planned := false, false
+	for where, text := range seen {
+		for _, canary := range []string{line1, line2, token, bulk} {
+			if strings.Contains(text, canary) {
+				t.Errorf("%s shows %s", where, canary)
+			}
+		}
+		printed = printed || strings.Contains(text, "token="+runner.Redacted+" bulk="+runner.Redacted)
+		planned = planned || strings.Contains(text, "<<-EOT")
+	}
+	if !printed || !planned {
+		t.Errorf("the module's echo (%v) or the plan's heredoc (%v) is not where the test looks: the test proves nothing:\n%v", printed, planned, seen)
+	}
 }

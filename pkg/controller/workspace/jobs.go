@@ -223,7 +223,32 @@ func runnerSpec(s JobSpec, name string) run.Spec {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
 	}
 	spec.Protect = s.Protect
+	spec.SensitiveEnv, spec.PlainEnv = envFromSecrets(runnerEnv(s), s.Policy.EnvFrom)
 	return spec
+}
+
+// envFromSecrets names the runner's environment variables whose values
+// come from Secrets, and the env entries that override an envFrom: the
+// runner redacts those values (run.Spec.SensitiveEnv).
+func envFromSecrets(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) (sensitive, plain []string) {
+	for _, e := range env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			sensitive = append(sensitive, e.Name)
+		} else {
+			plain = append(plain, e.Name)
+		}
+	}
+	fromSecret := false
+	for _, e := range envFrom {
+		if e.SecretRef != nil {
+			sensitive = append(sensitive, e.Prefix+"*")
+			fromSecret = true
+		}
+	}
+	if !fromSecret {
+		plain = nil // nothing to tell apart from
+	}
+	return sensitive, plain
 }
 
 // runnerEnv is the runner container's environment: its pod, where the

@@ -263,3 +263,36 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvFromSecrets (issue 50, item 6): the runner is told which of its
+// environment variables come from Secrets, to redact their values.
+func TestEnvFromSecrets(t *testing.T) {
+	fromSecret := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "k"}}
+	fromConfigMap := &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}, Key: "k"}}
+	cases := []struct {
+		name             string
+		env              []corev1.EnvVar
+		envFrom          []corev1.EnvFromSource
+		sensitive, plain []string
+	}{
+		{"nothing from Secrets", []corev1.EnvVar{{Name: "REGION", Value: "x"}, {Name: "CM", ValueFrom: fromConfigMap}}, nil, nil, nil},
+		{"a key of a Secret", []corev1.EnvVar{{Name: "REGION", Value: "x"}, {Name: "TOKEN", ValueFrom: fromSecret}}, nil, []string{"TOKEN"}, nil},
+		{"a whole Secret, with a prefix", []corev1.EnvVar{{Name: "REGION", Value: "x"}},
+			[]corev1.EnvFromSource{{Prefix: "AWS_", SecretRef: &corev1.SecretEnvSource{}}, {ConfigMapRef: &corev1.ConfigMapEnvSource{}}},
+			[]string{"AWS_*"}, []string{"REGION"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sensitive, plain := envFromSecrets(tc.env, tc.envFrom)
+			if !slices.Equal(sensitive, tc.sensitive) || !slices.Equal(plain, tc.plain) {
+				t.Errorf("envFromSecrets = %q, %q; want %q, %q", sensitive, plain, tc.sensitive, tc.plain)
+			}
+		})
+	}
+	// As the Job tells it.
+	s := JobSpec{Owner: &infrav1.TerraformCluster{}, OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster"), Operation: infrav1.OperationApply}
+	s.Policy.Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: fromSecret}}
+	if args := runnerSpec(s, "j").Args(); !slices.Contains(args, `--sensitive-env=["TOKEN"]`) {
+		t.Errorf("runner args %q name no sensitive env", args)
+	}
+}
