@@ -283,6 +283,8 @@ mutant protection-covered-loosely pkg/controller/workspace/protection.go \
 			return false'
 mutant protection-adopted-by-any pkg/controller/workspace/protection.go \
 	'obj.GetAnnotations()[infrav1.AnnotationAdoptState] != string(p.UID)' 'obj.GetAnnotations()[infrav1.AnnotationAdoptState] == ""'
+mutant protection-recorded-under-a-job pkg/controller/workspace/protection.go \
+	'if slices.ContainsFunc(r.Jobs, func(j *CachedJob) bool { finished, _ := JobFinished(j); return !finished }) {' 'if false {'
 mutant protection-recorded-while-held pkg/controller/workspace/protection.go \
 	'		return true, nil
 	}

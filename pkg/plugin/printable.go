@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -67,6 +68,10 @@ func appendPrintable(out []byte, r rune, raw []byte) []byte {
 	case r < 0x100 && unicode.IsControl(r):
 		return fmt.Appendf(out, `\x%02x`, r)
 	case unicode.Is(unicode.Cf, r), unicode.Is(unicode.Zl, r), unicode.Is(unicode.Zp, r), r == utf8.RuneError:
+		if r > 0xffff { // as JSON writes it: a surrogate pair
+			hi, lo := utf16.EncodeRune(r)
+			return fmt.Appendf(out, `\u%04x\u%04x`, hi, lo)
+		}
 		return fmt.Appendf(out, `\u%04x`, r)
 	}
 	return append(out, raw...)

@@ -21,6 +21,7 @@ func TestPrintable(t *testing.T) {
 		{"line and paragraph separators", "a\u2028b\u2029", `a\u2028b\u2029`},
 		{"a bell and a backspace", "a\a\bb", `a\x07\x08b`},
 		{"a character cut short at the end", "ok\xe2\x80", `ok\xe2\x80`},
+		{"a tag character, beyond U+FFFF", "a\U000e0001b", `a\udb40\udc01b`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

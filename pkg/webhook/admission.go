@@ -38,20 +38,29 @@ const MaxRequestBytes = 4 << 20
 // by source (the API server, or any pod that reaches port 9443): the
 // decoded objects take a few times their body's size. A request takes its
 // slot once its body is read, so a client that sends slowly holds none.
-// The API server waits for a slot up to its webhook timeout.
-const MaxInFlight = 8
+// One source holds at most maxInFlightPerSource; the API server waits for
+// a slot up to its webhook timeout.
+const (
+	MaxInFlight          = 12
+	maxInFlightPerSource = 8
+)
 
 // MaxReading bounds the requests whose bodies are read or held at once,
 // and so their memory; one source reads at most half of them, so that
 // slow senders leave the API server its share.
 const MaxReading = 16
 
-// Access reviews a source may ask for: each reference an object adds costs
-// one, through the manager's one client. What the API server sends stays
-// far below; forged reviews from a pod would take the others' share.
+// Access reviews a requester (a user, through a source address) and a
+// source address in all may ask for: each reference an object adds costs
+// one, through the manager's one client. The API server is one source, for
+// every user: one user's references must not spend the others'; forged
+// reviews from a pod, whatever users they name, are bounded by their
+// address's.
 const (
-	accessReviewQPS   = 20
-	accessReviewBurst = 400
+	accessReviewQPS         = 20
+	accessReviewBurst       = 400
+	sourceAccessReviewQPS   = 200
+	sourceAccessReviewBurst = 2000
 )
 
 // Deadlines of a decision: the API server says its own (the query
@@ -101,8 +110,9 @@ type Handler struct {
 	// reading and slots share requests by source: reading bounds the
 	// bodies being read or held, slots the requests being decided.
 	reading, slots *fairshare.Slots
-	// accessReviews is each source's budget of access reviews.
-	accessReviews *fairshare.RateLimits
+	// accessReviews is each requester's budget of access reviews, beside
+	// their source's.
+	accessReviews, sourceAccessReviews *fairshare.RateLimits
 }
 
 // sourceKey carries a request's source in its context, for its budget of
@@ -110,7 +120,7 @@ type Handler struct {
 type sourceKey struct{}
 
 // errTooManyReviews refuses a decision past its source's budget.
-var errTooManyReviews = errors.New("too many access reviews asked for from this address: try again shortly")
+var errTooManyReviews = errors.New("too many access reviews asked for by this user: try again shortly")
 
 // Mux serves every kind's path: MaxReading requests read at a time,
 // MaxInFlight decided, shared by source.
@@ -118,12 +128,14 @@ func (h *Handler) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	h.reading = fairshare.NewSlots(MaxReading, MaxReading/2)
 	h.reading.OnWait = metrics.SlotWaitCounter(metrics.ServerWebhook, metrics.SlotsReading)
-	h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight/2)
+	h.slots = fairshare.NewSlots(MaxInFlight, maxInFlightPerSource)
 	h.slots.OnWait = metrics.SlotWaitCounter(metrics.ServerWebhook, metrics.SlotsDeciding)
 	h.accessReviews = fairshare.NewRateLimits(accessReviewQPS, accessReviewBurst, 0, 0)
+	h.sourceAccessReviews = fairshare.NewRateLimits(sourceAccessReviewQPS, sourceAccessReviewBurst, 0, 0)
 	if authorize := h.Authorize; authorize != nil {
 		h.Authorize = func(ctx context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
-			if source, ok := ctx.Value(sourceKey{}).(string); ok && h.accessReviews.TryAccept(source) != fairshare.Accepted {
+			if source, ok := ctx.Value(sourceKey{}).(string); ok &&
+				(h.accessReviews.TryAccept(source+"\x00"+user.Username) != fairshare.Accepted || h.sourceAccessReviews.TryAccept(source) != fairshare.Accepted) {
 				metrics.WebhookRefused.WithLabelValues("access_review_budget").Inc()
 				return false, "", errTooManyReviews
 			}
@@ -233,7 +245,7 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 	for _, raw := range [][]byte{req.Object.Raw, req.OldObject.Raw} {
 		if errs, err := checkBounds(raw); err != nil {
 			return deny(resp, apierrors.NewBadRequest(err.Error()))
-		} else if len(errs) > 0 {
+		} else if len(errs) > 0 && !sameSpec(req) {
 			metrics.WebhookRefused.WithLabelValues("over_bounds").Inc()
 			return deny(resp, apierrors.NewInvalid(schema.GroupKind{Group: infrav1.GroupName, Kind: kind}, req.Name, errs))
 		}
@@ -346,6 +358,26 @@ func deletingMetadataOnly(req *admissionv1.AdmissionRequest) bool {
 		Spec json.RawMessage `json:"spec"`
 	}
 	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil || old.Metadata.DeletionTimestamp == nil {
+		return false
+	}
+	var spec, oldSpec any
+	if json.Unmarshal(obj.Spec, &spec) != nil || json.Unmarshal(old.Spec, &oldSpec) != nil {
+		return len(obj.Spec) == 0 && len(old.Spec) == 0
+	}
+	return reflect.DeepEqual(spec, oldSpec)
+}
+
+// sameSpec tells an update that leaves the spec as it was: an object
+// stored before a bound existed must still lose its finalizer, and one
+// whose references are all its old ones costs no access review.
+func sameSpec(req *admissionv1.AdmissionRequest) bool {
+	if req.Operation != admissionv1.Update {
+		return false
+	}
+	var obj, old struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil {
 		return false
 	}
 	var spec, oldSpec any

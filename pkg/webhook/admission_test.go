@@ -685,6 +685,16 @@ func TestExpensiveReviewsBounded(t *testing.T) {
 	if review, _ := post(http.DefaultClient, "", forgedReview(t, "admin", 3)); review.Response == nil || !review.Response.Allowed {
 		t.Errorf("the API server's review while another source is over its budget: %+v", review.Response)
 	}
+	// Through the API server, one user's references spend only their own.
+	for range 3 {
+		post(http.DefaultClient, "", forgedReview(t, "greedy", 200))
+	}
+	if review, _ := post(http.DefaultClient, "", forgedReview(t, "greedy", 3)); review.Response == nil || review.Response.Allowed {
+		t.Errorf("a user past their budget: %+v", review.Response)
+	}
+	if review, _ := post(http.DefaultClient, "", forgedReview(t, "admin", 3)); review.Response == nil || !review.Response.Allowed {
+		t.Errorf("another user's review through the same API server: %+v", review.Response)
+	}
 
 	// A source holds half the decision slots; the API server decides with
 	// the others meanwhile, within the deadline it gives.
@@ -701,7 +711,7 @@ func TestExpensiveReviewsBounded(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for h.slots.Held("127.0.0.3") < MaxInFlight/2 && time.Now().Before(deadline) {
+	for h.slots.Held("127.0.0.3") < maxInFlightPerSource && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	mu.Lock()
@@ -710,8 +720,8 @@ func TestExpensiveReviewsBounded(t *testing.T) {
 	if review, _ := post(http.DefaultClient, "?timeout=3s", forgedReview(t, "admin", 1)); review.Response == nil || !review.Response.Allowed {
 		t.Errorf("the API server's review while one source holds its slots: %+v", review.Response)
 	}
-	if n := h.slots.Held("127.0.0.3"); n != MaxInFlight/2 {
-		t.Errorf("one source holds %d decision slots, want its share %d", n, MaxInFlight/2)
+	if n := h.slots.Held("127.0.0.3"); n != maxInFlightPerSource {
+		t.Errorf("one source holds %d decision slots, want its share %d", n, maxInFlightPerSource)
 	}
 	mu.Lock()
 	if len(deadlines) != 1 || deadlines[0] > 3*time.Second {
@@ -720,4 +730,26 @@ func TestExpensiveReviewsBounded(t *testing.T) {
 	mu.Unlock()
 	close(release)
 	wg.Wait()
+}
+
+// TestBoundsRatchet: an object stored before a bound existed keeps working
+// while its spec stays: the manager removes its finalizer, a label changes;
+// a change of its spec is held to the bound.
+func TestBoundsRatchet(t *testing.T) {
+	h := &Handler{ManagerUser: managerUser}
+	big := machine("")
+	big.Finalizers = []string{infrav1.TerraformMachineFinalizer}
+	big.Spec.Jobs = &infrav1.JobPolicy{}
+	for i := range maxEnv + 6 {
+		big.Spec.Jobs.Env = append(big.Spec.Jobs.Env, corev1.EnvVar{Name: fmt.Sprintf("E%d", i), Value: "x"})
+	}
+	released := big.DeepCopy()
+	released.Finalizers = nil
+	wantAdmission(t, h.Admit(context.Background(), "TerraformMachine", request(admissionv1.Update, managerUser, released, big)), "")
+	labelled := big.DeepCopy()
+	labelled.Labels["team"] = "a"
+	wantAdmission(t, h.Admit(context.Background(), "TerraformMachine", request(admissionv1.Update, "tenant", labelled, big)), "")
+	grown := big.DeepCopy()
+	grown.Spec.Jobs.Env = append(grown.Spec.Jobs.Env, corev1.EnvVar{Name: "MORE", Value: "x"})
+	wantAdmission(t, h.Admit(context.Background(), "TerraformMachine", request(admissionv1.Update, "tenant", grown, big)), "spec.jobs.env: Too many: 71: must have at most 64 items")
 }

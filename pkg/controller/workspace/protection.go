@@ -114,5 +114,10 @@ func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err e
 	if err != nil || string(own) == head.Protection {
 		return err == nil, err
 	}
+	// Not under a running Job: its runner writes the head at the version it
+	// read, and a write of ours in between would fence its state saves.
+	if slices.ContainsFunc(r.Jobs, func(j *CachedJob) bool { finished, _ := JobFinished(j); return !finished }) {
+		return true, nil
+	}
 	return true, e.protectState(ctx, obj, string(own))
 }

@@ -97,3 +97,33 @@ func TestProtectionTravelsWithState(t *testing.T) {
 		})
 	}
 }
+
+// TestProtectionNotRecordedUnderARunningJob: the runner of a running Job
+// writes the state head at the version it read; a record written meanwhile
+// would fence its state saves. The record waits for the Job to end.
+func TestProtectionNotRecordedUnderARunningJob(t *testing.T) {
+	k := kinds[0]
+	obj := names.Object{Kind: k.short, Name: "prod"}
+	head := statestore.NewStateSecret("ns", obj.State(), obj, names.SecretTypeState, names.ObjectLabels(k.kind, "prod", "obj-uid"))
+	head.Annotations["captf.io/encoding"] = "gzip"
+	head.Annotations[names.AnnotationProtection] = ownProtection
+	f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, append(k.kube, runtime.Object(head))...)
+	f.sync()
+	jobs := f.createdJobs()
+	if len(jobs) != 1 {
+		t.Fatalf("Jobs %v, want the apply", jobNames(jobs))
+	}
+	f.observe(jobs...)
+	f.change(func(o workspace.Object) { o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual })
+	f.sync()
+	recorded := func() string {
+		got, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), obj.State(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Annotations[names.AnnotationProtection]
+	}
+	if r := recorded(); r != ownProtection {
+		t.Errorf("recorded %q under a running Job, want it left %q", r, ownProtection)
+	}
+}
