@@ -114,7 +114,9 @@ func TestProtectionNotRecordedUnderARunningJob(t *testing.T) {
 		t.Fatalf("Jobs %v, want the apply", jobNames(jobs))
 	}
 	f.observe(jobs...)
-	f.change(func(o workspace.Object) { o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual })
+	f.change(func(o workspace.Object) {
+		o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+	})
 	f.sync()
 	recorded := func() string {
 		got, err := f.kube.CoreV1().Secrets("ns").Get(context.Background(), obj.State(), metav1.GetOptions{})
