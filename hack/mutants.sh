@@ -311,6 +311,17 @@ mutant redact-streams-share-a-buffer pkg/runner/runner.go \
 	'ow, ew := r.redact.Writer(log), r.redact.Writer(log)' 'ow := r.redact.Writer(log); ew := ow'
 mutant env-from-secrets-untold pkg/controller/workspace/jobs.go \
 	'sensitive = append(sensitive, e.Name)' 'plain = append(plain, e.Name)'
+# Issue 50, item 7: what one review may cost the webhook.
+mutant webhook-bounds-unchecked pkg/webhook/admission.go \
+	'if int(n) > max {' 'if false {'
+mutant webhook-budget-per-source-only pkg/webhook/admission.go \
+	'h.accessReviews.TryAccept(source+"\x00"+user.Username) != fairshare.Accepted ||' ''
+mutant webhook-one-source-all-slots pkg/webhook/admission.go \
+	'h.slots = fairshare.NewSlots(MaxInFlight, maxInFlightPerSource)' 'h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight)'
+mutant webhook-no-deadline pkg/webhook/admission.go \
+	'return min(d, maxDecisionTimeout)' 'return maxDecisionTimeout'
+mutant webhook-bounds-ratchet-always pkg/webhook/admission.go \
+	'} else if len(errs) > 0 && !sameSpec(req) {' '} else if len(errs) > 0 && true {'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

@@ -139,18 +139,7 @@ func TestRecreatedObjectKeepsProtection(t *testing.T) {
 // grantSecrets lets the tenant read and edit the namespace's Secrets, as
 // some teams' Roles do.
 func (e *env) grantSecrets() {
-	e.t.Helper()
-	ctx := context.Background()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "secret-editor"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "update", "patch"}}}}
-	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "secret-editor"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "secret-editor"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: e.ns}}}, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	e.grant("secret-editor", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "update", "patch"}})
 }
 
 // waitUntil retries check until it passes or d is over.

@@ -499,14 +499,18 @@ func installApprovalPolicy(t *testing.T) {
 
 // grantApprove gives the tenant the verb approve on resources.
 func (e *env) grantApprove(resources ...string) {
+	e.grant("approver", rbacv1.PolicyRule{APIGroups: []string{infrav1.SchemeGroupVersion.Group}, Resources: resources, Verbs: []string{"approve"}})
+}
+
+// grant binds the tenant to a Role name of rules.
+func (e *env) grant(name string, rules ...rbacv1.PolicyRule) {
+	e.t.Helper()
 	ctx := context.Background()
-	approver := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "approver"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{infrav1.SchemeGroupVersion.Group}, Resources: resources, Verbs: []string{"approve"}}}}
-	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, approver, metav1.CreateOptions{}); err != nil {
+	if _, err := plane.Kube.RbacV1().Roles(e.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "approver"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "approver"},
+	if _, err := plane.Kube.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: e.ns}}}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
