@@ -320,7 +320,7 @@ mutant webhook-one-source-all-slots pkg/webhook/admission.go \
 	'h.slots = fairshare.NewSlots(MaxInFlight, maxInFlightPerSource)' 'h.slots = fairshare.NewSlots(MaxInFlight, MaxInFlight)'
 mutant webhook-no-deadline pkg/webhook/admission.go \
 	'return min(d, maxDecisionTimeout)' 'return maxDecisionTimeout'
-mutant webhook-bounds-ratchet-always pkg/webhook/admission.go \
+mutant webhook-bounds-never-ratchet pkg/webhook/admission.go \
 	'} else if len(errs) > 0 && !sameSpec(req) {' '} else if len(errs) > 0 && true {'
 
 echo "$total mutants, $caught caught"
