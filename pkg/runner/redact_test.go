@@ -2,8 +2,11 @@ package runner
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -92,5 +95,30 @@ func TestRedactsMultilineAndEnv(t *testing.T) {
 	stderr.Close()
 	if strings.Contains(out.String(), "aws-secret-value") || !strings.Contains(out.String(), "token "+Redacted) {
 		t.Errorf("interleaved streams: %q", out.String())
+	}
+}
+
+// TestExecRedactsEachStream: terraform's stdout and stderr reach the log
+// through a line buffer each; a line of one written amid a line of the
+// other splits no value.
+func TestExecRedactsEachStream(t *testing.T) {
+	r, err := NewRedactor([]byte(`{"db":"hunter2-secret"}`), []byte(`["db"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := filepath.Join(t.TempDir(), "terraform")
+	// The sleeps order the writes as a busy terraform may: half a line on
+	// stdout, a line on stderr, the rest.
+	script := "#!/bin/sh\nprintf 'password hunter2-'\nsleep 0.2\nprintf 'Warning: x\\n' >&2\nsleep 0.2\nprintf 'secret\\n'\n"
+	if err := os.WriteFile(tf, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	run := &Runner{redact: r, Log: &log}
+	if _, err := run.exec(context.Background(), tf, t.TempDir(), nil, "plan"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "hunter2") || !strings.Contains(log.String(), "password "+Redacted) {
+		t.Errorf("log %q", log.String())
 	}
 }

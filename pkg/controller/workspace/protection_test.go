@@ -38,6 +38,9 @@ func TestProtectionTravelsWithState(t *testing.T) {
 			tc := o.(*infrav1.TerraformCluster)
 			tc.Spec.ApprovalPolicy, tc.Spec.Protect = infrav1.ApprovalPolicyManual, []string{"db", "net.*"}
 		}, wantProtect: names.ProtectHash([]string{"db", "net.*"}), wantRecord: `{"uid":"obj-uid","policy":"Manual","protect":["db","net.*"]}`},
+		{name: "an earlier object's, its policy but not its patterns: held to them", recorded: earlier, mutate: func(o workspace.Object) {
+			o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+		}, wantProtect: names.ProtectHash([]string{"net.*"}), wantCond: metav1.ConditionTrue, wantRecord: earlier},
 		{name: "an earlier object's, let go by an approver", recorded: earlier, mutate: func(o workspace.Object) {
 			o.SetAnnotations(map[string]string{infrav1.AnnotationAdoptState: "earlier-uid"})
 		}, wantRecord: ownProtection},
