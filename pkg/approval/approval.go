@@ -6,6 +6,8 @@
 package approval
 
 import (
+	"slices"
+
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/run"
 )
@@ -19,13 +21,21 @@ type Gate struct {
 	// Protect is spec.protect: no approval lets a plan destroy, replace or
 	// forget what it covers.
 	Protect []string
+	// Modules are the digests of module code an approver accepted for the
+	// object (the code its last apply ran, and the code its state was kept
+	// under); empty: the object runs whatever code it names (none was
+	// applied yet). ApprovedModule is the digest captf.io/approve-module
+	// names.
+	Modules        []string
+	ApprovedModule string
 }
 
 // Of is the Gate of a TerraformCluster: policy (Destructive when unset)
 // and the approvals in annotations. An approval of appliedPlan, the plan
 // applied last, is no approval: an approved plan applies once, and one
 // left in place would approve any later plan that hashes alike.
-func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]string, appliedPlan string) Gate {
+// appliedModule is the digest of the code the last apply ran.
+func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]string, appliedPlan, appliedModule string) Gate {
 	if policy == "" {
 		policy = infrav1.ApprovalPolicyDestructive
 	}
@@ -35,8 +45,33 @@ func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]
 		}
 		return ""
 	}
-	return Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
-		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan), Protect: protect}
+	g := Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
+		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan), Protect: protect,
+		ApprovedModule: annotations[infrav1.AnnotationApproveModule]}
+	if appliedModule != "" {
+		g.Modules = []string{appliedModule}
+	}
+	return g
+}
+
+// RunnableModules are the digests of the code a Job of the object may run,
+// for the runner to check (run.Spec.ApprovedModules): nil when any may run.
+func (g Gate) RunnableModules() []string {
+	if len(g.Modules) == 0 {
+		return nil
+	}
+	out := slices.Clone(g.Modules)
+	if g.ApprovedModule != "" && !slices.Contains(out, g.ApprovedModule) {
+		out = append(out, g.ApprovedModule)
+	}
+	return out
+}
+
+// ModuleRunnable tells whether a Job of the object may run the code of
+// digest.
+func (g Gate) ModuleRunnable(digest string) bool {
+	mods := g.RunnableModules()
+	return mods == nil || slices.Contains(mods, digest)
 }
 
 // Protected names the addresses of plan's protected changes that the
@@ -56,11 +91,11 @@ func (g Gate) Protected(plan *run.Plan) []string {
 // when it may apply (Protected is asked apart: no annotation frees a
 // protected change): a plan that deletes, replaces or forgets needs
 // approve-destructive-plan under either policy; under Manual any change
-// needs approve-plan (or approve-destructive-plan). A plan that changes
-// nothing always applies.
+// needs approve-plan (or approve-destructive-plan), a change of outputs
+// alone included. A plan that changes nothing always applies.
 func (g Gate) Needed(plan *run.Plan) string {
 	switch {
-	case g.Policy == "" || !plan.HasChanges():
+	case g.Policy == "" || !plan.HasChanges() && (g.Policy != infrav1.ApprovalPolicyManual || len(plan.OutputChanges) == 0):
 		return ""
 	case plan.Destructive():
 		if g.ApprovedDestructivePlan == plan.Hash {
@@ -76,12 +111,13 @@ func (g Gate) Needed(plan *run.Plan) string {
 	return ""
 }
 
-// DropUsed removes from annotations the approvals that name plan, just
-// applied, and says whether it removed any.
-func DropUsed(annotations map[string]string, plan string) bool {
+// DropUsed removes from annotations the approvals that name plan or
+// module, just applied, and says whether it removed any: the module's
+// digest is the applied one now, accepted without it.
+func DropUsed(annotations map[string]string, plan, module string) bool {
 	dropped := false
-	for _, key := range []string{infrav1.AnnotationApprovePlan, infrav1.AnnotationApproveDestructivePlan} {
-		if v, ok := annotations[key]; ok && v == plan {
+	for key, used := range map[string]string{infrav1.AnnotationApprovePlan: plan, infrav1.AnnotationApproveDestructivePlan: plan, infrav1.AnnotationApproveModule: module} {
+		if v, ok := annotations[key]; ok && used != "" && v == used {
 			delete(annotations, key)
 			dropped = true
 		}

@@ -18,6 +18,7 @@ func TestNeeded(t *testing.T) {
 	none := &run.Plan{Hash: h}
 	forget := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Forget: 1}}
 	imported := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Import: 1}}
+	outputs := &run.Plan{Hash: h, OutputChanges: []string{"endpoint"}}
 	cases := []struct {
 		name                   string
 		plan                   *run.Plan
@@ -39,6 +40,9 @@ func TestNeeded(t *testing.T) {
 		{"manual policy stops a forget", forget, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
 		{"manual policy stops an import", imported, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
 		{"default policy lets an import through", imported, infrav1.ApprovalPolicyDestructive, "", "", ""},
+		{"manual policy stops a change of outputs alone", outputs, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
+		{"manual policy, outputs approved", outputs, infrav1.ApprovalPolicyManual, h, "", ""},
+		{"default policy lets outputs change", outputs, infrav1.ApprovalPolicyDestructive, "", "", ""},
 	}
 	for _, tc := range cases {
 		if got := (Gate{Policy: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approvedDest}).Needed(tc.plan); got != tc.want {
@@ -56,6 +60,7 @@ func TestOf(t *testing.T) {
 		protect     []string
 		annotations map[string]string
 		applied     string
+		module      string
 		want        Gate
 	}{
 		"no policy, no approvals": {want: Gate{Policy: infrav1.ApprovalPolicyDestructive}},
@@ -80,28 +85,59 @@ func TestOf(t *testing.T) {
 			applied:     "1111",
 			want:        Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: "3333"},
 		},
+		"applied code, and other code approved": {
+			annotations: map[string]string{infrav1.AnnotationApproveModule: "sha256:b"},
+			module:      "sha256:a",
+			want:        Gate{Policy: infrav1.ApprovalPolicyDestructive, Modules: []string{"sha256:a"}, ApprovedModule: "sha256:b"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := Of(tc.policy, tc.protect, tc.annotations, tc.applied); !reflect.DeepEqual(got, tc.want) {
+			if got := Of(tc.policy, tc.protect, tc.annotations, tc.applied, tc.module); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Of = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
 }
 
-// TestDropUsed: only the approvals of the plan just applied go.
+// TestDropUsed: only the approvals of the plan and module just applied go.
 func TestDropUsed(t *testing.T) {
-	annotations := map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "2222", "other": "1111"}
-	if !DropUsed(annotations, "1111") {
+	annotations := map[string]string{infrav1.AnnotationApprovePlan: "1111", infrav1.AnnotationApproveDestructivePlan: "2222", "other": "1111",
+		infrav1.AnnotationApproveModule: "sha256:a"}
+	if !DropUsed(annotations, "1111", "sha256:b") {
 		t.Fatal("nothing dropped")
 	}
-	want := map[string]string{infrav1.AnnotationApproveDestructivePlan: "2222", "other": "1111"}
+	want := map[string]string{infrav1.AnnotationApproveDestructivePlan: "2222", "other": "1111", infrav1.AnnotationApproveModule: "sha256:a"}
 	if !maps.Equal(annotations, want) {
 		t.Errorf("annotations %v, want %v", annotations, want)
 	}
-	if DropUsed(annotations, "1111") {
+	if DropUsed(annotations, "1111", "") {
 		t.Error("dropped again")
+	}
+	if !DropUsed(annotations, "", "sha256:a") || annotations[infrav1.AnnotationApproveModule] != "" {
+		t.Errorf("the approval of the module applied is still there: %v", annotations)
+	}
+}
+
+// TestRunnableModules: an object that applied code runs that code, or
+// code an approver names; one that applied none runs any.
+func TestRunnableModules(t *testing.T) {
+	cases := []struct {
+		name     string
+		gate     Gate
+		digest   string
+		runnable bool
+	}{
+		{"nothing applied yet", Gate{ApprovedModule: "sha256:b"}, "sha256:c", true},
+		{"the applied code", Gate{Modules: []string{"sha256:a"}}, "sha256:a", true},
+		{"changed code", Gate{Modules: []string{"sha256:a"}}, "sha256:c", false},
+		{"changed code, approved", Gate{Modules: []string{"sha256:a"}, ApprovedModule: "sha256:c"}, "sha256:c", true},
+		{"changed code, another approved", Gate{Modules: []string{"sha256:a"}, ApprovedModule: "sha256:b"}, "sha256:c", false},
+	}
+	for _, tc := range cases {
+		if got := tc.gate.ModuleRunnable(tc.digest); got != tc.runnable {
+			t.Errorf("%s: ModuleRunnable(%s) = %v, want %v", tc.name, tc.digest, got, tc.runnable)
+		}
 	}
 }
 

@@ -19,13 +19,15 @@ const maxAddressesPerAction = 5
 
 // SummarizePlan derives the hash and summary of a plan from `terraform show
 // -json`, and names the changes of protected addresses (patterns are
-// spec.protect). The hash covers each changed resource's address, actions, values
-// before and planned values after, in address order, so it names exactly
-// what would change and nothing else (not the time, not the source
-// revision): two deletes of one address hash alike only when they delete
-// the same object.
-func SummarizePlan(p *tfjson.Plan, protect []string) (*Plan, error) {
-	var changes []hashedChange
+// spec.protect). The hash covers the digest of the module code that made
+// the plan (module), each changed resource's address, actions, values
+// before and planned values after, in address order, and each changed
+// output: an approval binds exactly what would change and the code that
+// would change it, and nothing else (not the time): two deletes of one
+// address hash alike only when they delete the same object with the same
+// code.
+func SummarizePlan(p *tfjson.Plan, protect []string, module string) (*Plan, error) {
+	hp := hashedPlan{Module: module}
 	summary := infrav1.PlanSummary{}
 	named := map[string]int{}
 	for _, rc := range p.ResourceChanges {
@@ -41,15 +43,10 @@ func SummarizePlan(p *tfjson.Plan, protect []string) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		changes = append(changes, c)
+		hp.Changes = append(hp.Changes, c)
 	}
-	sort.Slice(changes, func(i, j int) bool { return changes[i].Address < changes[j].Address })
+	sort.Slice(hp.Changes, func(i, j int) bool { return hp.Changes[i].Address < hp.Changes[j].Address })
 	sort.SliceStable(summary.Resources, func(i, j int) bool { return summary.Resources[i].Address < summary.Resources[j].Address })
-	b, err := json.Marshal(changes)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(b)
 	var outputs []string
 	for name, oc := range p.OutputChanges {
 		if oc != nil && !oc.Actions.NoOp() {
@@ -57,7 +54,34 @@ func SummarizePlan(p *tfjson.Plan, protect []string) (*Plan, error) {
 		}
 	}
 	sort.Strings(outputs)
+	for _, name := range outputs {
+		c, err := hashed(&tfjson.ResourceChange{Address: name, Change: p.OutputChanges[name]})
+		if err != nil {
+			return nil, err
+		}
+		hp.Outputs = append(hp.Outputs, c)
+	}
+	var b []byte
+	var err error
+	if hp.Module == "" && hp.Outputs == nil {
+		// What earlier versions hashed: a plan they were asked to approve
+		// hashes alike after an upgrade.
+		b, err = json.Marshal(hp.Changes)
+	} else {
+		b, err = json.Marshal(hp)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
 	return &Plan{Hash: hex.EncodeToString(sum[:])[:16], Summary: summary, OutputChanges: outputs, Protected: protectedChanges(p, protect)}, nil
+}
+
+// hashedPlan is what a plan's hash covers.
+type hashedPlan struct {
+	Module  string        `json:"module,omitempty"`
+	Changes []hashedChange `json:"changes"`
+	Outputs []hashedChange `json:"outputs,omitempty"`
 }
 
 // countAction counts rc in summary by what it does, and names that:
@@ -132,7 +156,8 @@ func (p *Plan) Destructive() bool {
 	return p.Summary.Destroy > 0 || p.Summary.Replace > 0 || p.Summary.Forget > 0
 }
 
-// HasChanges reports whether a plan changes anything, the state included.
+// HasChanges reports whether a plan changes any resource, the state
+// included; OutputChanges are apart (a drift check does not report them).
 func (p *Plan) HasChanges() bool {
 	s := p.Summary
 	return s.Add+s.Change+s.Destroy+s.Replace+s.Forget+s.Import > 0

@@ -19,7 +19,7 @@ func TestSummarizePlan(t *testing.T) {
 		change("d.w", nil, del),
 		change("e.v", nil, noop),
 	}}
-	p, err := SummarizePlan(plan, nil)
+	p, err := SummarizePlan(plan, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,11 +32,11 @@ func TestSummarizePlan(t *testing.T) {
 	}
 
 	reordered := &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{plan.ResourceChanges[4], plan.ResourceChanges[3], plan.ResourceChanges[2], plan.ResourceChanges[1], plan.ResourceChanges[0]}}
-	if q, _ := SummarizePlan(reordered, nil); q.Hash != p.Hash {
+	if q, _ := SummarizePlan(reordered, nil, ""); q.Hash != p.Hash {
 		t.Error("the order of resource changes changed the hash")
 	}
 	other := &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("a.x", map[string]any{"n": 9}, create)}}
-	if q, _ := SummarizePlan(other, nil); q.Hash == p.Hash {
+	if q, _ := SummarizePlan(other, nil, ""); q.Hash == p.Hash {
 		t.Error("different planned values share a hash")
 	}
 	// Issue 30, item 4: "destroy X" of another X is another plan.
@@ -44,12 +44,12 @@ func TestSummarizePlan(t *testing.T) {
 		return &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{{Address: "d.w",
 			Change: &tfjson.Change{Actions: tfjson.Actions{del}, Before: map[string]any{"id": id}}}}}
 	}
-	first, _ := SummarizePlan(deleteOf("i-1"), nil)
-	second, _ := SummarizePlan(deleteOf("i-2"), nil)
+	first, _ := SummarizePlan(deleteOf("i-1"), nil, "")
+	second, _ := SummarizePlan(deleteOf("i-2"), nil, "")
 	if first.Hash == second.Hash {
 		t.Error("deletes of two different objects at one address share a hash")
 	}
-	empty, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("e.v", nil, noop)}}, nil)
+	empty, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("e.v", nil, noop)}}, nil, "")
 	if empty.HasChanges() || empty.Destructive() {
 		t.Errorf("a no-op plan reports changes: %+v", empty.Summary)
 	}
@@ -60,16 +60,29 @@ func TestSummarizePlanOutputChanges(t *testing.T) {
 		"motd":     {Actions: tfjson.Actions{tfjson.ActionUpdate}},
 		"endpoint": {Actions: tfjson.Actions{tfjson.ActionNoop}},
 	}}
-	got, err := SummarizePlan(p, nil)
+	got, err := SummarizePlan(p, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got.OutputChanges) != 1 || got.OutputChanges[0] != "motd" || got.HasChanges() {
 		t.Errorf("outputs %v, changes %v: want motd only, and no resource changes", got.OutputChanges, got.HasChanges())
 	}
-	empty, _ := SummarizePlan(&tfjson.Plan{}, nil)
-	if got.Hash != empty.Hash {
-		t.Errorf("an output change changed the plan hash: approvals are of resource changes")
+	empty, _ := SummarizePlan(&tfjson.Plan{}, nil, "")
+	if got.Hash == empty.Hash {
+		t.Errorf("an output change left the plan hash of an empty plan: an approval of no change would apply it")
+	}
+}
+
+// Two plans that change the same resources alike, made by different code
+// (a provisioner's command, a data source), hash apart: an approval of one
+// module's plan never applies another's.
+func TestSummarizePlanCoversTheModule(t *testing.T) {
+	plan := &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("terraform_data.x", nil, tfjson.ActionCreate)}}
+	a, _ := SummarizePlan(plan, nil, "sha256:aaaa")
+	b, _ := SummarizePlan(plan, nil, "sha256:bbbb")
+	again, _ := SummarizePlan(plan, nil, "sha256:aaaa")
+	if a.Hash == b.Hash || a.Hash != again.Hash {
+		t.Errorf("hashes %s (module a), %s (module b), %s (module a again): want the module in the hash", a.Hash, b.Hash, again.Hash)
 	}
 }
 
@@ -77,7 +90,7 @@ func TestSummarizePlanOutputChanges(t *testing.T) {
 // it has changes, its hash differs from an empty plan's, a forget is
 // destructive.
 func TestSummarizePlanForgetsAndImports(t *testing.T) {
-	empty, _ := SummarizePlan(&tfjson.Plan{}, nil)
+	empty, _ := SummarizePlan(&tfjson.Plan{}, nil, "")
 	forgetting := change("terraform_data.instance", nil, tfjson.ActionForget)
 	importing := change("terraform_data.found", map[string]any{"id": "x"}, tfjson.ActionNoop)
 	importing.Change.Importing = &tfjson.Importing{ID: "x"}
@@ -91,7 +104,7 @@ func TestSummarizePlanForgetsAndImports(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p, err := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{tc.rc}}, nil)
+			p, err := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{tc.rc}}, nil, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +127,7 @@ func TestPlanHashIsStable(t *testing.T) {
 		{Address: "a.x", Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionCreate}, After: map[string]any{"n": 1}}},
 		{Address: "c.z", Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionNoop}, Importing: &tfjson.Importing{ID: "i-9"}}},
 	}}
-	p, err := SummarizePlan(plan, nil)
+	p, err := SummarizePlan(plan, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestSummarizePlanProtected(t *testing.T) {
 		change("net.main", nil, del),               // not covered
 		change("db.new", map[string]any{}, create), // created: allowed
 	}}
-	p, err := SummarizePlan(plan, []string{"db.*"})
+	p, err := SummarizePlan(plan, []string{"db.*"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestSummarizePlanProtected(t *testing.T) {
 			t.Fatalf("protected %v, want %v", p.Protected, want)
 		}
 	}
-	if q, _ := SummarizePlan(plan, nil); q.Hash != p.Hash || q.Protected != nil {
+	if q, _ := SummarizePlan(plan, nil, ""); q.Hash != p.Hash || q.Protected != nil {
 		t.Errorf("without patterns: hash %s (with: %s), protected %v", q.Hash, p.Hash, q.Protected)
 	}
 }
@@ -88,7 +88,7 @@ func TestProtectedMovesAndForgets(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p, err := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{tc.rc}}, []string{"db.*"})
+			p, err := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{tc.rc}}, []string{"db.*"}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestProtectedMovesAndForgets(t *testing.T) {
 		})
 	}
 	// The forget of a replace is gated like any forget.
-	p, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("x.y", nil, create, forget)}}, nil)
+	p, _ := SummarizePlan(&tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{change("x.y", nil, create, forget)}}, nil, "")
 	if p.Summary.Forget != 1 || !p.Destructive() {
 		t.Errorf("a create-then-forget: summary %+v, destructive %v; want a forget", p.Summary, p.Destructive())
 	}

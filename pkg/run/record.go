@@ -40,6 +40,7 @@ type Record struct {
 	Reason    string            `json:"reason,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	Plan      *Plan             `json:"plan,omitempty"`
+	Module    *ModuleCode       `json:"module,omitempty"`
 	// Cut names what was cut to fit: the plan's text, its JSON (left out
 	// whole), the log (its start).
 	Cut []string `json:"cut,omitempty"`

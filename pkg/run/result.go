@@ -69,6 +69,7 @@ const (
 	StageLock          = "lock"           // take the state lock (or lose it later)
 	StageState         = "state"          // claim the state, start the http backend
 	StageInit          = "init"           // terraform init
+	StageModule        = "module"         // the module's code waits for an approval
 	StagePlan          = "plan"           // terraform plan and show
 	StageGate          = "gate"           // the plan waits for an approval, or changes what spec.protect covers
 	StageOutputs       = "outputs"        // reading the outputs from the state
@@ -78,6 +79,21 @@ const (
 // ReasonProtectedResourceChange: the plan destroys, replaces or forgets an
 // address the object's spec.protect covers; no approval applies it.
 const ReasonProtectedResourceChange = "ProtectedResourceChange"
+
+// ReasonModuleAwaitingApproval: the module's code is not code an approver
+// accepted for the object; the run stopped before any of it ran.
+const ReasonModuleAwaitingApproval = "ModuleAwaitingApproval"
+
+// ModuleCode is what a run would execute: the root module's files, the
+// modules it calls and the dependency lock file, as terraform init left
+// them in the working directory.
+type ModuleCode struct {
+	// Digest covers every file's path, mode and content.
+	Digest string `json:"digest"`
+	// Files are each file's path and a short hash of its content, for
+	// people to see what changed.
+	Files map[string]string `json:"files,omitempty"`
+}
 
 // Result is what a runner reports to the manager.
 type Result struct {
@@ -92,6 +108,8 @@ type Result struct {
 	// it applies), or "gate" when the plan waits for an approval.
 	Stage string `json:"stage,omitempty"`
 	Plan  *Plan  `json:"plan,omitempty"`
+	// Module is the code the run found once terraform init had run.
+	Module *ModuleCode `json:"module,omitempty"`
 	// Outputs of the module after the run, sensitive ones included: the
 	// result Secret is a Secret; the manager shows only non-sensitive ones.
 	Outputs       map[string]Output `json:"outputs,omitempty"`
@@ -109,6 +127,22 @@ type Result struct {
 	RescuedState string `json:"rescuedState,omitempty"`
 }
 
+// PlanHash is the hash of res's plan, "" without one.
+func (res *Result) PlanHash() string {
+	if res.Plan == nil {
+		return ""
+	}
+	return res.Plan.Hash
+}
+
+// ModuleDigest is the digest of the code res ran, "" when unknown.
+func (res *Result) ModuleDigest() string {
+	if res.Module == nil {
+		return ""
+	}
+	return res.Module.Digest
+}
+
 // Output is one module output.
 type Output struct {
 	Sensitive bool            `json:"sensitive,omitempty"`
@@ -119,8 +153,7 @@ type Output struct {
 type Plan struct {
 	Hash    string              `json:"hash"`
 	Summary infrav1.PlanSummary `json:"summary"`
-	// OutputChanges names the outputs whose values would change (not in
-	// the hash: a gate approves changes of resources).
+	// OutputChanges names the outputs whose values would change.
 	OutputChanges []string `json:"outputChanges,omitempty"`
 	// Protected names the addresses the plan destroys, replaces or forgets
 	// that the object's spec.protect covered when it was made (at most 20).

@@ -47,6 +47,10 @@ type Spec struct {
 	// approval annotations name.
 	Gate                                  infrav1.ApprovalPolicy
 	ApprovedPlan, ApprovedDestructivePlan string
+	// ApprovedModules are the digests of the module code the run may run
+	// (ModuleCode.Digest); empty: any. Other code stops the run before
+	// terraform plans, and no module code has run.
+	ApprovedModules []string
 	// Protect is the object's spec.protect: a plan that destroys, replaces
 	// or forgets an address it covers fails, whatever the approvals.
 	Protect []string
@@ -85,6 +89,7 @@ var specFlags = []specFlag{
 	{"gate", "approval policy of an apply: Destructive or Manual (default: apply every plan)", func(s *Spec) flag.Value { return (*typedValue[infrav1.ApprovalPolicy])(&s.Gate) }, func(s *Spec) bool { return s.Gate != "" }},
 	{"approved-plan", "plan hash captf.io/approve-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedPlan) }, func(s *Spec) bool { return s.ApprovedPlan != "" }},
 	{"approved-destructive-plan", "plan hash captf.io/approve-destructive-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedDestructivePlan) }, func(s *Spec) bool { return s.ApprovedDestructivePlan != "" }},
+	{"approved-modules", "digests of the module code this run may run, as a JSON list (default: any)", func(s *Spec) flag.Value { return (*jsonList)(&s.ApprovedModules) }, func(s *Spec) bool { return len(s.ApprovedModules) > 0 }},
 	{"protect", "resource address patterns no plan may destroy, replace or forget, as a JSON list (spec.protect)", func(s *Spec) flag.Value { return (*jsonList)(&s.Protect) }, func(s *Spec) bool { return len(s.Protect) > 0 }},
 	{"sensitive-env", "environment variables from Secrets, and P* for an envFrom of one, as a JSON list: their values are redacted", func(s *Spec) flag.Value { return (*jsonList)(&s.SensitiveEnv) }, func(s *Spec) bool { return len(s.SensitiveEnv) > 0 }},
 	{"plain-env", "environment variables set by the pod's env, which an envFrom does not override, as a JSON list", func(s *Spec) flag.Value { return (*jsonList)(&s.PlainEnv) }, func(s *Spec) bool { return len(s.PlainEnv) > 0 }},

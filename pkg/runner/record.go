@@ -69,7 +69,7 @@ func (r *Runner) writeRecord(ctx context.Context, res *run.Result, finished meta
 // record is the run record of res.
 func (r *Runner) record(res *run.Result, finished metav1.Time) (*corev1.ConfigMap, error) {
 	rec := run.Record{Job: r.Config.Job, Operation: res.Operation, Outcome: res.Outcome, Started: res.Started, Finished: &finished,
-		Stage: res.Stage, Reason: res.Reason, Error: res.Error, Plan: res.Plan}
+		Stage: res.Stage, Reason: res.Reason, Error: res.Error, Plan: res.Plan, Module: res.Module}
 	data := map[string]string{}
 	var binary map[string][]byte
 	if text := r.planText; text != "" {

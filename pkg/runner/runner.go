@@ -110,6 +110,9 @@ func (r *Runner) clock() clock.PassiveClock {
 // limit.
 var errOutOfMemory = errors.New("out of memory")
 
+// errModuleNotApproved: the module's code is not code an approver accepted.
+var errModuleNotApproved = errors.New("the module's code waits for approval")
+
 // errProtected: the plan changes what spec.protect covers.
 var errProtected = errors.New("protected resources")
 
@@ -166,7 +169,9 @@ func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 		res.Stage = run.StageLock
 	}
 	r.mu.Unlock()
-	res.Reason = failureReason(err)
+	if err != nil || res.Reason == "" {
+		res.Reason = failureReason(err)
+	}
 	if err != nil {
 		// terraform's messages may quote a sensitive value: the error goes
 		// to the pod's log and, excerpted, to conditions and events.
@@ -231,8 +236,24 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "init", "-input=false", "-no-color"); err != nil {
 		return err
 	}
+	// Before terraform plans, no code of the module has run: stop here
+	// when it is not code an approver accepted for the object.
+	res.Stage = run.StageModule
+	if res.Module, err = moduleCode(r.Config.WorkDir); err != nil {
+		return fmt.Errorf("hashing the module's code: %w", err)
+	}
+	if mods := r.Config.ApprovedModules; len(mods) > 0 && !slices.Contains(mods, res.Module.Digest) {
+		if r.Config.Operation != infrav1.OperationApply {
+			// A failure: a destroy that stopped here destroyed nothing.
+			return fmt.Errorf("%w: digest %s is not code an approver accepted for the object, and none of it ran (%s names the digest that may run)",
+				errModuleNotApproved, res.Module.Digest, infrav1.AnnotationApproveModule)
+		}
+		klog.FromContext(ctx).Info("The module's code waits for approval", "digest", res.Module.Digest, "approved", mods)
+		res.Outcome, res.Reason = run.OutcomeBlocked, run.ReasonModuleAwaitingApproval
+		return nil
+	}
 	res.Stage = run.StagePlan
-	if res.Plan, err = r.plan(ctx, tf, env); err != nil {
+	if res.Plan, err = r.plan(ctx, tf, env, res.Module.Digest); err != nil {
 		return err
 	}
 	if r.Config.Operation == infrav1.OperationDrift {
@@ -254,7 +275,7 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 		}
 	}
 	res.Stage = string(r.Config.Operation)
-	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", "captf.tfplan"); err != nil {
+	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", planFile); err != nil {
 		return errors.Join(err, r.rescue(ctx, store, r.Config.WorkDir, res))
 	}
 	if err := store.MarkApplied(ctx); err != nil {
@@ -378,9 +399,9 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 }
 
 // plan plans the operation into captf.tfplan and summarizes it.
-func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, error) {
+func (r *Runner) plan(ctx context.Context, tf string, env []string, module string) (*run.Plan, error) {
 	dir := r.Config.WorkDir
-	planArgs := []string{"plan", "-input=false", "-no-color", "-lock=false", "-out=captf.tfplan"}
+	planArgs := []string{"plan", "-input=false", "-no-color", "-lock=false", "-out=" + planFile}
 	switch r.Config.Operation {
 	case infrav1.OperationDestroy:
 		planArgs = append(planArgs, "-destroy")
@@ -392,7 +413,7 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, 
 		return nil, err
 	}
 	r.planText = r.redact.String(string(text))
-	shown, err := r.exec(ctx, tf, dir, env, "show", "-json", "captf.tfplan")
+	shown, err := r.exec(ctx, tf, dir, env, "show", "-json", planFile)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +422,7 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string) (*run.Plan, 
 	if err := json.Unmarshal(shown, &tfplan); err != nil {
 		return nil, fmt.Errorf("reading the plan: %w", err)
 	}
-	plan, err := run.SummarizePlan(&tfplan, r.Config.Protect)
+	plan, err := run.SummarizePlan(&tfplan, r.Config.Protect, module)
 	if err != nil {
 		return nil, err
 	}
@@ -577,10 +598,10 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 		return errors.New("the inputs name no module")
 	}
 	backend := "terraform {\n  backend \"http\" {}\n}\n"
-	if err := os.WriteFile(filepath.Join(dir, "zz_captf_backend_override.tf"), []byte(backend), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, backendOverrideFile), []byte(backend), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "terraform.tfvars.json"), tfvars, 0o600)
+	return os.WriteFile(filepath.Join(dir, tfvarsFile), tfvars, 0o600)
 }
 
 // interruptLocked sends the running terraform one SIGTERM, however many
@@ -773,7 +794,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, data map[string][]byte) er
 var failureReasons = []struct {
 	err    error
 	reason string
-}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}}
+}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}, {errModuleNotApproved, run.ReasonModuleAwaitingApproval}}
 
 // ReasonCloudQuotaExceeded: the cloud refused to make a resource for
 // want of quota (terraform's error says so, in the words of the clouds'

@@ -59,12 +59,29 @@ esac
 	return tf, invocations
 }
 
-// A plan that destroys one resource, and its hash.
+// testModule is the inline module of the runs TestRunStages makes.
+const testModule = `resource "terraform_data" "vm" {}`
+
+// testModuleDigest is the digest of testModule's code.
+func testModuleDigest(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(testModule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, err := moduleCode(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code.Digest
+}
+
+// A plan that destroys one resource, and its hash made by testModule.
 func destroyPlan(t *testing.T) (*tfjson.Plan, string) {
 	t.Helper()
 	p := &tfjson.Plan{FormatVersion: "1.2", ResourceChanges: []*tfjson.ResourceChange{{Address: "terraform_data.vm", Type: "terraform_data", Name: "vm",
 		Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionDelete}, Before: map[string]any{"id": "i-1"}}}}}
-	s, err := run.SummarizePlan(p, nil)
+	s, err := run.SummarizePlan(p, nil, testModuleDigest(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +122,24 @@ func TestRunStages(t *testing.T) {
 		// the output the result reports, when the run applies.
 		state, id string
 		protect   []string
+		modules   []string // approved module digests
 	}{
+		"changed module code stops before terraform plans": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, modules: []string{"sha256:applied-before"},
+			want: []string{"init"}, outcome: run.OutcomeBlocked, stage: run.StageModule, reason: run.ReasonModuleAwaitingApproval,
+		},
+		"a drift check of changed code fails before terraform plans": {
+			op: infrav1.OperationDrift, modules: []string{"sha256:applied-before"},
+			want: []string{"init"}, outcome: run.OutcomeFailed, stage: run.StageModule, reason: run.ReasonModuleAwaitingApproval,
+		},
+		"a destroy of changed code fails before terraform plans": {
+			op: infrav1.OperationDestroy, modules: []string{"sha256:applied-before"},
+			want: []string{"init"}, outcome: run.OutcomeFailed, stage: run.StageModule, reason: run.ReasonModuleAwaitingApproval,
+		},
+		"approved module code runs": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, modules: []string{"sha256:applied-before", "$digest"},
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeSucceeded, applied: true, id: `"i-1"`,
+		},
 		"a protected change fails, whatever the approvals": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, protect: []string{"terraform_data.vm"},
 			want: []string{"init", "plan", "show"}, outcome: run.OutcomeFailed, stage: run.StageGate, reason: run.ReasonProtectedResourceChange,
@@ -154,7 +188,11 @@ func TestRunStages(t *testing.T) {
 			tf, invocations := fakeTerraform(t, plan, tc.applyFails)
 			obj := names.Object{Kind: "tfc", Name: "c"}
 			job := "tfc-c-apply-0123456789abcdef-0"
-			module, _ := json.Marshal(run.Module{Inline: `resource "terraform_data" "vm" {}`})
+			module, _ := json.Marshal(run.Module{Inline: testModule})
+			modules := slices.Clone(tc.modules)
+			if i := slices.Index(modules, "$digest"); i >= 0 {
+				modules[i] = testModuleDigest(t)
+			}
 			inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(job), Namespace: "ns"},
 				Data: map[string][]byte{run.KeyModule: module, run.KeyVariables: []byte(`{}`)}}
 			client := fake.NewClientset(inputs)
@@ -165,7 +203,7 @@ func TestRunStages(t *testing.T) {
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
 				Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
 				Operation: tc.op, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
-				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved, Protect: tc.protect}},
+				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved, Protect: tc.protect, ApprovedModules: modules}},
 				Clock: &steppingClock{}}
 			res, err := r.Run(ctx)
 			if (err != nil) != (tc.outcome == run.OutcomeFailed) {
@@ -188,8 +226,12 @@ func TestRunStages(t *testing.T) {
 			if got := string(res.Outputs["id"].Value); got != tc.id || (tc.id == `"i-1"` && !res.Outputs["password"].Sensitive) {
 				t.Errorf("outputs %v, want id %s and password sensitive", res.Outputs, tc.id)
 			}
-			if res.Plan == nil || res.Plan.Hash != hash {
-				t.Errorf("the result's plan %+v, want hash %s", res.Plan, hash)
+			planned := tc.stage != run.StageModule
+			if planned && (res.Plan == nil || res.Plan.Hash != hash) || !planned && res.Plan != nil {
+				t.Errorf("the result's plan %+v, want hash %s (planned: %v)", res.Plan, hash, planned)
+			}
+			if res.ModuleDigest() != testModuleDigest(t) {
+				t.Errorf("the result's module %+v, want digest %s", res.Module, testModuleDigest(t))
 			}
 			// What the manager reads: the result, and the Lease released.
 			secrets := client.CoreV1().Secrets("ns")
@@ -207,10 +249,11 @@ func TestRunStages(t *testing.T) {
 				t.Fatalf("no run record: %v", err)
 			}
 			var recorded run.Record
-			if err := json.Unmarshal([]byte(rec.Data[run.KeyRun]), &recorded); err != nil || recorded.Outcome != tc.outcome || recorded.Plan == nil || recorded.Plan.Hash != hash || recorded.Reason != tc.reason {
-				t.Errorf("run record says %+v (%v), want %s of plan %s (reason %q)", recorded, err, tc.outcome, hash, tc.reason)
+			if err := json.Unmarshal([]byte(rec.Data[run.KeyRun]), &recorded); err != nil || recorded.Outcome != tc.outcome || planned && (recorded.Plan == nil || recorded.Plan.Hash != hash) || recorded.Reason != tc.reason ||
+				recorded.Module == nil || recorded.Module.Files["main.tf"] == "" {
+				t.Errorf("run record says %+v (%v), want %s of plan %s (reason %q), the module's main.tf", recorded, err, tc.outcome, hash, tc.reason)
 			}
-			if !strings.Contains(rec.Data[run.KeyPlanText], "Terraform will perform") || !strings.Contains(rec.Data[run.KeyLog], "Terraform will perform") || rec.BinaryData[run.KeyPlanJSON] == nil {
+			if planned && (!strings.Contains(rec.Data[run.KeyPlanText], "Terraform will perform") || !strings.Contains(rec.Data[run.KeyLog], "Terraform will perform") || rec.BinaryData[run.KeyPlanJSON] == nil) {
 				t.Errorf("run record keeps plan %q, log %q, JSON %d bytes", rec.Data[run.KeyPlanText], rec.Data[run.KeyLog], len(rec.BinaryData[run.KeyPlanJSON]))
 			}
 			if rec.Labels[names.LabelRunRecord] != "true" || rec.Labels[names.LabelOutcome] != tc.outcome || rec.Labels[names.LabelOperation] != string(tc.op) || rec.OwnerReferences[0].UID != "uid" {

@@ -156,6 +156,15 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 	if err != nil {
 		return nil, nil, err
 	}
+	if res.Outcome == run.OutcomeBlocked && res.Reason == run.ReasonModuleAwaitingApproval && res.Module != nil {
+		e.RecordJob(r, job, run.OutcomeBlocked)
+		if r.Gate == nil || r.Gate.ModuleRunnable(res.Module.Digest) {
+			e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonModuleApproved, "The module's code %s is approved: planning with it", res.Module.Digest)
+			return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
+		}
+		e.moduleWaits(r, job, res.Module)
+		return nil, nil, nil
+	}
 	if res.Outcome != run.OutcomeBlocked || res.Plan == nil {
 		e.noPlanWaiting(r)
 		return res, job, nil
@@ -196,6 +205,11 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 	} else if now {
 		return job.Attempt + 1, true
 	}
+	if hold, now := e.moduleHeld(r, job, res); hold {
+		return 0, false
+	} else if now {
+		return job.Attempt + 1, true
+	}
 	msg := JobFailureMessage(job)
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("%s in %s (Job %s): %s", what, res.Stage, job.Name, res.Error)
@@ -221,6 +235,9 @@ func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Re
 		return
 	}
 	st.AppliedInputsHash = hash
+	if res.Module != nil {
+		st.AppliedModule = res.Module.Digest
+	}
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
 		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(FinishTime(job))}

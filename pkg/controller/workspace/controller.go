@@ -313,7 +313,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		c.engine.InvalidOutput(s, err)
 		return nil
 	}
-	if res.Plan != nil && approval.DropUsed(obj.GetAnnotations(), res.Plan.Hash) {
+	if approval.DropUsed(obj.GetAnnotations(), res.PlanHash(), res.ModuleDigest()) {
 		specChanged = true // metadata, written in the same update
 	}
 	if specChanged {

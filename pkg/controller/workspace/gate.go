@@ -18,6 +18,9 @@ const (
 	ReasonApprovalForAnotherPlan = "ApprovalForAnotherPlan"
 	ReasonPlanChanged            = "PlanChanged"
 	ReasonNoPlanAwaitingApproval = "NoPlanAwaitingApproval"
+	// ReasonModuleApproved (an event): an approver named the digest of
+	// the module's code that waited.
+	ReasonModuleApproved = "ModuleApproved"
 )
 
 // reportBlocked reports a plan that waits for an approval: the condition of its
@@ -96,5 +99,47 @@ func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold
 		SetCondition(obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
 	}
 	e.warnOnChange(obj, infrav1.ConditionReady, metav1.ConditionFalse, run.ReasonProtectedResourceChange, run.ReasonProtectedResourceChange, msg)
+	return true, false
+}
+
+// moduleMessage says that a run found module code no approver accepted,
+// what to run to see and approve it, and that none of it ran.
+func (e *Engine) moduleMessage(r *Sync, job *CachedJob, code *run.ModuleCode) string {
+	obj := r.Obj
+	kind := strings.ToLower(e.GVK.Kind)
+	was := strings.Join(r.Gate.Modules, ", ")
+	return fmt.Sprintf("The module's code changed: digest %s is not the code applied (%s), and none of it ran (Job %s). "+
+		"See what changed and approve it with: kubectl captf approve %s/%s -n %s; or: kubectl annotate %s -n %s %s %s=%s --overwrite",
+		code.Digest, was, job.Name, kind, obj.GetName(), obj.GetNamespace(), kind, obj.GetNamespace(), obj.GetName(), infrav1.AnnotationApproveModule, code.Digest)
+}
+
+// moduleWaits reports an apply that stopped before terraform planned,
+// for module code no approver accepted: PlanAwaitingApproval with reason
+// ModuleAwaitingApproval, the command that approves it.
+func (e *Engine) moduleWaits(r *Sync, job *CachedJob, code *run.ModuleCode) {
+	obj := r.Obj
+	msg := e.moduleMessage(r, job, code)
+	e.warnOnChange(obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionTrue, run.ReasonModuleAwaitingApproval, run.ReasonModuleAwaitingApproval, msg)
+	SetCondition(obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	st := obj.WorkspaceStatus()
+	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change of its code waits for approval (%s)", st.AppliedPlanHash, run.ReasonModuleAwaitingApproval))
+		return
+	}
+	e.SetReady(r, metav1.ConditionFalse, run.ReasonModuleAwaitingApproval, msg)
+}
+
+// moduleHeld holds a failed destroy (or other run) that stopped for module
+// code no approver accepted, until an approver names its digest: retried
+// then at once, never on a backoff that would only stop again.
+func (e *Engine) moduleHeld(r *Sync, job *CachedJob, res *run.Result) (hold, retry bool) {
+	if r.Gate == nil || res == nil || res.Reason != run.ReasonModuleAwaitingApproval || res.Module == nil {
+		return false, false
+	}
+	if r.Gate.ModuleRunnable(res.Module.Digest) {
+		return false, true
+	}
+	msg := e.moduleMessage(r, job, res.Module)
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, run.ReasonModuleAwaitingApproval, run.ReasonModuleAwaitingApproval, msg)
 	return true, false
 }

@@ -119,6 +119,9 @@ type JobSpec struct {
 	ApprovedPlan, ApprovedDestructivePlan string
 	// Protect is spec.protect of an apply or a destroy.
 	Protect []string
+	// ApprovedModules are the digests of the module code the Job may run
+	// (nil: any).
+	ApprovedModules []string
 }
 
 // runnerTokenSeconds is the life of a runner pod's token: the shortest the
@@ -223,6 +226,7 @@ func runnerSpec(s JobSpec, name string) run.Spec {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan
 	}
 	spec.Protect = s.Protect
+	spec.ApprovedModules = s.ApprovedModules
 	spec.SensitiveEnv, spec.PlainEnv = envFromSecrets(runnerEnv(s), s.Policy.EnvFrom)
 	return spec
 }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,9 @@ type Protection struct {
 	UID     types.UID              `json:"uid"`
 	Policy  infrav1.ApprovalPolicy `json:"policy,omitempty"`
 	Protect []string               `json:"protect,omitempty"`
+	// Module is the digest of the module code last applied to the state:
+	// other code waits for an approver, whichever object runs it.
+	Module string `json:"module,omitempty"`
 }
 
 // strictness orders approval policies: Manual gates more than Destructive.
@@ -56,7 +60,7 @@ func covers(g *approval.Gate, p *Protection) bool {
 			return false
 		}
 	}
-	return true
+	return p.Module == "" || slices.Contains(g.Modules, p.Module)
 }
 
 // InheritProtection holds r's gate to the protection its state was kept
@@ -99,10 +103,13 @@ func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err e
 				g.Protect = append(g.Protect, pattern)
 			}
 		}
+		if p.Module != "" && !slices.Contains(g.Modules, p.Module) {
+			g.Modules = append(slices.Clone(g.Modules), p.Module)
+		}
 		r.Gate = &g
-		msg := fmt.Sprintf("State Secret %s was kept under approvalPolicy %s and spec.protect [%s] for an earlier %s of this name (UID %s): they hold for this object too, beside its own. "+
+		msg := fmt.Sprintf("State Secret %s was kept under approvalPolicy %s, spec.protect [%s] and module code %s for an earlier %s of this name (UID %s): they hold for this object too, beside its own. "+
 			"An approver lets them go: kubectl annotate %s -n %s %s %s=%s",
-			head.Name, p.Policy, strings.Join(p.Protect, ", "), e.GVK.Kind, p.UID,
+			head.Name, p.Policy, strings.Join(p.Protect, ", "), cmp.Or(p.Module, "(any)"), e.GVK.Kind, p.UID,
 			strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), infrav1.AnnotationAdoptState, p.UID)
 		e.warnOnChange(obj, infrav1.ConditionProtectionInherited, metav1.ConditionTrue, ReasonProtectionInherited, ReasonProtectionInherited, msg)
 		return true, nil
@@ -110,7 +117,7 @@ func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err e
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionProtectionInherited); c != nil && c.Status != metav1.ConditionFalse {
 		SetCondition(obj, infrav1.ConditionProtectionInherited, metav1.ConditionFalse, ReasonProtectionOwn, "")
 	}
-	own, err := json.Marshal(Protection{UID: obj.GetUID(), Policy: r.Gate.Policy, Protect: r.Gate.Protect})
+	own, err := json.Marshal(Protection{UID: obj.GetUID(), Policy: r.Gate.Policy, Protect: r.Gate.Protect, Module: obj.WorkspaceStatus().AppliedModule})
 	if err != nil || string(own) == head.Protection {
 		return err == nil, err
 	}

@@ -74,6 +74,9 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	if g := r.Gate; g != nil && (op == infrav1.OperationApply || op == infrav1.OperationDestroy) {
 		spec.Protect = g.Protect
 	}
+	if g := r.Gate; g != nil {
+		spec.ApprovedModules = g.RunnableModules()
+	}
 	return BuildJob(spec), nil
 }
 

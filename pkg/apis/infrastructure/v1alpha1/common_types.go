@@ -272,6 +272,12 @@ type WorkspaceStatus struct {
 	// +optional
 	AppliedPlanHash string `json:"appliedPlanHash,omitempty"`
 
+	// AppliedModule is the digest of the module code the last successful
+	// apply ran: under an approval policy, code of another digest waits
+	// for an approver (captf.io/approve-module).
+	// +optional
+	AppliedModule string `json:"appliedModule,omitempty"`
+
 	// Outputs are the module's non-sensitive outputs after the last apply or
 	// refresh. Sensitive outputs are never shown.
 	// +optional

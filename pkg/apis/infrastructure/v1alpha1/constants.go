@@ -17,6 +17,11 @@ const (
 	// protected for lets this object take the state up under its own
 	// approval policy and spec.protect alone.
 	AnnotationAdoptState = "captf.io/adopt-state"
+	// AnnotationApproveModule approves the module code whose digest it
+	// names: under an approval policy, no Job runs changed module code
+	// (the source's files, the modules it calls, its lock file) before an
+	// approver names its digest here.
+	AnnotationApproveModule = "captf.io/approve-module"
 )
 
 // Condition types. Ready, Paused and the approval and drift types are fixed

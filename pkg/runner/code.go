@@ -1,0 +1,119 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/captf/captf/pkg/run"
+)
+
+// Files of the working directory that are the runner's, not the module's:
+// the backend it serves, the variables it writes, the plan it makes, and
+// what terraform init keeps of its own (providers come from the lock file's
+// hashes, which the digest covers).
+var runnerFiles = map[string]bool{
+	backendOverrideFile:            true,
+	tfvarsFile:                     true,
+	planFile:                       true,
+	cliConfigFile:                  true,
+	".terraform/terraform.tfstate": true,
+	".terraform/environment":       true,
+	".terraform/providers":         true,
+}
+
+const (
+	backendOverrideFile = "zz_captf_backend_override.tf"
+	tfvarsFile          = "terraform.tfvars.json"
+	planFile            = "captf.tfplan"
+)
+
+// maxListedFiles bounds the files a ModuleCode lists by name: the digest
+// covers every file, the list is for people.
+const maxListedFiles = 500
+
+// moduleCode hashes the code a run in dir would execute: every file (its
+// path, whether it is executable, its content; a link's target) but the
+// runner's own and git's metadata, as terraform init left them.
+func moduleCode(dir string) (*run.ModuleCode, error) {
+	files := map[string]string{}
+	digest := sha256.New()
+	var paths []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if runnerFiles[rel] || d.Name() == ".git" {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() {
+			paths = append(paths, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(paths)
+	for _, rel := range paths {
+		sum, kind, err := hashFile(filepath.Join(dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(digest, "%s %q %s\n", kind, rel, sum)
+		files[rel] = sum[:16]
+	}
+	code := &run.ModuleCode{Digest: "sha256:" + hex.EncodeToString(digest.Sum(nil))}
+	if len(files) <= maxListedFiles {
+		code.Files = files
+	}
+	return code, nil
+}
+
+// hashFile is the hash of a file's content (a link's target) and its kind:
+// "l" a link, "x" an executable file, "f" another.
+func hashFile(path string) (string, string, error) {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return "", "", err
+	}
+	h := sha256.New()
+	kind := "f"
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", "", err
+		}
+		kind = "l"
+		io.WriteString(h, target)
+	case !info.Mode().IsRegular():
+		return "", "", fmt.Errorf("%s: neither a file nor a link", path)
+	default:
+		if info.Mode()&0o111 != 0 {
+			kind = "x"
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return "", "", err
+		}
+		defer f.Close()
+		if _, err := io.Copy(h, f); err != nil {
+			return "", "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), kind, nil
+}

@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestModuleCode: the digest changes with every file of the module and of
+// the modules init fetched, and with nothing the runner or init writes of
+// their own.
+func TestModuleCode(t *testing.T) {
+	base := map[string]string{
+		"main.tf":                                 `resource "terraform_data" "x" {}`,
+		".terraform.lock.hcl":                     `provider "captf.io/captf/localcloud" {}`,
+		".terraform/modules/modules.json":         `{"Modules":[{"Key":"net","Dir":".terraform/modules/net"}]}`,
+		".terraform/modules/net/main.tf":          `resource "terraform_data" "net" {}`,
+		".terraform/modules/net/.git/HEAD":        "ref: refs/heads/main",
+		".terraform/providers/p/terraform-plugin": "binary",
+		".terraform/terraform.tfstate":            `{"backend":{"type":"http"}}`,
+		backendOverrideFile:                       "terraform {}",
+		tfvarsFile:                                `{"a":1}`,
+		planFile:                                  "plan",
+		cliConfigFile:                             "provider_installation {}",
+	}
+	digest := func(t *testing.T, files map[string]string, exec string) string {
+		t.Helper()
+		dir := t.TempDir()
+		for name, content := range files {
+			path := filepath.Join(dir, filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mode := os.FileMode(0o644)
+			if name == exec {
+				mode = 0o755
+			}
+			if err := os.WriteFile(path, []byte(content), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, err := moduleCode(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code.Digest
+	}
+	with := func(name, content string) map[string]string {
+		files := map[string]string{}
+		for k, v := range base {
+			files[k] = v
+		}
+		if content == "" {
+			delete(files, name)
+		} else {
+			files[name] = content
+		}
+		return files
+	}
+	want := digest(t, base, "")
+	cases := []struct {
+		name    string
+		files   map[string]string
+		exec    string
+		changed bool
+	}{
+		{"the root module's file", with("main.tf", `resource "terraform_data" "y" {}`), "", true},
+		{"a file added", with("extra.tf", `data "external" "x" {}`), "", true},
+		{"a file removed", with("main.tf", ""), "", true},
+		{"a called module's file", with(".terraform/modules/net/main.tf", `resource "terraform_data" "other" {}`), "", true},
+		{"the lock file", with(".terraform.lock.hcl", `provider "other" {}`), "", true},
+		{"a script made executable", base, "main.tf", true},
+		{"git's metadata", with(".terraform/modules/net/.git/HEAD", "ref: refs/heads/other"), "", false},
+		{"the variables", with(tfvarsFile, `{"a":2}`), "", false},
+		{"the providers init installed", with(".terraform/providers/p/terraform-plugin", "other"), "", false},
+		{"the backend", with(backendOverrideFile, "terraform { backend \"http\" {} }"), "", false},
+		{"the plan", with(planFile, "another plan"), "", false},
+	}
+	for _, tc := range cases {
+		if got := digest(t, tc.files, tc.exec); (got != want) != tc.changed {
+			t.Errorf("%s: digest %s, before %s: want changed %v", tc.name, got, want, tc.changed)
+		}
+	}
+}
