@@ -84,7 +84,7 @@ func gate(obj object) (annotation string, protected *metav1.Condition) {
 		}
 		return infrav1.AnnotationApproveDestructivePlan, nil
 	}
-	if c := condition(obj, infrav1.ConditionPlanAwaitingApproval); c != nil && c.Status == metav1.ConditionTrue {
+	if c := condition(obj, infrav1.ConditionPlanAwaitingApproval); c != nil && c.Status == metav1.ConditionTrue && c.Reason != run.ReasonModuleAwaitingApproval {
 		return infrav1.AnnotationApprovePlan, nil
 	}
 	return "", nil
@@ -97,6 +97,8 @@ func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, 
 	fmt.Fprintf(w, "  %s\n", run.PlanSummaryText(plan.Summary))
 	annotation, protected := gate(obj)
 	switch {
+	case moduleWaiting(obj) != "":
+		fmt.Fprintf(w, "Module code %s waits for approval (no plan was made with it): kubectl captf approve %s -n %s\n", moduleWaiting(obj), r, e.namespace)
 	case protected != nil:
 		fmt.Fprintf(w, "Refused: %s\n", protected.Message)
 	case annotation != "":
@@ -125,6 +127,10 @@ var approveCommand = &command{
 	long: `Show the TerraformCluster's plan waiting for approval, ask for confirmation
 and set the annotation that approves exactly that plan
 (captf.io/approve-plan or captf.io/approve-destructive-plan) to its hash.
+When the module's code changed and waits for approval (no plan is made
+with code no approver accepted), show which files changed against the code
+applied and approve that code (captf.io/approve-module); its plan then
+waits as any other.
 Refused when the plan changed since it was shown, and for a plan that
 changes what spec.protect covers (no approval applies it). With the
 approval policy installed, approving needs the verb approve.
@@ -147,6 +153,21 @@ Examples:
 		obj, err := e.get(r)
 		if err != nil {
 			return err
+		}
+		if digest := moduleWaiting(obj); digest != "" {
+			records, err := e.planRecords(r, obj)
+			if err != nil {
+				return err
+			}
+			e.showModule(r, obj, digest, records)
+			if !e.yes && !e.confirm(fmt.Sprintf("Approve module code %s of %s (%s)?", digest, r, infrav1.AnnotationApproveModule)) {
+				return errors.New("not approved")
+			}
+			if err := e.approveModule(r, digest); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "%s approved: module code %s (%s); its plan is gated as any other\n", r, digest, infrav1.AnnotationApproveModule)
+			return nil
 		}
 		plan := obj.WorkspaceStatus().LastPlan
 		annotation, protected := gate(obj)

@@ -3,12 +3,14 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -16,6 +18,8 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // waiting is a TerraformCluster whose plan hash waits for the destructive
@@ -100,5 +104,77 @@ func TestParseInterspersed(t *testing.T) {
 	args, err := parseInterspersed(fs, []string{"tfc/prod", "-n", "team", "run-1", "--yes", "--", "-odd"})
 	if err != nil || !slices.Equal(args, []string{"tfc/prod", "run-1", "-odd"}) || *ns != "team" || !*yes {
 		t.Errorf("args %q, -n %q, --yes %v, err %v", args, *ns, *yes, err)
+	}
+}
+
+// moduleWaits is a TerraformCluster whose new module code (digest next)
+// waits for an approver; the code applied is digest "sha256:aa...".
+func moduleWaits(next string) *infrav1.TerraformCluster {
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", ResourceVersion: "7", UID: "u1"}}
+	tc.Status.AppliedModule = digestOf("a")
+	tc.Status.Conditions = []metav1.Condition{{Type: infrav1.ConditionPlanAwaitingApproval, Status: metav1.ConditionTrue, Reason: run.ReasonModuleAwaitingApproval,
+		Message: "The module's code changed: digest " + next + " is not the code applied (" + digestOf("a") + ")"}}
+	return tc
+}
+
+func digestOf(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+
+// TestApproveModule: the plugin shows which files of the module changed
+// (from the run records of the blocked run and of the applied one) and
+// approves exactly the digest the manager says waits.
+func TestApproveModule(t *testing.T) {
+	recordCM := func(name, digest string, files map[string]string) *corev1.ConfigMap {
+		b, _ := json.Marshal(run.Record{Job: name, Module: &run.ModuleCode{Digest: digest, Files: files}})
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-run", Namespace: "ns",
+			Labels:          names.RecordLabels(names.ObjectOf("TerraformCluster", "prod")),
+			OwnerReferences: []metav1.OwnerReference{{UID: "u1", Name: "prod"}}},
+			Data: map[string]string{run.KeyRun: string(b)}}
+	}
+	tests := map[string]struct {
+		then    *infrav1.TerraformCluster
+		stdin   string
+		wantErr string
+		patched string
+	}{
+		"yes": {then: moduleWaits(digestOf("b")), stdin: "y\n",
+			patched: `{"metadata":{"annotations":{"captf.io/approve-module":"` + digestOf("b") + `"},"resourceVersion":"7"}}`},
+		"no":               {then: moduleWaits(digestOf("b")), stdin: "n\n", wantErr: "not approved"},
+		"the code changed": {then: moduleWaits(digestOf("c")), stdin: "y\n", wantErr: "the module code waiting changed since it was shown"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewSimpleClientset(moduleWaits(digestOf("b")))
+			gets := 0
+			client.PrependReactor("get", "terraformclusters", func(core.Action) (bool, runtime.Object, error) {
+				gets++
+				if gets == 1 {
+					return true, moduleWaits(digestOf("b")), nil
+				}
+				return true, tc.then, nil
+			})
+			kube := kubefake.NewSimpleClientset(
+				recordCM("tfc-prod-apply-1", digestOf("a"), map[string]string{"main.tf": "1", "old.tf": "2", "same.tf": "3"}),
+				recordCM("tfc-prod-apply-2", digestOf("b"), map[string]string{"main.tf": "9", "new.tf": "4", "same.tf": "3"}))
+			var out bytes.Buffer
+			e := &env{ctx: context.Background(), in: strings.NewReader(tc.stdin), out: &out, err: io.Discard, namespace: "ns", captf: client, kube: kube}
+			err := approveCommand.run(e, []string{"tfc/prod"})
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("approve: %v, want %q", err, tc.wantErr)
+			}
+			var patches []string
+			for _, a := range client.Actions() {
+				if p, ok := a.(core.PatchAction); ok {
+					patches = append(patches, string(p.GetPatch()))
+				}
+			}
+			if want := slices.DeleteFunc([]string{tc.patched}, func(s string) bool { return s == "" }); !slices.Equal(patches, want) {
+				t.Errorf("patches %q, want %q", patches, want)
+			}
+			for _, shown := range []string{"Module code " + digestOf("b"), "changed  main.tf", "added    new.tf", "removed  old.tf", "(1 unchanged)"} {
+				if !strings.Contains(out.String(), shown) {
+					t.Errorf("the output does not show %q:\n%s", shown, out.String())
+				}
+			}
+		})
 	}
 }

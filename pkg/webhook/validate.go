@@ -29,6 +29,7 @@ const (
 var (
 	variableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 	planHash     = regexp.MustCompile(`^[0-9a-f]{16}$`)
+	moduleDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	backupStamp  = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}(-[0-9]+)?$`)
 )
 
@@ -437,6 +438,14 @@ func validateAnnotations(annotations map[string]string, gated bool, obj names.Ob
 		}
 		if !planHash.MatchString(v) {
 			errs = append(errs, field.Invalid(path.Key(key), v, "must be a plan hash (16 lower-case hex digits) as status.lastPlan.hash shows it"))
+		}
+	}
+	if v, ok := annotations[infrav1.AnnotationApproveModule]; ok {
+		switch {
+		case !gated:
+			errs = append(errs, field.Forbidden(path.Key(infrav1.AnnotationApproveModule), "only a TerraformCluster's module code waits for approval: machines and pools are never gated"))
+		case !moduleDigest.MatchString(v):
+			errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationApproveModule), v, "must be a module digest (sha256: and 64 lower-case hex digits) as the ModuleAwaitingApproval condition names it"))
 		}
 	}
 	if v, ok := annotations[infrav1.AnnotationRestoreState]; ok {

@@ -105,6 +105,12 @@ func TestValidateTerraformCluster(t *testing.T) {
 		{name: "approval hash well formed", change: func(tc *infrav1.TerraformCluster) {
 			tc.Annotations = map[string]string{infrav1.AnnotationApproveDestructivePlan: "0123456789abcdef"}
 		}},
+		{name: "module approval malformed", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationApproveModule: "0123456789abcdef"}
+		}, want: "metadata.annotations[captf.io/approve-module]: Invalid value: \"0123456789abcdef\": must be a module digest"},
+		{name: "module approval well formed", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationApproveModule: "sha256:" + strings.Repeat("0a", 32)}
+		}},
 		{name: "restore of another object's backup", change: func(tc *infrav1.TerraformCluster) {
 			tc.Annotations = map[string]string{infrav1.AnnotationRestoreState: "tfc-other-backup-20261130-010203"}
 		}, want: "metadata.annotations[captf.io/restore-state]: Invalid value: \"tfc-other-backup-20261130-010203\": must name one of this object's state backups (tfc-work-backup-<yyyymmdd-hhmmss> or tfc-work-errored-<yyyymmdd-hhmmss>)"},
@@ -207,6 +213,8 @@ func TestValidateMachineAndPool(t *testing.T) {
 	gated := m.DeepCopy()
 	gated.Annotations = map[string]string{infrav1.AnnotationApprovePlan: "0123456789abcdef"}
 	checkErrors(t, ValidateTerraformMachine(gated, nil).ToAggregate(), "metadata.annotations[captf.io/approve-plan]: Forbidden: only a TerraformCluster's plans wait for approval")
+	gated.Annotations = map[string]string{infrav1.AnnotationApproveModule: "sha256:" + strings.Repeat("0a", 32)}
+	checkErrors(t, ValidateTerraformMachine(gated, nil).ToAggregate(), "metadata.annotations[captf.io/approve-module]: Forbidden: only a TerraformCluster's module code waits for approval")
 	badID := m.DeepCopy()
 	badID.Spec.ProviderID = "no-scheme"
 	checkErrors(t, ValidateTerraformMachine(badID, nil).ToAggregate(), "spec.providerID: Invalid value: \"no-scheme\": must look like <provider>://<id>")
