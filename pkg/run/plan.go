@@ -79,7 +79,7 @@ func SummarizePlan(p *tfjson.Plan, protect []string, module string) (*Plan, erro
 
 // hashedPlan is what a plan's hash covers.
 type hashedPlan struct {
-	Module  string        `json:"module,omitempty"`
+	Module  string         `json:"module,omitempty"`
 	Changes []hashedChange `json:"changes"`
 	Outputs []hashedChange `json:"outputs,omitempty"`
 }
