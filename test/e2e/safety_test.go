@@ -608,6 +608,7 @@ func TestForgetIsGated(t *testing.T) {
 	e.update("forget", func(tc *infrav1.TerraformCluster) {
 		tc.Spec.Module.Inline = "removed {\n  from = terraform_data.instance\n  lifecycle {\n    destroy = false\n  }\n}\n"
 	})
+	e.approveModule("forget") // new code waits for an approver before it plans (issue 50)
 	blocked := waitCondition(e, "forget", infrav1.ConditionDestructivePlanBlocked, "DestructivePlanBlocked", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Status == metav1.ConditionTrue
 	})
@@ -1190,6 +1191,7 @@ resource "terraform_data" "clock" { input = timestamp() }
 resource "terraform_data" "b" { input = file("/nonexistent/${terraform_data.clock.output}") }
 `
 	})
+	e.approveModule("fails")
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		failed := 0
 		for _, j := range e.jobs("apply") {

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/run"
+)
+
+// TestModuleChangeNeedsApproval (issue 50, item 2): a writer changed an
+// applied cluster's module and the new code ran at plan time with the run's
+// credentials, before any approver saw it: a data source could read or send
+// what the run could reach. Now code other than the applied code waits
+// before init's plan, and runs only once an approver approves its digest.
+func TestModuleChangeNeedsApproval(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	installApprovalPolicy(t)
+	e.startManagerWithWebhook()
+	tn := e.newTenant()
+	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+
+	// What the new code reads: a remote state over HTTP, built into
+	// terraform and tofu, so it needs no provider download.
+	var reads atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads.Add(1)
+		fmt.Fprint(w, `{"version":4,"terraform_version":"1.5.0","serial":1,"lineage":"leak","outputs":{},"resources":[]}`)
+	})}
+	go srv.Serve(ln) //nolint:errcheck // closed below
+	t.Cleanup(func() { srv.Close() })
+
+	e.create(e.localCloud("code", e.newCluster("code", false), map[string]any{}))
+	first := e.waitFor("code", 2*time.Minute, "Ready with the applied module recorded", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Status.AppliedModule != ""
+	})
+
+	// The writer adds code that reaches out at plan time.
+	tc := first.DeepCopy()
+	tc.Spec.Module.Inline += fmt.Sprintf(`
+data "terraform_remote_state" "leak" {
+  backend = "http"
+  config = {
+    address = "http://%s/leak"
+  }
+}
+`, ln.Addr())
+	if _, err := tcs.Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := waitCondition(e, "code", infrav1.ConditionPlanAwaitingApproval, "the new code waiting", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue && c.Reason == run.ReasonModuleAwaitingApproval
+	})
+	if n := reads.Load(); n != 0 {
+		t.Errorf("the unapproved code ran: %d reads of the test's server", n)
+	}
+	if !isReady(waiting) {
+		t.Errorf("Ready %+v while new code waits: the infrastructure is still what was applied", condition(waiting, infrav1.ConditionReady))
+	}
+	if waiting.Status.AppliedModule != first.Status.AppliedModule {
+		t.Errorf("appliedModule %q while the new code waits, want %q", waiting.Status.AppliedModule, first.Status.AppliedModule)
+	}
+
+	// The writer may not approve the code it wrote.
+	forged := fmt.Sprintf(`{"metadata":{"annotations":{%q:"sha256:%064x"}}}`, infrav1.AnnotationApproveModule, 1)
+	if _, err := tcs.Patch(ctx, "code", types.MergePatchType, []byte(forged), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "needs the verb approve") {
+		t.Errorf("a writer sets %s: %v, want the approval policy's refusal", infrav1.AnnotationApproveModule, err)
+	}
+	e.never(10*time.Second, func() error {
+		if n := reads.Load(); n != 0 {
+			return fmt.Errorf("the unapproved code ran: %d reads", n)
+		}
+		return nil
+	})
+
+	// An approver sees which files changed and approves the code.
+	approver := e.user("approver", "captf-viewer", "captf-approver")
+	r := e.kubectlCaptf(pluginBinary(t), approver, "", "approve", "tfc/code", "--yes")
+	if r.code != 0 || !strings.Contains(r.out, "changed  main.tf") {
+		t.Fatalf("kubectl captf approve: exit %d\nstdout: %s\nstderr: %s\nwant the changed main.tf", r.code, r.out, r.err)
+	}
+	done := e.waitFor("code", 2*time.Minute, "the approved code applied", func(tc *infrav1.TerraformCluster) bool {
+		return isReady(tc) && tc.Status.AppliedModule != "" && tc.Status.AppliedModule != first.Status.AppliedModule
+	})
+	if n := reads.Load(); n == 0 {
+		t.Error("the approved code never read the test's server: the test does not show what it claims")
+	}
+	if _, ok := done.Annotations[infrav1.AnnotationApproveModule]; ok {
+		t.Errorf("%s still set after the approved code applied: an approval is used once", infrav1.AnnotationApproveModule)
+	}
+}
+
+// approveModule waits for name's module code to wait for approval and
+// approves the digest the condition names, as an approver would.
+func (e *env) approveModule(name string) {
+	e.t.Helper()
+	tc := waitCondition(e, name, infrav1.ConditionPlanAwaitingApproval, "the new module code waiting", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue && c.Reason == run.ReasonModuleAwaitingApproval
+	})
+	digest := moduleDigest.FindString(condition(tc, infrav1.ConditionPlanAwaitingApproval).Message)
+	if digest == "" {
+		e.t.Fatalf("%s names no digest: %q", run.ReasonModuleAwaitingApproval, condition(tc, infrav1.ConditionPlanAwaitingApproval).Message)
+	}
+	e.annotate(name, infrav1.AnnotationApproveModule, digest)
+}
+
+var moduleDigest = regexp.MustCompile(`sha256:[0-9a-f]{64}`)
