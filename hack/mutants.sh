@@ -323,6 +323,32 @@ mutant webhook-no-deadline pkg/webhook/admission.go \
 mutant webhook-bounds-never-ratchet pkg/webhook/admission.go \
 	'} else if len(errs) > 0 && !sameSpec(req) {' '} else if len(errs) > 0 && true {'
 
+# Issue 50, item 2: code no approver accepted never runs.
+mutant runner-runs-unapproved-code pkg/runner/runner.go \
+	'if mods := r.Config.ApprovedModules; len(mods) > 0 && !slices.Contains(mods, res.Module.Digest) {' 'if mods := r.Config.ApprovedModules; false && len(mods) > 0 {'
+mutant module-digest-skips-content pkg/runner/code.go \
+	'fmt.Fprintf(digest, "%s %q %s\n", kind, rel, sum)' 'fmt.Fprintf(digest, "%s %q\n", kind, rel)'
+mutant module-digest-skips-mode pkg/runner/code.go \
+	'kind = "x"' 'kind = "f"'
+mutant gate-forgets-applied-code pkg/approval/approval.go \
+	'g.Modules = []string{appliedModule}' '_ = appliedModule'
+mutant module-approval-ignored pkg/approval/approval.go \
+	'if g.ApprovedModule != "" && !slices.Contains(out, g.ApprovedModule) {' 'if false {'
+mutant module-approval-kept pkg/approval/approval.go \
+	'infrav1.AnnotationApproveModule: module}' 'infrav1.AnnotationApproveModule: ""}'
+mutant module-hold-retries-at-once pkg/controller/workspace/gate.go \
+	'if r.Gate.ModuleRunnable(res.Module.Digest) {' 'if true {'
+mutant plan-hash-ignores-code pkg/run/plan.go \
+	'hp := hashedPlan{Module: module}' 'hp := hashedPlan{}'
+mutant plan-hash-ignores-outputs pkg/run/plan.go \
+	'hp.Outputs = append(hp.Outputs, c)' '_ = c'
+mutant webhook-module-digest-unchecked pkg/webhook/validate.go \
+	'case !moduleDigest.MatchString(v):' 'case false:'
+mutant webhook-module-approval-on-machines pkg/webhook/validate.go \
+	"case !gated:
+			errs = append(errs, field.Forbidden(path.Key(infrav1.AnnotationApproveModule)" "case false:
+			errs = append(errs, field.Forbidden(path.Key(infrav1.AnnotationApproveModule)"
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"
