@@ -89,7 +89,7 @@ data "terraform_remote_state" "leak" {
 	})
 
 	// An approver sees which files changed and approves the code.
-	approver := e.user("approver", "captf-viewer", "captf-approver")
+	approver := e.user("approver", "captf-writer", "captf-approver")
 	r := e.kubectlCaptf(pluginBinary(t), approver, "", "approve", "tfc/code", "--yes")
 	if r.code != 0 || !strings.Contains(r.out, "changed  main.tf") {
 		t.Fatalf("kubectl captf approve: exit %d\nstdout: %s\nstderr: %s\nwant the changed main.tf", r.code, r.out, r.err)
