@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -147,6 +149,83 @@ func TestProtectedChange(t *testing.T) {
 		f.sync()
 		if jobs := f.createdJobs(); len(jobs) != 0 {
 			t.Errorf("a result naming addresses no pattern covers skipped the backoff: %v", jobNames(jobs))
+		}
+	})
+}
+
+// TestModuleGate (issue 50, item 2): once a TerraformCluster has applied,
+// its Jobs run only the applied code or code an approver named. An apply
+// that stopped for other code waits without a retry and says which digest
+// waits; a destroy that stopped is held, not retried on a backoff, and
+// runs again at once when an approver names the digest.
+func TestModuleGate(t *testing.T) {
+	k := kinds[0]
+	const applied, next = "sha256:aaaa", "sha256:bbbb"
+	stopped := func(op infrav1.Operation, outcome string) run.Result {
+		return run.Result{Operation: op, Outcome: outcome, Stage: run.StageModule, Reason: run.ReasonModuleAwaitingApproval,
+			Error: "not approved", Module: &run.ModuleCode{Digest: next}}
+	}
+	withApplied := func(o workspace.Object) { o.WorkspaceStatus().AppliedModule = applied }
+	args := func(j *batchv1.Job) string { return strings.Join(j.Spec.Template.Spec.Containers[0].Args, " ") }
+	t.Run("apply waits", func(t *testing.T) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), withApplied), k.capi)
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || !strings.Contains(args(jobs[0]), `--approved-modules=["`+applied+`"]`) {
+			t.Fatalf("first sync created %v with args %v, want the applied code only", jobNames(jobs), jobs)
+		}
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: run.StageModule,
+			Reason: run.ReasonModuleAwaitingApproval, Module: &run.ModuleCode{Digest: next}})
+		f.sync()
+		if c := f.condition(infrav1.ConditionPlanAwaitingApproval); c == nil || c.Status != metav1.ConditionTrue || c.Reason != run.ReasonModuleAwaitingApproval ||
+			!strings.Contains(c.Message, "captf.io/approve-module="+next) {
+			t.Errorf("PlanAwaitingApproval = %+v", c)
+		}
+		if jobs := f.createdJobs(); len(jobs) != 0 {
+			t.Fatalf("code that waits started %v", jobNames(jobs))
+		}
+		f.observe()
+		f.annotate(infrav1.AnnotationApproveModule, next)
+		f.sync()
+		jobs = f.createdJobs()
+		if len(jobs) != 1 || !strings.Contains(args(jobs[0]), `--approved-modules=["`+applied+`","`+next+`"]`) {
+			t.Fatalf("the approval created %v, want a Job that may run the approved code", jobNames(jobs))
+		}
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Module: &run.ModuleCode{Digest: next},
+			Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		obj := f.object()
+		if got := obj.WorkspaceStatus().AppliedModule; got != next {
+			t.Errorf("appliedModule %q, want %q", got, next)
+		}
+		if _, ok := obj.GetAnnotations()[infrav1.AnnotationApproveModule]; ok {
+			t.Errorf("the used approval is still on the object: %v", obj.GetAnnotations())
+		}
+	})
+	t.Run("destroy held", func(t *testing.T) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Module: &run.ModuleCode{Digest: applied},
+			Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		f.change(deleting)
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 || jobs[0].Labels[names.LabelOperation] != string(infrav1.OperationDestroy) {
+			t.Fatalf("first sync created %v, want a destroy", jobNames(jobs))
+		}
+		f.failJob(stopped(infrav1.OperationDestroy, run.OutcomeFailed))
+		f.sync()
+		if r := f.readyReason(); r != run.ReasonModuleAwaitingApproval {
+			t.Errorf("Ready's reason %q", r)
+		}
+		if jobs := f.createdJobs(); len(jobs) != 0 {
+			t.Fatalf("a destroy of code that waits was retried: %v", jobNames(jobs))
+		}
+		f.annotate(infrav1.AnnotationApproveModule, next)
+		f.sync()
+		if jobs := f.createdJobs(); len(jobs) != 1 || jobs[0].Labels[names.LabelAttempt] != "1" {
+			t.Errorf("the approval created %v, want attempt 1 at once", jobNames(jobs))
 		}
 	})
 }
