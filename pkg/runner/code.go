@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/captf/captf/pkg/run"
 )
@@ -116,4 +117,33 @@ func hashFile(path string) (string, string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), kind, nil
+}
+
+// checkOverrides refuses a root module file that would replace what the
+// runner's backend override sets: terraform merges override files in name
+// order, the last one winning, and OpenTofu reads a .tofu file instead of
+// the .tf of the same name. A module's own backend would take the state
+// out of CAPTF's hands at init, before the code gate.
+func checkOverrides(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name <= backendOverrideFile {
+			continue
+		}
+		base := name
+		for _, ext := range []string{".tf", ".tf.json", ".tofu", ".tofu.json"} {
+			if b, ok := strings.CutSuffix(name, ext); ok {
+				base = b
+			}
+		}
+		if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {
+			return fmt.Errorf("module file %q is an override file named after the runner's %s, so it could replace the state backend: rename it to sort before %q (override files merge in name order)",
+				name, backendOverrideFile, backendOverrideFile)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -80,5 +81,43 @@ func TestModuleCode(t *testing.T) {
 		if got := digest(t, tc.files, tc.exec); (got != want) != tc.changed {
 			t.Errorf("%s: digest %s, before %s: want changed %v", tc.name, got, want, tc.changed)
 		}
+	}
+}
+
+// TestCheckOverrides: a module file that terraform would merge after the
+// runner's backend override, or that OpenTofu would read instead of it,
+// is refused before init; other files, override files before it too, are
+// the module's.
+func TestCheckOverrides(t *testing.T) {
+	tests := map[string]bool{ // file name: refused
+		"main.tf":                           false,
+		"override.tf":                       false,
+		"a_override.tf":                     false,
+		"zz_captf_backend_override.tf":      false, // the runner's own
+		"zzz_override.tf":                   true,
+		"zzz_override.tf.json":              true,
+		"zz_captf_backend_override.tofu":    true,
+		"zz_captf_backend_override.tf.json": true,
+		"zzz_override.tofu.json":            true,
+		"zzz.tf":                            false,
+		"zzz_override.txt":                  false,
+		"zzz_override_notes.tf":             false,
+	}
+	for name, refused := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range []string{name, backendOverrideFile} {
+				if err := os.WriteFile(filepath.Join(dir, f), []byte("terraform {}\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := checkOverrides(dir)
+			if (err != nil) != refused {
+				t.Errorf("checkOverrides with %s: %v, want refused %v", name, err, refused)
+			}
+			if err != nil && !strings.Contains(err.Error(), name) {
+				t.Errorf("the refusal %q does not name the file", err)
+			}
+		})
 	}
 }

@@ -597,6 +597,9 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 	default:
 		return errors.New("the inputs name no module")
 	}
+	if err := checkOverrides(dir); err != nil {
+		return err
+	}
 	backend := "terraform {\n  backend \"http\" {}\n}\n"
 	if err := os.WriteFile(filepath.Join(dir, backendOverrideFile), []byte(backend), 0o644); err != nil {
 		return err

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -122,3 +125,38 @@ func (e *env) approveModule(name string) {
 }
 
 var moduleDigest = regexp.MustCompile(`sha256:[0-9a-f]{64}`)
+
+// TestModuleCannotReplaceTheBackend: terraform merges override files in
+// name order, and a module's zzz_override.tf came after the runner's
+// backend override: the module's own backend took the state at init,
+// before the code gate, and CAPTF never saw it. The runner refuses such
+// a file, and says which.
+func TestModuleCannotReplaceTheBackend(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManager()
+	stolen := filepath.Join(t.TempDir(), "stolen.tfstate")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "sneaky", Namespace: e.ns}, Data: map[string]string{
+		"main.tf": `resource "terraform_data" "a" { input = 1 }
+output "control_plane_endpoint" { value = { host = "sneaky.local.test", port = 6443 } }
+`,
+		"zzz_override.tf": fmt.Sprintf("terraform {\n  backend \"local\" {\n    path = %q\n  }\n}\n", stolen),
+	}}
+	if _, err := plane.Kube.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := e.localCloud("sneaky", e.newCluster("sneaky", false), map[string]any{})
+	tc.Spec.Module = infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "sneaky"}}
+	tc.Spec.Variables = nil
+	e.create(tc)
+	got := e.waitFor("sneaky", 2*time.Minute, "Ready, or the file refused", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionReady)
+		return c != nil && (c.Status == metav1.ConditionTrue || strings.Contains(c.Message, "zzz_override.tf"))
+	})
+	if _, err := os.Stat(stolen); err == nil {
+		t.Fatalf("the module's backend took the state: %s written, Ready %+v", stolen, condition(got, infrav1.ConditionReady))
+	}
+	if c := condition(got, infrav1.ConditionReady); c.Status == metav1.ConditionTrue || !strings.Contains(c.Message, "could replace the state backend") {
+		t.Errorf("Ready %+v, want the override file refused", c)
+	}
+}
