@@ -67,19 +67,7 @@ func TestApprove(t *testing.T) {
 			var out bytes.Buffer
 			e := &env{ctx: context.Background(), in: strings.NewReader(tc.stdin), out: &out, err: io.Discard, namespace: "ns",
 				captf: client, kube: kubefake.NewSimpleClientset()}
-			err := approveCommand.run(e, []string{"tfc/prod"})
-			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("approve: %v, want %q", err, tc.wantErr)
-			}
-			var patches []string
-			for _, a := range client.Actions() {
-				if p, ok := a.(core.PatchAction); ok {
-					patches = append(patches, string(p.GetPatch()))
-				}
-			}
-			if want := slices.DeleteFunc([]string{tc.patched}, func(s string) bool { return s == "" }); !slices.Equal(patches, want) {
-				t.Errorf("patches %q, want %q", patches, want)
-			}
+			checkApproved(t, approveCommand.run(e, []string{"tfc/prod"}), tc.wantErr, client, tc.patched)
 			if !strings.Contains(out.String(), "Plan 1111 of terraformclusters/prod") {
 				t.Errorf("the plan was not shown before the question:\n%s", out.String())
 			}
@@ -157,24 +145,30 @@ func TestApproveModule(t *testing.T) {
 				recordCM("tfc-prod-apply-2", digestOf("b"), map[string]string{"main.tf": "9", "new.tf": "4", "same.tf": "3"}))
 			var out bytes.Buffer
 			e := &env{ctx: context.Background(), in: strings.NewReader(tc.stdin), out: &out, err: io.Discard, namespace: "ns", captf: client, kube: kube}
-			err := approveCommand.run(e, []string{"tfc/prod"})
-			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("approve: %v, want %q", err, tc.wantErr)
-			}
-			var patches []string
-			for _, a := range client.Actions() {
-				if p, ok := a.(core.PatchAction); ok {
-					patches = append(patches, string(p.GetPatch()))
-				}
-			}
-			if want := slices.DeleteFunc([]string{tc.patched}, func(s string) bool { return s == "" }); !slices.Equal(patches, want) {
-				t.Errorf("patches %q, want %q", patches, want)
-			}
+			checkApproved(t, approveCommand.run(e, []string{"tfc/prod"}), tc.wantErr, client, tc.patched)
 			for _, shown := range []string{"Module code " + digestOf("b"), "changed  main.tf", "added    new.tf", "removed  old.tf", "(1 unchanged)"} {
 				if !strings.Contains(out.String(), shown) {
 					t.Errorf("the output does not show %q:\n%s", shown, out.String())
 				}
 			}
 		})
+	}
+}
+
+// checkApproved checks what an approve command returned and patched: the
+// error it should say, or the one patch it should make ("" for none).
+func checkApproved(t *testing.T, err error, wantErr string, client *fake.Clientset, patched string) {
+	t.Helper()
+	if (err == nil) != (wantErr == "") || (err != nil && !strings.Contains(err.Error(), wantErr)) {
+		t.Fatalf("approve: %v, want %q", err, wantErr)
+	}
+	var patches []string
+	for _, a := range client.Actions() {
+		if p, ok := a.(core.PatchAction); ok {
+			patches = append(patches, string(p.GetPatch()))
+		}
+	}
+	if want := slices.DeleteFunc([]string{patched}, func(s string) bool { return s == "" }); !slices.Equal(patches, want) {
+		t.Errorf("patches %q, want %q", patches, want)
 	}
 }
