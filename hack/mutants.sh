@@ -352,6 +352,10 @@ mutant webhook-module-approval-on-machines pkg/webhook/validate.go \
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if false {'
 
+# Drift checks run as the plan ServiceAccount, checked as any runner's.
+mutant plan-account-unused pkg/controller/workspace/access.go \
+	'if op == infrav1.OperationDrift && jp.PlanServiceAccountName != "" {' 'if false {'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

@@ -325,9 +325,12 @@ func validateJobPolicy(jp *infrav1.JobPolicy, path *field.Path) field.ErrorList 
 	}
 	errs = append(errs, validatePlacement(jp, path)...)
 	errs = append(errs, validateEnv(jp.Env, path.Child("env"))...)
-	if sa := jp.ServiceAccountName; sa != "" {
-		for _, msg := range utilvalidation.IsDNS1123Subdomain(sa) {
-			errs = append(errs, field.Invalid(path.Child("serviceAccountName"), sa, msg))
+	for _, sa := range []struct{ field, name string }{{"serviceAccountName", jp.ServiceAccountName}, {"planServiceAccountName", jp.PlanServiceAccountName}} {
+		if sa.name == "" {
+			continue
+		}
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(sa.name) {
+			errs = append(errs, field.Invalid(path.Child(sa.field), sa.name, msg))
 		}
 	}
 	return errs

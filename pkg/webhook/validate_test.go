@@ -93,6 +93,9 @@ func TestValidateTerraformCluster(t *testing.T) {
 		{name: "reserved env", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Jobs = &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "TF_DATA_DIR", Value: "/x"}}}
 		}, want: "spec.jobs.env[0].name: Forbidden: is set by the runner"},
+		{name: "a plan ServiceAccount that is no name", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud", PlanServiceAccountName: "Read_Only"}
+		}, want: "spec.jobs.planServiceAccountName: Invalid value: \"Read_Only\""},
 		{name: "defaults validated too", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{SuccessfulJobsHistoryLimit: ptrTo[int32](-2)}}
 		}, want: "spec.defaults.jobs.successfulJobsHistoryLimit: Invalid value: -2"},

@@ -27,6 +27,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
@@ -411,13 +412,19 @@ func TestCustomRunnerServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.startManager()
-	for name, labels := range map[string]map[string]string{"cloud-runner": {infrav1.LabelRunnerServiceAccount: "true"}, "unlabelled": nil} {
+	runner := map[string]string{infrav1.LabelRunnerServiceAccount: "true"}
+	for name, labels := range map[string]map[string]string{"cloud-runner": runner, "cloud-reader": runner, "unlabelled": nil} {
 		if _, err := plane.Kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tc := e.localCloud("wi", e.newCluster("wi", false), map[string]any{"instances": 1})
 	tc.Spec.Jobs.ServiceAccountName = "cloud-runner"
+	tc.Spec.Jobs.PlanServiceAccountName = "cloud-reader"
+	keep := int32(3) // the clean drift check's Job, to read its account
+	tc.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
+	// The shortest interval the webhook takes: the test waits for one check.
+	tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 20 * time.Second}}
 	e.create(tc)
 	e.waitFor("wi", 2*time.Minute, "Ready", isReady)
 	job := e.jobs("apply")[0]
@@ -426,6 +433,24 @@ func TestCustomRunnerServiceAccount(t *testing.T) {
 	}
 	if n := len(e.instanceFiles()); n != 1 {
 		t.Errorf("%d instances, want 1", n)
+	}
+	// A drift check only plans: it runs as the plan account, and reaches
+	// its state through the runner API as any runner does.
+	checked := e.waitFor("wi", 2*time.Minute, "a clean drift check", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionDrifted)
+		return c != nil && c.Reason == workspace.ReasonNoDrift
+	})
+	if c := condition(checked, infrav1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v after the drift check", c)
+	}
+	drifts := e.jobs("drift")
+	if len(drifts) == 0 {
+		t.Error("no drift check Job kept")
+	}
+	for _, j := range drifts {
+		if sa := j.Spec.Template.Spec.ServiceAccountName; sa != "cloud-reader" {
+			t.Errorf("drift check %s runs as %q, want cloud-reader", j.Name, sa)
+		}
 	}
 
 	tc = e.localCloud("nope", e.newCluster("nope", false), map[string]any{"instances": 1})

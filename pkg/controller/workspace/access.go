@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -122,24 +123,36 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 // spec.jobs.serviceAccountName names a ServiceAccount without the label.
 const ReasonRunnerServiceAccountNotAllowed = "RunnerServiceAccountNotAllowed"
 
+// runnerServiceAccount is the ServiceAccount a Job of op runs as, and the
+// field that names it: a drift check only plans, and may run as a
+// read-only identity of its own.
+func runnerServiceAccount(jp infrav1.JobPolicy, op infrav1.Operation) serviceAccount {
+	if op == infrav1.OperationDrift && jp.PlanServiceAccountName != "" {
+		return serviceAccount{"spec.jobs.planServiceAccountName", jp.PlanServiceAccountName}
+	}
+	return serviceAccount{"spec.jobs.serviceAccountName", cmp.Or(jp.ServiceAccountName, names.RunnerServiceAccount)}
+}
+
+type serviceAccount struct{ field, name string }
+
 // CheckServiceAccount allows a runner ServiceAccount other than captf-runner
 // only when its namespace's owner labelled it captf.io/runner=true: without
 // that, anyone who may create a Terraform* object could run Terraform with
 // any ServiceAccount's rights.
-func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace, name string) error {
-	if name == "" || name == names.RunnerServiceAccount {
+func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace string, sa serviceAccount) error {
+	if sa.name == names.RunnerServiceAccount {
 		return nil
 	}
-	sa, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	got, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, sa.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf("spec.jobs.serviceAccountName: ServiceAccount %s not found", name)}
+		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf("%s: ServiceAccount %s not found", sa.field, sa.name)}
 	}
 	if err != nil {
 		return err
 	}
-	if sa.Labels[infrav1.LabelRunnerServiceAccount] != "true" {
+	if got.Labels[infrav1.LabelRunnerServiceAccount] != "true" {
 		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf(
-			"spec.jobs.serviceAccountName: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", name, infrav1.LabelRunnerServiceAccount)}
+			"%s: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", sa.field, sa.name, infrav1.LabelRunnerServiceAccount)}
 	}
 	return nil
 }

@@ -1211,3 +1211,51 @@ func specOf(t *testing.T, obj workspace.Object) any {
 	}
 	return u["spec"]
 }
+
+// TestPlanServiceAccount: with spec.jobs.planServiceAccountName, drift
+// checks (runs that only plan) run as that ServiceAccount and applies as
+// serviceAccountName; an account without captf.io/runner=true is refused,
+// the field that names it said.
+func TestPlanServiceAccount(t *testing.T) {
+	k := kinds[0]
+	for name, readerLabelled := range map[string]bool{"labelled": true, "unlabelled": false} {
+		t.Run(name, func(t *testing.T) {
+			sa := func(name string, labelled bool) *corev1.ServiceAccount {
+				s := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+				if labelled {
+					s.Labels = map[string]string{infrav1.LabelRunnerServiceAccount: "true"}
+				}
+				return s
+			}
+			f := newFixture(t, k, newObject(k, withFinalizer(k), func(o workspace.Object) {
+				o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud", PlanServiceAccountName: "reader"}
+				o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+			}), k.capi, sa("cloud", true), sa("reader", readerLabelled))
+			f.sync()
+			if jobs := f.createdJobs(); len(jobs) != 1 || jobs[0].Spec.Template.Spec.ServiceAccountName != "cloud" {
+				t.Fatalf("the apply: %v, want one Job running as cloud", jobNames(jobs))
+			}
+			f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+			f.sync()
+			f.observe()
+			clk := testingclock.NewFakeClock(time.Now())
+			f.c.EngineForTest().Clock = clk
+			start := clk.Now()
+			for len(f.createdJobs()) == 0 && f.readyReason() != workspace.ReasonRunnerServiceAccountNotAllowed && clk.Since(start) < 2*time.Minute {
+				clk.Step(5 * time.Second)
+				f.sync()
+			}
+			jobs := f.createdJobs()
+			if !readerLabelled {
+				c := f.condition(infrav1.ConditionReady)
+				if len(jobs) != 0 || c == nil || c.Reason != workspace.ReasonRunnerServiceAccountNotAllowed || !strings.Contains(c.Message, "spec.jobs.planServiceAccountName: ServiceAccount reader lacks the label") {
+					t.Errorf("an unlabelled plan account: Jobs %v, Ready %+v", jobNames(jobs), c)
+				}
+				return
+			}
+			if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") || jobs[0].Spec.Template.Spec.ServiceAccountName != "reader" {
+				t.Errorf("the drift check: %v, want one Job running as reader", jobNames(jobs))
+			}
+		})
+	}
+}

@@ -84,6 +84,9 @@ func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
 		if src.ServiceAccountName != "" {
 			p.ServiceAccountName = src.ServiceAccountName
 		}
+		if src.PlanServiceAccountName != "" {
+			p.PlanServiceAccountName = src.PlanServiceAccountName
+		}
 	}
 	return p
 }
@@ -140,10 +143,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	labels[names.LabelOperation] = string(s.Operation)
 	labels[names.LabelInputsHash] = s.InputsHash
 	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)
-	sa := names.RunnerServiceAccount
-	if s.Policy.ServiceAccountName != "" {
-		sa = s.Policy.ServiceAccountName
-	}
+	sa := runnerServiceAccount(s.Policy.JobPolicy, s.Operation).name
 	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
 	if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); s.Gate != "" && approved != "" {
 		labels[names.LabelApprovedPlan] = approved

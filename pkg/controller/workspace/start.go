@@ -23,7 +23,7 @@ import (
 // durable inputs) and the Job of one attempt, in three steps: the checks a
 // Job must pass, the Job, and its creation (with its slot and its inputs).
 func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
-	expectState, ok, err := e.mayStart(ctx, r)
+	expectState, ok, err := e.mayStart(ctx, r, op)
 	if err != nil || !ok {
 		return err
 	}
@@ -39,7 +39,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 // ServiceAccount may run it, the state is as the object expects. A check
 // that fails is reported in the status (ok false). expectState: the object
 // was applied, its runner must find a state.
-func (e *Engine) mayStart(ctx context.Context, r *Sync) (expectState, ok bool, err error) {
+func (e *Engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (expectState, ok bool, err error) {
 	if e.rescueHeld(r) {
 		return false, false, nil
 	}
@@ -47,7 +47,7 @@ func (e *Engine) mayStart(ctx context.Context, r *Sync) (expectState, ok bool, e
 		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
 		return false, false, nil
 	}
-	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), r.Policy.ServiceAccountName); err != nil {
+	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerServiceAccount(r.Policy.JobPolicy, op)); err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
 			e.InputError(r, ie)

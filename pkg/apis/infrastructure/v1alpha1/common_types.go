@@ -205,6 +205,15 @@ type JobPolicy struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// PlanServiceAccountName runs drift checks, the runs that only plan, as
+	// this ServiceAccount instead of serviceAccountName: give it a cloud
+	// identity that may only read, as plan and apply roles are split. The
+	// ServiceAccount must carry the label captf.io/runner=true.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	PlanServiceAccountName string `json:"planServiceAccountName,omitempty"`
 }
 
 // DriftPolicy says how drift is detected and handled.
