@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/controller/workspace"
+	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runner"
