@@ -356,6 +356,12 @@ mutant module-overrides-the-backend pkg/runner/code.go \
 mutant plan-account-unused pkg/controller/workspace/access.go \
 	'if op == infrav1.OperationDrift && jp.PlanServiceAccountName != "" {' 'if false {'
 
+# The runner's own settings cannot come from an envFrom the writer edits.
+mutant runner-runs-any-binary pkg/runner/runner.go \
+	'return p, r.checkTerraform(p)' 'return p, nil'
+mutant runner-api-from-envfrom pkg/controller/workspace/jobs.go \
+	'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI}, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})' 'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

@@ -696,16 +696,46 @@ func (e *terraformError) Error() string {
 	return fmt.Sprintf("terraform %s: %v: %s", e.command, e.err, e.message)
 }
 
+// terraform is the binary the run executes: terraform or tofu from the
+// image, never a file of the module (the working directory is the
+// module's), whatever $CAPTF_TERRAFORM or PATH say: an envFrom the writer
+// controls sets either.
 func (r *Runner) terraform() (string, error) {
+	candidates := []string{"terraform", "tofu"}
 	if r.Config.Terraform != "" {
-		return exec.LookPath(r.Config.Terraform)
+		candidates = []string{r.Config.Terraform}
 	}
-	for _, b := range []string{"terraform", "tofu"} {
-		if p, err := exec.LookPath(b); err == nil {
-			return p, nil
+	for _, b := range candidates {
+		p, err := exec.LookPath(b)
+		if err != nil {
+			if r.Config.Terraform != "" {
+				return "", err
+			}
+			continue
 		}
+		return p, r.checkTerraform(p)
 	}
 	return "", errors.New("neither terraform nor tofu is on PATH")
+}
+
+// checkTerraform refuses a binary that is not named terraform or tofu, or
+// that lies in the working directory.
+func (r *Runner) checkTerraform(p string) error {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	if base := filepath.Base(real); !strings.HasPrefix(base, "terraform") && !strings.HasPrefix(base, "tofu") {
+		return fmt.Errorf("%s is neither terraform nor tofu: the runner runs only those", p)
+	}
+	work, err := filepath.Abs(r.Config.WorkDir)
+	if err != nil {
+		return err
+	}
+	if abs, err := filepath.Abs(real); err != nil || abs == work || strings.HasPrefix(abs, work+string(filepath.Separator)) {
+		return fmt.Errorf("%s is in the working directory, where the module's files are: the runner runs only the image's terraform or tofu", p)
+	}
+	return nil
 }
 
 // rescue keeps the state terraform could not save (errored.tfstate): a

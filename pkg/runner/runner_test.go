@@ -377,3 +377,32 @@ func TestQuotaOfTheNamespaceIsNotTheClouds(t *testing.T) {
 		t.Errorf("reason %q, want none", got)
 	}
 }
+
+// TestCheckTerraform: the runner runs the image's terraform or tofu, never
+// another program $CAPTF_TERRAFORM names (an envFrom the writer edits can
+// set it) nor a file of the module.
+func TestCheckTerraform(t *testing.T) {
+	image, work := t.TempDir(), t.TempDir()
+	for _, p := range []string{filepath.Join(image, "terraform"), filepath.Join(image, "tofu"), filepath.Join(work, "terraform")} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/bin/sh", filepath.Join(image, "terraform-sh")); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]string{ // path: the refusal ("" for none)
+		filepath.Join(image, "terraform"):    "",
+		filepath.Join(image, "tofu"):         "",
+		"/bin/sh":                            "neither terraform nor tofu",
+		filepath.Join(image, "terraform-sh"): "neither terraform nor tofu",
+		filepath.Join(work, "terraform"):     "in the working directory",
+	}
+	for path, want := range tests {
+		r := &Runner{Config: Config{Spec: run.Spec{Terraform: path, WorkDir: work}}}
+		_, err := r.terraform()
+		if (err == nil) != (want == "") || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+}

@@ -1259,3 +1259,25 @@ func TestPlanServiceAccount(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerEnvWinsOverEnvFrom: where the runner sends its token is set
+// in the pod's env, even when empty, so that no key of an envFrom (a
+// ConfigMap a writer edits) can say it.
+func TestRunnerEnvWinsOverEnvFrom(t *testing.T) {
+	k := kinds[0]
+	f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi)
+	f.sync()
+	jobs := f.createdJobs()
+	if len(jobs) != 1 {
+		t.Fatalf("created %v", jobNames(jobs))
+	}
+	set := map[string]bool{}
+	for _, e := range jobs[0].Spec.Template.Spec.Containers[0].Env {
+		set[e.Name] = true
+	}
+	for _, name := range []string{run.EnvRunnerAPI, run.EnvRunnerAPICA, "POD_NAME", "POD_NAMESPACE", "POD_UID"} {
+		if !set[name] {
+			t.Errorf("the runner's env does not set %s: an envFrom could", name)
+		}
+	}
+}

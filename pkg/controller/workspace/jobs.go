@@ -263,12 +263,9 @@ func runnerEnv(s JobSpec) []corev1.EnvVar {
 		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 	}
-	if s.RunnerAPI != "" {
-		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})
-	}
-	if s.RunnerAPICA != "" {
-		env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
-	}
+	// Set even when empty: an env entry wins over an envFrom's key, and
+	// these say where the runner sends its token.
+	env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI}, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
 	return append(env, s.Policy.Env...)
 }
 
