@@ -362,6 +362,11 @@ mutant runner-runs-any-binary pkg/runner/runner.go \
 mutant runner-api-from-envfrom pkg/controller/workspace/jobs.go \
 	'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI}, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})' 'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})'
 
+mutant runner-takes-command-env pkg/runner/runner.go \
+	'if why := run.ForbiddenEnv(name, value, r.Config.WorkDir); why != "" {' 'if why := run.ForbiddenEnv(name, value, r.Config.WorkDir); false && why != "" {'
+mutant webhook-takes-command-env pkg/webhook/validate.go \
+	'case run.ForbiddenEnv(e.Name, e.Value, run.JobWorkDir) != "":' 'case false:'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

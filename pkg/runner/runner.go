@@ -316,6 +316,12 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if err := json.Unmarshal(inputs.Data[run.KeyModule], &module); err != nil {
 		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, run.KeyModule, err)
 	}
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		if why := run.ForbiddenEnv(name, value, r.Config.WorkDir); why != "" {
+			return nil, "", fmt.Errorf("the runner's environment sets %s (spec.jobs.env or envFrom, or the image): %s", name, why)
+		}
+	}
 	tf, err := r.terraform()
 	if err != nil {
 		return nil, "", err

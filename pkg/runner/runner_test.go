@@ -406,3 +406,28 @@ func TestCheckTerraform(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandEnvRunsNothing: an environment that would make git or
+// terraform run a command of the writer's (an envFrom the webhook cannot
+// see) fails the run before terraform starts, and says which variable.
+func TestCommandEnvRunsNothing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	t.Setenv("GIT_SSH_COMMAND", "sh -c 'curl evil'")
+	tf, invocations := fakeTerraform(t, &tfjson.Plan{}, false)
+	obj := names.Object{Kind: "tfc", Name: "c"}
+	job := "tfc-c-apply-0123456789abcdef-0"
+	module, _ := json.Marshal(run.Module{Inline: testModule})
+	inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: obj.RunInputs(job), Namespace: "ns"},
+		Data: map[string][]byte{run.KeyModule: module, run.KeyVariables: []byte(`{}`)}}
+	r := &Runner{Client: fake.NewClientset(inputs), Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
+		Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
+		Operation: infrav1.OperationApply, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute}},
+		Clock: &steppingClock{}}
+	res, err := r.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "GIT_SSH_COMMAND") || res.Outcome != run.OutcomeFailed {
+		t.Errorf("Run: %v, outcome %s; want a failure naming GIT_SSH_COMMAND", err, res.Outcome)
+	}
+	if got, _ := os.ReadFile(invocations); len(got) != 0 {
+		t.Errorf("terraform ran %q", got)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // Bounds of spec.drift.interval: checks more often than a minute would keep a
@@ -417,6 +418,8 @@ func validateEnv(env []corev1.EnvVar, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("name"), e.Name, strings.Join(utilvalidation.IsEnvVarName(e.Name), "; ")))
 		case reservedEnv[e.Name] || strings.HasPrefix(e.Name, "CAPTF_") || strings.HasPrefix(e.Name, "TF_VAR_captf_"):
 			errs = append(errs, field.Forbidden(p.Child("name"), "is set by the runner"))
+		case run.ForbiddenEnv(e.Name, e.Value, run.JobWorkDir) != "":
+			errs = append(errs, field.Forbidden(p.Child("name"), run.ForbiddenEnv(e.Name, e.Value, run.JobWorkDir)))
 		case seen[e.Name]:
 			errs = append(errs, field.Duplicate(p.Child("name"), e.Name))
 		}

@@ -96,6 +96,12 @@ func TestValidateTerraformCluster(t *testing.T) {
 		{name: "a plan ServiceAccount that is no name", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud", PlanServiceAccountName: "Read_Only"}
 		}, want: "spec.jobs.planServiceAccountName: Invalid value: \"Read_Only\""},
+		{name: "env that makes git run a command", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "GIT_SSH_COMMAND", Value: "sh -c evil"}}}
+		}, want: "spec.jobs.env[0].name: Forbidden: it can make git or terraform run a command"},
+		{name: "PATH into the module's files", change: func(tc *infrav1.TerraformCluster) {
+			tc.Spec.Jobs = &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "PATH", Value: "/workspace:/usr/bin"}}}
+		}, want: "spec.jobs.env[0].name: Forbidden: it points into the working directory"},
 		{name: "defaults validated too", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{SuccessfulJobsHistoryLimit: ptrTo[int32](-2)}}
 		}, want: "spec.defaults.jobs.successfulJobsHistoryLimit: Invalid value: -2"},

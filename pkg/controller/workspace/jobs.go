@@ -153,7 +153,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	}
 	args := append([]string{"runner"}, runnerSpec(s, name).Args()...)
 	env := runnerEnv(s)
-	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"},
+	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: run.JobWorkDir},
 		{Name: "runner-token", MountPath: filepath.Dir(run.TokenFile), ReadOnly: true}}
 	volumes := []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
@@ -200,7 +200,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 						Args:                     args,
 						Env:                      env,
 						EnvFrom:                  s.Policy.EnvFrom,
-						WorkingDir:               "/workspace",
+						WorkingDir:               run.JobWorkDir,
 						Resources:                *s.Policy.Resources,
 						SecurityContext:          sc,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -216,7 +216,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 // runnerSpec is what the Job named name tells its runner.
 func runnerSpec(s JobSpec, name string) run.Spec {
 	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
-		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: "/workspace",
+		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: run.JobWorkDir,
 		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
 		MaxStateBytes: s.MaxStateBytes}
 	if s.ProviderMirrorImage != "" {

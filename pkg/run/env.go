@@ -1,0 +1,50 @@
+package run
+
+import (
+	"path/filepath"
+	"strings"
+)
+
+// JobWorkDir is the working directory of a runner Job: the module's files.
+const JobWorkDir = "/workspace"
+
+// commandEnv are environment variables that make git (which terraform init
+// runs to fetch modules), the dynamic linker or a shell run a command of
+// their choosing, or that re-point terraform's arguments and backend: set
+// by a writer, they would run code before the code gate looks at any.
+var commandEnv = map[string]bool{
+	"SSH_ASKPASS": true, "BASH_ENV": true, "ENV": true, "XDG_CONFIG_HOME": true, "TF_WORKSPACE": true,
+}
+
+var commandEnvPrefixes = []string{"GIT_", "LD_", "TF_CLI_ARGS", "TF_HTTP_"}
+
+// ForbiddenEnv says why a runner may not have name=value in its
+// environment ("" when it may). In the working directory (the module's
+// files), PATH and HOME would make a module file a program or git's
+// configuration; OpenTofu's external key providers run a command.
+func ForbiddenEnv(name, value, workDir string) string {
+	switch {
+	case name == "GIT_TERMINAL_PROMPT" || name == "GIT_SSL_CAINFO":
+		return ""
+	case commandEnv[name] || hasAnyPrefix(name, commandEnvPrefixes):
+		return "it can make git or terraform run a command, or move the state, before the module's code is approved"
+	case name == "TF_ENCRYPTION" && strings.Contains(value, "external"):
+		return "an external key provider or method runs a command before the module's code is approved"
+	case (name == "PATH" || name == "HOME") && workDir != "":
+		for _, dir := range filepath.SplitList(value) {
+			if d := filepath.Clean(dir); d == workDir || strings.HasPrefix(d, workDir+"/") || !filepath.IsAbs(d) {
+				return "it points into the working directory, where the module's files are"
+			}
+		}
+	}
+	return ""
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
