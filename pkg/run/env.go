@@ -14,9 +14,11 @@ const JobWorkDir = "/workspace"
 // by a writer, they would run code before the code gate looks at any.
 var commandEnv = map[string]bool{
 	"SSH_ASKPASS": true, "BASH_ENV": true, "ENV": true, "XDG_CONFIG_HOME": true, "TF_WORKSPACE": true,
+	// init runs before the gate; arguments of later commands run after it.
+	"TF_CLI_ARGS": true, "TF_CLI_ARGS_init": true,
 }
 
-var commandEnvPrefixes = []string{"GIT_", "LD_", "TF_CLI_ARGS", "TF_HTTP_"}
+var commandEnvPrefixes = []string{"GIT_", "LD_", "TF_HTTP_"}
 
 // ForbiddenEnv says why a runner may not have name=value in its
 // environment ("" when it may). In the working directory (the module's

@@ -17,6 +17,8 @@ func TestForbiddenEnv(t *testing.T) {
 		{"GIT_CONFIG_COUNT", "1", true},
 		{"LD_PRELOAD", "/workspace/x.so", true},
 		{"TF_CLI_ARGS_init", "-plugin-dir=/workspace", true},
+		{"TF_CLI_ARGS", "-no-color", true},
+		{"TF_CLI_ARGS_apply", "-parallelism=1", false},
 		{"TF_HTTP_ADDRESS", "http://elsewhere", true},
 		{"SSH_ASKPASS", "/bin/sh", true},
 		{"TF_ENCRYPTION", `key_provider "pbkdf2" "k" { passphrase = "p" }`, false},
