@@ -350,7 +350,7 @@ mutant webhook-module-approval-on-machines pkg/webhook/validate.go \
 			errs = append(errs, field.Forbidden(path.Key(infrav1.AnnotationApproveModule)"
 
 mutant module-overrides-the-backend pkg/runner/code.go \
-	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if false {'
+	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 
 # Drift checks run as the plan ServiceAccount, checked as any runner's.
 mutant plan-account-unused pkg/controller/workspace/access.go \
