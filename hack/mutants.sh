@@ -331,7 +331,13 @@ mutant module-digest-skips-content pkg/runner/code.go \
 mutant module-digest-skips-mode pkg/runner/code.go \
 	'kind = "x"' 'kind = "f"'
 mutant gate-forgets-applied-code pkg/approval/approval.go \
-	'g.Modules = []string{appliedModule}' '_ = appliedModule'
+	'g.Modules = []string{st.AppliedModule}' '_ = st.AppliedModule'
+mutant unrecorded-code-ungated pkg/approval/approval.go \
+	'g.Modules = []string{UnrecordedModule}' ''
+mutant unrecorded-code-never-runs pkg/controller/workspace/start.go \
+	'g != nil && !(g.Unrecorded() && (data == nil || hash == r.Obj.WorkspaceStatus().AppliedInputsHash))' 'g != nil'
+mutant unrecorded-code-never-learnt pkg/controller/workspace/apply.go \
+	'if st.AppliedModule == "" && st.AppliedInputsHash != "" && res.Module != nil {' 'if false {'
 mutant module-approval-ignored pkg/approval/approval.go \
 	'if g.ApprovedModule != "" && !slices.Contains(out, g.ApprovedModule) {' 'if false {'
 mutant module-approval-kept pkg/approval/approval.go \

@@ -30,17 +30,23 @@ type Gate struct {
 	ApprovedModule string
 }
 
+// UnrecordedModule stands in Gate.Modules for the code of an object
+// applied before CAPTF recorded module digests: no code has this digest,
+// so code of changed inputs waits for an approver, while runs of the
+// applied inputs (drift checks, refreshes, a destroy) run and record it.
+const UnrecordedModule = "unrecorded"
+
 // Of is the Gate of a TerraformCluster: policy (Destructive when unset)
 // and the approvals in annotations. An approval of appliedPlan, the plan
 // applied last, is no approval: an approved plan applies once, and one
-// left in place would approve any later plan that hashes alike.
-// appliedModule is the digest of the code the last apply ran.
-func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]string, appliedPlan, appliedModule string) Gate {
+// left in place would approve any later plan that hashes alike. st says
+// what was applied: the plan, the inputs and the code's digest.
+func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]string, st *infrav1.WorkspaceStatus) Gate {
 	if policy == "" {
 		policy = infrav1.ApprovalPolicyDestructive
 	}
 	approval := func(key string) string {
-		if v := annotations[key]; v != appliedPlan {
+		if v := annotations[key]; v != st.AppliedPlanHash {
 			return v
 		}
 		return ""
@@ -48,10 +54,19 @@ func Of(policy infrav1.ApprovalPolicy, protect []string, annotations map[string]
 	g := Gate{Policy: policy, ApprovedPlan: approval(infrav1.AnnotationApprovePlan),
 		ApprovedDestructivePlan: approval(infrav1.AnnotationApproveDestructivePlan), Protect: protect,
 		ApprovedModule: annotations[infrav1.AnnotationApproveModule]}
-	if appliedModule != "" {
-		g.Modules = []string{appliedModule}
+	switch {
+	case st.AppliedModule != "":
+		g.Modules = []string{st.AppliedModule}
+	case st.AppliedInputsHash != "":
+		g.Modules = []string{UnrecordedModule}
 	}
 	return g
+}
+
+// Unrecorded tells whether the code the object applied has no digest on
+// record (UnrecordedModule).
+func (g Gate) Unrecorded() bool {
+	return len(g.Modules) == 1 && g.Modules[0] == UnrecordedModule
 }
 
 // RunnableModules are the digests of the code a Job of the object may run,

@@ -61,6 +61,7 @@ func TestOf(t *testing.T) {
 		annotations map[string]string
 		applied     string
 		module      string
+		inputs      string
 		want        Gate
 	}{
 		"no policy, no approvals": {want: Gate{Policy: infrav1.ApprovalPolicyDestructive}},
@@ -90,10 +91,15 @@ func TestOf(t *testing.T) {
 			module:      "sha256:a",
 			want:        Gate{Policy: infrav1.ApprovalPolicyDestructive, Modules: []string{"sha256:a"}, ApprovedModule: "sha256:b"},
 		},
+		"applied before digests were recorded": {
+			annotations: map[string]string{infrav1.AnnotationApproveModule: "sha256:b"},
+			inputs:      "abcd",
+			want:        Gate{Policy: infrav1.ApprovalPolicyDestructive, Modules: []string{UnrecordedModule}, ApprovedModule: "sha256:b"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := Of(tc.policy, tc.protect, tc.annotations, tc.applied, tc.module); !reflect.DeepEqual(got, tc.want) {
+			if got := Of(tc.policy, tc.protect, tc.annotations, &infrav1.WorkspaceStatus{AppliedPlanHash: tc.applied, AppliedModule: tc.module, AppliedInputsHash: tc.inputs}); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Of = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -133,6 +139,8 @@ func TestRunnableModules(t *testing.T) {
 		{"changed code", Gate{Modules: []string{"sha256:a"}}, "sha256:c", false},
 		{"changed code, approved", Gate{Modules: []string{"sha256:a"}, ApprovedModule: "sha256:c"}, "sha256:c", true},
 		{"changed code, another approved", Gate{Modules: []string{"sha256:a"}, ApprovedModule: "sha256:b"}, "sha256:c", false},
+		{"code of an unrecorded apply", Gate{Modules: []string{UnrecordedModule}}, "sha256:a", false},
+		{"code of an unrecorded apply, approved", Gate{Modules: []string{UnrecordedModule}, ApprovedModule: "sha256:a"}, "sha256:a", true},
 	}
 	for _, tc := range cases {
 		if got := tc.gate.ModuleRunnable(tc.digest); got != tc.runnable {

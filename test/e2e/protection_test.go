@@ -38,7 +38,10 @@ func TestRecreatedObjectKeepsProtection(t *testing.T) {
 	first := e.waitFor("kept", 2*time.Minute, "Ready", isReady)
 	e.update("kept", func(tc *infrav1.TerraformCluster) { tc.Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual })
 	head := tfcNames("kept").State()
-	wantRecord := fmt.Sprintf(`{"uid":%q,"policy":"Manual","protect":["terraform_data.instance"]}`, first.UID)
+	if first.Status.AppliedModule == "" {
+		t.Errorf("status.appliedModule is empty after the first apply")
+	}
+	wantRecord := fmt.Sprintf(`{"uid":%q,"policy":"Manual","protect":["terraform_data.instance"],"module":%q}`, first.UID, first.Status.AppliedModule)
 	if err := waitUntil(30*time.Second, func() error {
 		s, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, head, metav1.GetOptions{})
 		if err != nil {
@@ -95,8 +98,8 @@ func TestRecreatedObjectKeepsProtection(t *testing.T) {
 		switch {
 		case c == nil || c.Status != metav1.ConditionTrue:
 			return fmt.Errorf("%s: %+v, want True", infrav1.ConditionProtectionInherited, c)
-		case !strings.Contains(c.Message, "approvalPolicy Manual and spec.protect [terraform_data.instance]") || !strings.Contains(c.Message, "captf.io/adopt-state="+string(first.UID)):
-			return fmt.Errorf("%s message %q: want the policy, the patterns and the way out", infrav1.ConditionProtectionInherited, c.Message)
+		case !strings.Contains(c.Message, "approvalPolicy Manual, spec.protect [terraform_data.instance] and module code "+first.Status.AppliedModule) || !strings.Contains(c.Message, "captf.io/adopt-state="+string(first.UID)):
+			return fmt.Errorf("%s message %q: want the policy, the patterns, the module code and the way out", infrav1.ConditionProtectionInherited, c.Message)
 		}
 		return nil
 	}); err != nil {

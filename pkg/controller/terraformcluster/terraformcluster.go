@@ -41,7 +41,7 @@ var Kind = workspace.Kind[*infrav1.TerraformCluster]{
 	},
 	Status: func(tc *infrav1.TerraformCluster) any { return &tc.Status },
 	Gate: func(tc *infrav1.TerraformCluster) *approval.Gate {
-		g := approval.Of(tc.Spec.ApprovalPolicy, tc.Spec.Protect, tc.Annotations, tc.Status.AppliedPlanHash, tc.Status.AppliedModule)
+		g := approval.Of(tc.Spec.ApprovalPolicy, tc.Spec.Protect, tc.Annotations, &tc.Status.WorkspaceStatus)
 		return &g
 	},
 	Outputs: readOutputs,

@@ -231,6 +231,7 @@ func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Re
 	if res.Operation == infrav1.OperationRefresh {
 		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
+		learnModule(st, res)
 		e.RecordJob(r, job, run.OutcomeSucceeded)
 		return
 	}
@@ -252,6 +253,16 @@ func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Re
 	e.clearDrifted(r.Obj)
 	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
+}
+
+// learnModule records the digest of the code a run of the applied inputs
+// (a drift check, a refresh) ran, for an object whose last apply ran
+// before CAPTF recorded digests: from then on other code waits for an
+// approver without the detour through approval.UnrecordedModule.
+func learnModule(st *infrav1.WorkspaceStatus, res *run.Result) {
+	if st.AppliedModule == "" && st.AppliedInputsHash != "" && res.Module != nil {
+		st.AppliedModule = res.Module.Digest
+	}
 }
 
 // upToDate reports an object whose inputs are applied and need no Job: Ready

@@ -179,6 +179,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 		metrics.DriftChecks.WithLabelValues(kind, "failed").Inc()
 		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, ReasonDriftCheckFailed, msg)
 	case res.Plan.HasChanges():
+		learnModule(st, res)
 		e.RecordJob(r, job, run.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
 		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, run.PlanSummaryText(res.Plan.Summary))
@@ -187,6 +188,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 		}
 		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, ReasonDriftDetected, msg)
 	default:
+		learnModule(st, res)
 		e.RecordJob(r, job, run.OutcomeSucceeded)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
 		// The Job goes once this is recorded (cleanupHistory): not named.

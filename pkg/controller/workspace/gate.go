@@ -107,8 +107,11 @@ func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold
 func (e *Engine) moduleMessage(r *Sync, job *CachedJob, code *run.ModuleCode) string {
 	obj := r.Obj
 	kind := strings.ToLower(e.GVK.Kind)
-	was := strings.Join(r.Gate.Modules, ", ")
-	return fmt.Sprintf("The module's code changed: digest %s is not the code applied (%s), and none of it ran (Job %s). "+
+	was := "the code applied (" + strings.Join(r.Gate.Modules, ", ") + ")"
+	if r.Gate.Unrecorded() {
+		was = "a digest on record (the last apply ran before CAPTF recorded the digest of the code it ran)"
+	}
+	return fmt.Sprintf("The module's code changed: digest %s is not %s, and none of it ran (Job %s). "+
 		"See what changed and approve it with: kubectl captf approve %s/%s -n %s; or: kubectl annotate %s -n %s %s %s=%s --overwrite",
 		code.Digest, was, job.Name, kind, obj.GetName(), obj.GetNamespace(), kind, obj.GetNamespace(), obj.GetName(), infrav1.AnnotationApproveModule, code.Digest)
 }

@@ -5,12 +5,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
@@ -166,7 +169,7 @@ func TestModuleGate(t *testing.T) {
 			Error: "not approved", Module: &run.ModuleCode{Digest: next}}
 	}
 	withApplied := func(o workspace.Object) { o.WorkspaceStatus().AppliedModule = applied }
-	args := func(j *batchv1.Job) string { return strings.Join(j.Spec.Template.Spec.Containers[0].Args, " ") }
+	args := func(j *batchv1.Job) string { return jobArgs([]*batchv1.Job{j})[0] }
 	t.Run("apply waits", func(t *testing.T) {
 		f := newFixture(t, k, newObject(k, withFinalizer(k), withApplied), k.capi)
 		f.sync()
@@ -202,6 +205,55 @@ func TestModuleGate(t *testing.T) {
 			t.Errorf("the used approval is still on the object: %v", obj.GetAnnotations())
 		}
 	})
+	// An object applied by a CAPTF that recorded no digest: runs of the
+	// applied inputs run and record it, other inputs run no new code
+	// unapproved.
+	t.Run("applied before digests were recorded", func(t *testing.T) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k), func(o workspace.Object) {
+			o.Workspace().Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: time.Minute}}
+		}), k.capi)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+		f.sync()
+		f.observe()
+		if st := f.object().WorkspaceStatus(); st.AppliedInputsHash == "" || st.AppliedModule != "" {
+			t.Fatalf("applied %q, module %q: want an apply without a digest", st.AppliedInputsHash, st.AppliedModule)
+		}
+		f.change(func(o workspace.Object) { o.Workspace().Module.Inline += "\n# changed" })
+		f.sync()
+		jobs := f.createdJobs()
+		if len(jobs) != 1 || !strings.Contains(args(jobs[0]), `--approved-modules=["`+approval.UnrecordedModule+`"]`) {
+			t.Fatalf("changed inputs created %v (%v), want an apply that runs no unapproved code", jobNames(jobs), jobArgs(jobs))
+		}
+		f.observe(jobs[0])
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: run.StageModule,
+			Reason: run.ReasonModuleAwaitingApproval, Module: &run.ModuleCode{Digest: next}})
+		f.sync()
+		if c := f.condition(infrav1.ConditionPlanAwaitingApproval); c == nil || c.Reason != run.ReasonModuleAwaitingApproval ||
+			!strings.Contains(c.Message, "before CAPTF recorded the digest") {
+			t.Errorf("PlanAwaitingApproval = %+v, want the code waiting, with why", c)
+		}
+		f.observe()
+		f.change(func(o workspace.Object) {
+			o.Workspace().Module.Inline = strings.TrimSuffix(o.Workspace().Module.Inline, "\n# changed")
+		})
+		clk := testingclock.NewFakeClock(time.Now())
+		f.c.EngineForTest().Clock = clk
+		for start := clk.Now(); len(f.createdJobs()) == 0 && clk.Since(start) < 2*time.Minute; {
+			clk.Step(5 * time.Second)
+			f.sync()
+		}
+		jobs = f.createdJobs()
+		if len(jobs) != 1 || jobs[0].Labels[names.LabelOperation] != string(infrav1.OperationDrift) || strings.Contains(args(jobs[0]), "--approved-modules") {
+			t.Fatalf("the applied inputs again: created %v (%v), want a drift check of the applied code", jobNames(jobs), jobArgs(jobs))
+		}
+		f.observe(jobs[0])
+		f.finishJob(run.Result{Operation: infrav1.OperationDrift, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "2222222222222222"}, Module: &run.ModuleCode{Digest: applied}})
+		f.sync()
+		if got := f.object().WorkspaceStatus().AppliedModule; got != applied {
+			t.Errorf("appliedModule %q after a drift check of the applied inputs, want %q", got, applied)
+		}
+	})
 	t.Run("destroy held", func(t *testing.T) {
 		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi)
 		f.sync()
@@ -228,4 +280,13 @@ func TestModuleGate(t *testing.T) {
 			t.Errorf("the approval created %v, want attempt 1 at once", jobNames(jobs))
 		}
 	})
+}
+
+// jobArgs are the runner's arguments of each of jobs.
+func jobArgs(jobs []*batchv1.Job) []string {
+	var out []string
+	for _, j := range jobs {
+		out = append(out, strings.Join(j.Spec.Template.Spec.Containers[0].Args, " "))
+	}
+	return out
 }

@@ -74,7 +74,9 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	if g := r.Gate; g != nil && (op == infrav1.OperationApply || op == infrav1.OperationDestroy) {
 		spec.Protect = g.Protect
 	}
-	if g := r.Gate; g != nil {
+	// Code applied before CAPTF recorded its digest is known only by the
+	// inputs it ran with: a run of those inputs runs (and records it).
+	if g := r.Gate; g != nil && !(g.Unrecorded() && (data == nil || hash == r.Obj.WorkspaceStatus().AppliedInputsHash)) {
 		spec.ApprovedModules = g.RunnableModules()
 	}
 	return BuildJob(spec), nil
