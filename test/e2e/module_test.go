@@ -34,20 +34,7 @@ func TestModuleChangeNeedsApproval(t *testing.T) {
 	tn := e.newTenant()
 	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
 
-	// What the new code reads: a remote state over HTTP, built into
-	// terraform and tofu, so it needs no provider download.
-	var reads atomic.Int32
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		reads.Add(1)
-		fmt.Fprint(w, `{"version":4,"terraform_version":"1.5.0","serial":1,"lineage":"leak","outputs":{},"resources":[]}`)
-	})}
-	go srv.Serve(ln) //nolint:errcheck // closed below
-	t.Cleanup(func() { srv.Close() })
-
+	leak, reads := leakServer(t)
 	e.create(e.localCloud("code", e.newCluster("code", false), map[string]any{}))
 	first := e.waitFor("code", 2*time.Minute, "Ready", isReady)
 	if first.Status.AppliedModule == "" {
@@ -56,14 +43,7 @@ func TestModuleChangeNeedsApproval(t *testing.T) {
 
 	// The writer adds code that reaches out at plan time.
 	tc := first.DeepCopy()
-	tc.Spec.Module.Inline += fmt.Sprintf(`
-data "terraform_remote_state" "leak" {
-  backend = "http"
-  config = {
-    address = "http://%s/leak"
-  }
-}
-`, ln.Addr())
+	tc.Spec.Module.Inline += leak
 	if _, err := tcs.Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +87,100 @@ data "terraform_remote_state" "leak" {
 	}
 	if _, ok := done.Annotations[infrav1.AnnotationApproveModule]; ok {
 		t.Errorf("%s still set after the approved code applied: an approval is used once", infrav1.AnnotationApproveModule)
+	}
+}
+
+// leakServer serves what leaking code reads: a remote state over HTTP,
+// built into terraform and tofu, so it needs no provider download. It
+// returns the module text that reads it at plan time, and the count of
+// reads.
+func leakServer(t *testing.T) (string, *atomic.Int32) {
+	var reads atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads.Add(1)
+		fmt.Fprint(w, `{"version":4,"terraform_version":"1.5.0","serial":1,"lineage":"leak","outputs":{},"resources":[]}`)
+	})}
+	go srv.Serve(ln) //nolint:errcheck // closed below
+	t.Cleanup(func() { srv.Close() })
+	return fmt.Sprintf(`
+data "terraform_remote_state" "leak" {
+  backend = "http"
+  config = {
+    address = "http://%s/leak"
+  }
+}
+`, ln.Addr()), &reads
+}
+
+// TestCodeAppliedBeforeDigests: an object applied by a release that
+// recorded no digest of its code (status.appliedModule empty) ran any code
+// its writer put in until its next apply: the upgrade left the fleet
+// ungated. Now changed inputs wait for an approver, and a drift check of
+// the applied inputs records the applied code's digest.
+func TestCodeAppliedBeforeDigests(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	installApprovalPolicy(t)
+	m := e.startManagerWithWebhook()
+	tn := e.newTenant()
+	leak, reads := leakServer(t)
+	e.create(e.localCloud("old", e.newCluster("old", false), map[string]any{}))
+	first := e.waitFor("old", 2*time.Minute, "Ready", isReady)
+
+	// What an earlier release left: the object applied, no digest.
+	m.Stop()
+	err := waitAPI(func() error {
+		tc, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Get(ctx, "old", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		tc.Status.AppliedModule = ""
+		_, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).UpdateStatus(ctx, tc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, m)
+
+	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	changed := e.get("old").DeepCopy()
+	changed.Spec.Module.Inline += leak
+	if _, err := tcs.Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := e.waitFor("old", 2*time.Minute, "the new code waiting, or run", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionPlanAwaitingApproval)
+		return reads.Load() != 0 || c != nil && c.Status == metav1.ConditionTrue && c.Reason == run.ReasonModuleAwaitingApproval
+	})
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("the code of an object applied before digests were recorded ran unapproved: %d reads of the test's server", n)
+	}
+	if c := condition(waiting, infrav1.ConditionPlanAwaitingApproval); !strings.Contains(c.Message, "before CAPTF recorded the digest") {
+		t.Errorf("%s message %q: want why no code is on record", run.ReasonModuleAwaitingApproval, c.Message)
+	}
+
+	// The writer takes the change back and asks for drift checks: the
+	// first check runs the applied code and records its digest.
+	e.update("old", func(tc *infrav1.TerraformCluster) {
+		tc.Spec.Module.Inline = first.Spec.Module.Inline
+		tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 10 * time.Second}}
+	})
+	e.waitFor("old", 2*time.Minute, "the applied code's digest recorded", func(tc *infrav1.TerraformCluster) bool {
+		return tc.Status.AppliedModule != ""
+	})
+	if got := e.get("old").Status.AppliedModule; got != first.Status.AppliedModule {
+		t.Errorf("appliedModule %q recorded by the drift check, want the applied code's %q", got, first.Status.AppliedModule)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("%d reads of the test's server: code nobody approved ran", n)
 	}
 }
 
