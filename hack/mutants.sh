@@ -355,6 +355,10 @@ mutant webhook-module-approval-on-machines pkg/webhook/validate.go \
 			errs = append(errs, field.Forbidden(path.Key(infrav1.AnnotationApproveModule)" "case false:
 			errs = append(errs, field.Forbidden(path.Key(infrav1.AnnotationApproveModule)"
 
+mutant module-links-anywhere pkg/runner/code.go \
+	'if err != nil || inside == ".." || strings.HasPrefix(inside, "../") || isRunnerFile(filepath.ToSlash(inside)) {' 'if err != nil || inside == "" {'
+mutant git-metadata-kept pkg/runner/code.go \
+	'err = errors.Join(err, os.RemoveAll(path))' 'err = errors.Join(err, os.RemoveAll(path+".kept"))'
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 

@@ -3,6 +3,7 @@ package runner
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -38,9 +39,52 @@ const (
 // covers every file, the list is for people.
 const maxListedFiles = 500
 
+// dropGitMetadata removes what git keeps of the modules init cloned (every
+// .git below dir): terraform never reads it, and code kept there, out of
+// the digest's sight, could be named by a module source later.
+func dropGitMetadata(dir string) error {
+	var gits []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if rel, _ := filepath.Rel(dir, path); isRunnerFile(filepath.ToSlash(rel)) {
+			return skip(d)
+		}
+		if d.Name() == ".git" {
+			gits = append(gits, path)
+			return skip(d)
+		}
+		return nil
+	})
+	for _, path := range gits {
+		err = errors.Join(err, os.RemoveAll(path))
+	}
+	return err
+}
+
+func skip(d fs.DirEntry) error {
+	if d.IsDir() {
+		return filepath.SkipDir
+	}
+	return nil
+}
+
+// isRunnerFile tells whether rel (a slash path in the working directory)
+// is, or lies in, one of runnerFiles.
+func isRunnerFile(rel string) bool {
+	for f := range runnerFiles {
+		if rel == f || strings.HasPrefix(rel, f+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // moduleCode hashes the code a run in dir would execute: every file (its
 // path, whether it is executable, its content; a link's target) but the
-// runner's own and git's metadata, as terraform init left them.
+// runner's own, as terraform init left them
+// (dropGitMetadata first).
 func moduleCode(dir string) (*run.ModuleCode, error) {
 	files := map[string]string{}
 	digest := sha256.New()
@@ -54,11 +98,8 @@ func moduleCode(dir string) (*run.ModuleCode, error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if runnerFiles[rel] || d.Name() == ".git" {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
+		if isRunnerFile(rel) {
+			return skip(d)
 		}
 		if !d.IsDir() {
 			paths = append(paths, rel)
@@ -70,12 +111,12 @@ func moduleCode(dir string) (*run.ModuleCode, error) {
 	}
 	sort.Strings(paths)
 	for _, rel := range paths {
-		sum, kind, err := hashFile(filepath.Join(dir, filepath.FromSlash(rel)))
+		sum, kind, err := hashFile(dir, rel)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(digest, "%s %q %s\n", kind, rel, sum)
-		files[rel] = sum[:16]
+		files[rel] = kind + ":" + sum[:16]
 	}
 	code := &run.ModuleCode{Digest: "sha256:" + hex.EncodeToString(digest.Sum(nil))}
 	if len(files) <= maxListedFiles {
@@ -84,9 +125,14 @@ func moduleCode(dir string) (*run.ModuleCode, error) {
 	return code, nil
 }
 
-// hashFile is the hash of a file's content (a link's target) and its kind:
-// "l" a link, "x" an executable file, "f" another.
-func hashFile(path string) (string, string, error) {
+// hashFile is the hash of the file rel of dir and its kind: "l" a link
+// (its target), "x" an executable file, "f" another. A link may point
+// only into dir and not at the runner's files, where what it points at is
+// hashed at its own path: terraform reads through links, and a module
+// file linked to the variables file (or to one outside the module) would
+// be code that changes while the digest stays.
+func hashFile(dir, rel string) (string, string, error) {
+	path := filepath.Join(dir, filepath.FromSlash(rel))
 	info, err := os.Lstat(path)
 	if err != nil {
 		return "", "", err
@@ -99,24 +145,37 @@ func hashFile(path string) (string, string, error) {
 		if err != nil {
 			return "", "", err
 		}
+		to := target
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(filepath.Dir(path), to)
+		}
+		inside, err := filepath.Rel(dir, to)
+		if err != nil || inside == ".." || strings.HasPrefix(inside, "../") || isRunnerFile(filepath.ToSlash(inside)) {
+			return "", "", fmt.Errorf("module file %q is a link to %q, outside the module or to a file of the runner's: links may point only at the module's own files", rel, target)
+		}
 		kind = "l"
 		io.WriteString(h, target)
 	case !info.Mode().IsRegular():
-		return "", "", fmt.Errorf("%s: neither a file nor a link", path)
+		return "", "", fmt.Errorf("module file %q is neither a file nor a link", rel)
 	default:
 		if info.Mode()&0o111 != 0 {
 			kind = "x"
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return "", "", err
-		}
-		defer f.Close()
-		if _, err := io.Copy(h, f); err != nil {
+		if err := hashContent(h, path); err != nil {
 			return "", "", err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), kind, nil
+}
+
+func hashContent(w io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
 }
 
 // checkOverrides refuses a root module file that would replace what the

@@ -40,6 +40,12 @@ func TestModuleCode(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if err := dropGitMetadata(dir); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, ".terraform/modules/net/.git")); !os.IsNotExist(err) {
+			t.Fatalf("git's metadata after dropGitMetadata: %v", err)
+		}
 		code, err := moduleCode(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -72,6 +78,7 @@ func TestModuleCode(t *testing.T) {
 		{"the lock file", with(".terraform.lock.hcl", `provider "other" {}`), "", true},
 		{"a script made executable", base, "main.tf", true},
 		{"git's metadata", with(".terraform/modules/net/.git/HEAD", "ref: refs/heads/other"), "", false},
+		{"code kept in git's metadata", with(".terraform/modules/net/.git/hidden/main.tf", `data "external" "x" {}`), "", false},
 		{"the variables", with(tfvarsFile, `{"a":2}`), "", false},
 		{"the providers init installed", with(".terraform/providers/p/terraform-plugin", "other"), "", false},
 		{"the backend", with(backendOverrideFile, "terraform { backend \"http\" {} }"), "", false},
@@ -80,6 +87,53 @@ func TestModuleCode(t *testing.T) {
 	for _, tc := range cases {
 		if got := digest(t, tc.files, tc.exec); (got != want) != tc.changed {
 			t.Errorf("%s: digest %s, before %s: want changed %v", tc.name, got, want, tc.changed)
+		}
+	}
+}
+
+// TestModuleCodeLinks: a link may point only at the module's own files
+// (hashed at their own paths): linked to the variables file (or
+// out of the working directory) a module file would be code that changes
+// while the digest stays.
+func TestModuleCodeLinks(t *testing.T) {
+	setup := func(t *testing.T, link, target, targetContent string) string {
+		t.Helper()
+		dir := t.TempDir()
+		files := map[string]string{"main.tf": `resource "terraform_data" "x" {}`, tfvarsFile: `{"a":1}`, "shared/vars.tf": targetContent}
+		for name, content := range files {
+			path := filepath.Join(dir, filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	digest := func(t *testing.T, dir string) (string, error) {
+		code, err := moduleCode(dir)
+		if err != nil {
+			return "", err
+		}
+		return code.Digest, nil
+	}
+	if _, err := digest(t, setup(t, "vars.tf", "shared/vars.tf", `variable "a" {}`)); err != nil {
+		t.Errorf("a link to the module's own file: %v", err)
+	}
+	for _, tc := range []struct{ name, link, target string }{
+		{"the variables file", "vars.tf.json", tfvarsFile},
+		{"the variables file, by a longer way", "vars.tf.json", "shared/../" + tfvarsFile},
+		{"the providers init installed", "p.tf", ".terraform/providers"},
+		{"outside the module", "host.tf", "../../etc/hostname"},
+		{"an absolute path outside", "token.tf", "/var/run/secrets/captf.io/runner/token"},
+	} {
+		dir := setup(t, tc.link, tc.target, `variable "a" {}`)
+		if _, err := digest(t, dir); err == nil || !strings.Contains(err.Error(), "links may point only at the module's own files") {
+			t.Errorf("a link to %s: %v, want it refused", tc.name, err)
 		}
 	}
 }

@@ -239,6 +239,9 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	// Before terraform plans, no code of the module has run: stop here
 	// when it is not code an approver accepted for the object.
 	res.Stage = run.StageModule
+	if err := dropGitMetadata(r.Config.WorkDir); err != nil {
+		return fmt.Errorf("removing the modules' git metadata: %w", err)
+	}
 	if res.Module, err = moduleCode(r.Config.WorkDir); err != nil {
 		return fmt.Errorf("hashing the module's code: %w", err)
 	}
