@@ -359,6 +359,14 @@ mutant module-links-anywhere pkg/runner/code.go \
 	'if err != nil || inside == ".." || strings.HasPrefix(inside, "../") || isRunnerFile(filepath.ToSlash(inside)) {' 'if err != nil || inside == "" {'
 mutant git-metadata-kept pkg/runner/code.go \
 	'err = errors.Join(err, os.RemoveAll(path))' 'err = errors.Join(err, os.RemoveAll(path+".kept"))'
+mutant plugin-shows-any-plan-record pkg/plugin/objects.go \
+	'if r.vouched && r.Plan != nil' 'if r.Plan != nil'
+mutant plugin-lists-any-module-record pkg/plugin/module.go \
+	'if rec.vouched && rec.Module != nil' 'if rec.Module != nil'
+mutant record-digest-unchecked pkg/plugin/objects.go \
+	'if st.AppliedRecord == rec.name && st.AppliedRecordDigest == digest {' 'if st.AppliedRecord == rec.name {'
+mutant record-digest-unrecorded pkg/controller/workspace/status.go \
+	'ref.Record, ref.RecordDigest = res.Record, res.RecordDigest' 'ref.Record = res.Record'
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 

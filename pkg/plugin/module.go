@@ -28,10 +28,10 @@ func moduleWaiting(obj object) string {
 	return ""
 }
 
-// moduleOf is the newest record's account of the code of digest.
+// moduleOf is the newest vouched record's account of the code of digest.
 func moduleOf(records []record, digest string) *run.ModuleCode {
 	for _, rec := range records {
-		if rec.Module != nil && rec.Module.Digest == digest {
+		if rec.vouched && rec.Module != nil && rec.Module.Digest == digest {
 			return rec.Module
 		}
 	}
@@ -50,7 +50,7 @@ func (e *env) showModule(r ref, obj object, digest string, records []record) {
 	case e.recordsHidden:
 		return
 	case next == nil || last == nil:
-		fmt.Fprintln(w, "\nThe run records that list the files are gone: read the object's spec.module (and the ConfigMap it names) before you approve.")
+		fmt.Fprintln(w, "\nThe run records that list the files are gone, or no run record the object's status vouches for lists the files (a record changed since its run, or made by someone else, is not shown): read the object's spec.module (and the ConfigMap it names) before you approve.")
 		return
 	case next.Files == nil || last.Files == nil:
 		fmt.Fprintln(w, "\nThe module has too many files to list: read its source before you approve.")

@@ -84,6 +84,10 @@ type record struct {
 	created metav1.Time
 	data    map[string]string
 	binary  map[string][]byte
+	// vouched: the object's status names the record with the digest its
+	// data still has (the manager's word that its runner wrote it as it
+	// is). Anyone who may write ConfigMaps can make a look-alike.
+	vouched bool
 }
 
 // records lists the object's run records, newest first: those its
@@ -98,7 +102,9 @@ func (e *env) records(r ref, obj object) ([]record, error) {
 	var out []record
 	for _, cm := range list.Items {
 		if names.OwnedBy(&cm, obj.GetUID()) {
-			out = append(out, recordOf(&cm))
+			rec := recordOf(&cm)
+			rec.vouched = vouched(obj.WorkspaceStatus(), rec)
+			out = append(out, rec)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -133,15 +139,30 @@ func (r record) planJSON() ([]byte, error) {
 	return io.ReadAll(io.LimitReader(zr, 64<<20))
 }
 
-// planRecord finds the newest record of the run that made plan, as the
-// object's status (which only the manager writes) summarizes it.
+// planRecord finds the newest vouched record of the run that made plan, as
+// the object's status (which only the manager writes) summarizes it.
 func planRecord(records []record, plan *infrav1.PlanStatus) (record, bool) {
 	for _, r := range records {
-		if r.Plan != nil && r.Plan.Hash == plan.Hash && equality.Semantic.DeepEqual(r.Plan.Summary, plan.Summary) {
+		if r.vouched && r.Plan != nil && r.Plan.Hash == plan.Hash && equality.Semantic.DeepEqual(r.Plan.Summary, plan.Summary) {
 			return r, true
 		}
 	}
 	return record{}, false
+}
+
+// vouched tells whether st names rec, with the digest of its data: the
+// record of the last run of each operation, or of the last apply.
+func vouched(st *infrav1.WorkspaceStatus, rec record) bool {
+	digest := run.RecordDigest(rec.data, rec.binary)
+	if st.AppliedRecord == rec.name && st.AppliedRecordDigest == digest {
+		return true
+	}
+	for _, j := range st.LastJobs {
+		if j.Record == rec.name && j.RecordDigest == digest {
+			return true
+		}
+	}
+	return false
 }
 
 func condition(obj object, t string) *metav1.Condition {

@@ -48,7 +48,7 @@ Examples:
 		rec, found := planRecord(records, plan)
 		if e.json {
 			if !found {
-				return fmt.Errorf("no run record of plan %s is left (the Job history limits keep as many as they keep Jobs)", plan.Hash)
+				return fmt.Errorf("no run record of plan %s that the object's status vouches for is left (the Job history limits keep as many as they keep Jobs; a record changed since its run, or made by someone else, is not shown)", plan.Hash)
 			}
 			b, err := rec.planJSON()
 			if err != nil {
@@ -107,7 +107,7 @@ func (e *env) showPlan(r ref, obj object, plan *infrav1.PlanStatus, rec record, 
 		fmt.Fprintln(w, "Applied.")
 	}
 	if !found && !e.recordsHidden {
-		fmt.Fprintf(w, "\nThe run record of this plan is gone (the Job history limits keep as many as they keep Jobs).\n")
+		fmt.Fprintf(w, "\nThe run record of this plan is gone (the Job history limits keep as many as they keep Jobs), or not one the object's status vouches for (changed since its run, or made by someone else): only the plan's hash and summary above are the manager's word.\n")
 		return
 	}
 	if !found {

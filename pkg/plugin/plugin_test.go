@@ -129,20 +129,28 @@ func TestApproveModule(t *testing.T) {
 		"no":               {then: moduleWaits(digestOf("b")), stdin: "n\n", wantErr: "not approved"},
 		"the code changed": {then: moduleWaits(digestOf("c")), stdin: "y\n", wantErr: "the module code waiting changed since it was shown"},
 	}
+	applied := recordCM("tfc-prod-apply-1", digestOf("a"), map[string]string{"main.tf": "1", "old.tf": "2", "same.tf": "3"})
+	blocked := recordCM("tfc-prod-apply-2", digestOf("b"), map[string]string{"main.tf": "9", "new.tf": "4", "same.tf": "3"})
+	// A writer's look-alike, newer, that says nothing changed but one file.
+	forged := recordCM("tfc-prod-apply-3", digestOf("b"), map[string]string{"main.tf": "1", "old.tf": "2", "same.tf": "3"})
+	vouch := func(tc *infrav1.TerraformCluster) *infrav1.TerraformCluster {
+		tc.Status.AppliedRecord, tc.Status.AppliedRecordDigest = applied.Name, run.RecordDigest(applied.Data, applied.BinaryData)
+		tc.Status.LastJobs = []infrav1.JobReference{{Operation: infrav1.OperationApply, Name: "tfc-prod-apply-2", Outcome: run.OutcomeBlocked,
+			Record: blocked.Name, RecordDigest: run.RecordDigest(blocked.Data, blocked.BinaryData)}}
+		return tc
+	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			client := fake.NewSimpleClientset(moduleWaits(digestOf("b")))
+			client := fake.NewSimpleClientset(vouch(moduleWaits(digestOf("b"))))
 			gets := 0
 			client.PrependReactor("get", "terraformclusters", func(core.Action) (bool, runtime.Object, error) {
 				gets++
 				if gets == 1 {
-					return true, moduleWaits(digestOf("b")), nil
+					return true, vouch(moduleWaits(digestOf("b"))), nil
 				}
-				return true, tc.then, nil
+				return true, vouch(tc.then), nil
 			})
-			kube := kubefake.NewSimpleClientset(
-				recordCM("tfc-prod-apply-1", digestOf("a"), map[string]string{"main.tf": "1", "old.tf": "2", "same.tf": "3"}),
-				recordCM("tfc-prod-apply-2", digestOf("b"), map[string]string{"main.tf": "9", "new.tf": "4", "same.tf": "3"}))
+			kube := kubefake.NewSimpleClientset(applied, blocked, forged)
 			var out bytes.Buffer
 			e := &env{ctx: context.Background(), in: strings.NewReader(tc.stdin), out: &out, err: io.Discard, namespace: "ns", captf: client, kube: kube}
 			checkApproved(t, approveCommand.run(e, []string{"tfc/prod"}), tc.wantErr, client, tc.patched)
@@ -150,6 +158,27 @@ func TestApproveModule(t *testing.T) {
 				if !strings.Contains(out.String(), shown) {
 					t.Errorf("the output does not show %q:\n%s", shown, out.String())
 				}
+			}
+		})
+	}
+	// A record changed since its run is not the run's account of the code.
+	for _, edited := range []*corev1.ConfigMap{applied, blocked} {
+		t.Run("the record changed: "+edited.Name, func(t *testing.T) {
+			changed := edited.DeepCopy()
+			changed.Data[run.KeyLog] = "edited"
+			objects := []runtime.Object{changed, forged}
+			for _, o := range []*corev1.ConfigMap{applied, blocked} {
+				if o != edited {
+					objects = append(objects, o)
+				}
+			}
+			client := fake.NewSimpleClientset(vouch(moduleWaits(digestOf("b"))))
+			var out bytes.Buffer
+			e := &env{ctx: context.Background(), in: strings.NewReader("n\n"), out: &out, err: io.Discard, namespace: "ns", captf: client,
+				kube: kubefake.NewSimpleClientset(objects...)}
+			_ = approveCommand.run(e, []string{"tfc/prod"})
+			if !strings.Contains(out.String(), "no run record the object's status vouches for lists the files") || strings.Contains(out.String(), "unchanged") {
+				t.Errorf("a changed record was shown as the run's:\n%s", out.String())
 			}
 		})
 	}
@@ -170,5 +199,44 @@ func checkApproved(t *testing.T, err error, wantErr string, client *fake.Clients
 	}
 	if want := slices.DeleteFunc([]string{patched}, func(s string) bool { return s == "" }); !slices.Equal(patches, want) {
 		t.Errorf("patches %q, want %q", patches, want)
+	}
+}
+
+// TestPlanRecordVouched: the plan shown is the text of the record the
+// object's status names with its digest, never a newer look-alike that
+// claims the same plan, nor the record once edited.
+func TestPlanRecordVouched(t *testing.T) {
+	cm := func(name, text string) *corev1.ConfigMap {
+		b, _ := json.Marshal(run.Record{Job: name, Plan: &run.Plan{Hash: "1111"}})
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-run", Namespace: "ns",
+			Labels:          names.RecordLabels(names.ObjectOf("TerraformCluster", "prod")),
+			OwnerReferences: []metav1.OwnerReference{{UID: "u1", Name: "prod"}}},
+			Data: map[string]string{run.KeyRun: string(b), run.KeyPlanText: text}}
+	}
+	real, forged := cm("tfc-prod-apply-1", "destroys the database"), cm("tfc-prod-apply-2", "changes a tag")
+	tc := waiting("1111")
+	tc.UID = "u1"
+	tc.Status.LastJobs = []infrav1.JobReference{{Operation: infrav1.OperationApply, Name: "tfc-prod-apply-1", Record: real.Name, RecordDigest: run.RecordDigest(real.Data, nil)}}
+	for name, c := range map[string]struct {
+		objects []runtime.Object
+		want    string
+	}{
+		"a look-alike beside it": {[]runtime.Object{real, forged}, "destroys the database"},
+		"the record edited": {[]runtime.Object{func() *corev1.ConfigMap {
+			c := real.DeepCopy()
+			c.Data[run.KeyPlanText] = "changes a tag"
+			return c
+		}(), forged}, "is gone (the Job history limits keep as many as they keep Jobs), or not one the object's status vouches for"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			e := &env{ctx: context.Background(), out: &out, err: io.Discard, namespace: "ns", captf: fake.NewSimpleClientset(tc), kube: kubefake.NewSimpleClientset(c.objects...)}
+			if err := planCommand.run(e, []string{"tfc/prod"}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), c.want) || strings.Contains(out.String(), "changes a tag") {
+				t.Errorf("plan shows:\n%s\nwant %q and not the look-alike's text", out.String(), c.want)
+			}
+		})
 	}
 }

@@ -29,7 +29,7 @@ Examples:
 			return err
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RUN\tOPERATION\tOUTCOME\tPLAN\tCHANGES\tSTARTED\tDURATION\tREASON")
+		fmt.Fprintln(tw, "RUN\tOPERATION\tOUTCOME\tPLAN\tCHANGES\tSTARTED\tDURATION\tREASON\tVOUCHED")
 		seen := map[string]bool{}
 		for _, j := range obj.WorkspaceStatus().LastJobs {
 			// A run going on has no record yet.
@@ -38,7 +38,7 @@ Examples:
 				if j.StartTime != nil {
 					started = j.StartTime.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "%s\t%s\tRunning\t-\t-\t%s\t-\t-\n", j.Name, j.Operation, started)
+				fmt.Fprintf(tw, "%s\t%s\tRunning\t-\t-\t%s\t-\t-\tyes\n", j.Name, j.Operation, started)
 				seen[j.Name] = true
 			}
 		}
@@ -63,7 +63,11 @@ Examples:
 			if reason == "" && rec.Outcome == run.OutcomeFailed {
 				reason = "at " + rec.Stage
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.Job, rec.Operation, rec.Outcome, plan, changes, started, took, orDash(reason))
+			vouched := "-"
+			if rec.vouched {
+				vouched = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.Job, rec.Operation, rec.Outcome, plan, changes, started, took, orDash(reason), vouched)
 		}
 		return tw.Flush()
 	},
@@ -112,6 +116,9 @@ Examples:
 				return fmt.Errorf("%s keeps no run record", r)
 			}
 			return fmt.Errorf("%s keeps no record of run %s (kubectl captf runs %s lists those kept)", r, args[1], r)
+		}
+		if !rec.vouched {
+			fmt.Fprintf(e.err, "(run record %s is not one the object's status vouches for: older than the last run of its operation, or changed or made by someone else since)\n", rec.name)
 		}
 		for _, c := range rec.Cut {
 			if c == run.KeyLog {

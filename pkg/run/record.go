@@ -1,6 +1,11 @@
 package run
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -44,4 +49,32 @@ type Record struct {
 	// Cut names what was cut to fit: the plan's text, its JSON (left out
 	// whole), the log (its start).
 	Cut []string `json:"cut,omitempty"`
+}
+
+// RecordDigest is the digest of a run record's data: the manager keeps it
+// in the object's status (JobReference.RecordDigest), where no one but the
+// manager writes, and kubectl captf shows a record only while its data
+// still hashes to it: anyone who may write ConfigMaps can make one that
+// looks like a record.
+func RecordDigest(data map[string]string, binary map[string][]byte) string {
+	h := sha256.New()
+	keys := make([]string, 0, len(data)+len(binary))
+	for k := range data {
+		keys = append(keys, "d/"+k)
+	}
+	for k := range binary {
+		keys = append(keys, "b/"+k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var v []byte
+		if k[0] == 'd' {
+			v = []byte(data[k[2:]])
+		} else {
+			v = binary[k[2:]]
+		}
+		fmt.Fprintf(h, "%q %d\n", k, len(v))
+		h.Write(v)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -110,6 +110,9 @@ type Result struct {
 	Plan  *Plan  `json:"plan,omitempty"`
 	// Module is the code the run found once terraform init had run.
 	Module *ModuleCode `json:"module,omitempty"`
+	// Record names the run record the runner wrote, and its RecordDigest.
+	Record       string `json:"record,omitempty"`
+	RecordDigest string `json:"recordDigest,omitempty"`
 	// Outputs of the module after the run, sensitive ones included: the
 	// result Secret is a Secret; the manager shows only non-sensitive ones.
 	Outputs       map[string]Output `json:"outputs,omitempty"`

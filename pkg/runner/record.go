@@ -56,10 +56,15 @@ func (r *Runner) writeRecord(ctx context.Context, res *run.Result, finished meta
 		err = retry.Transiently(ctx, func() error {
 			_, err := r.Client.CoreV1().ConfigMaps(r.Config.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				return nil // this pod's: an answer was lost, and the create retried
+				// This pod's (an answer was lost, and the create retried),
+				// or one made under its name: the digest tells.
+				return nil
 			}
 			return err
 		})
+	}
+	if err == nil {
+		res.Record, res.RecordDigest = cm.Name, run.RecordDigest(cm.Data, cm.BinaryData)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Keeping the run's record; its plan and log are only in this pod's log", "configMap", klog.KRef(r.Config.Namespace, r.obj.RunRecord(r.Config.Job, r.Config.PodUID)))
@@ -113,9 +118,10 @@ func (r *Runner) record(res *run.Result, finished metav1.Time) (*corev1.ConfigMa
 	labels[names.LabelOperation] = string(res.Operation)
 	labels[names.LabelOutcome] = res.Outcome
 	owner := metav1.OwnerReference{APIVersion: r.Config.ObjectAPIVersion, Kind: r.Config.ObjectKind, Name: r.Config.ObjectName, UID: r.Config.ObjectUID}
+	immutable := true // what the manager verified stays what it was
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: r.obj.RunRecord(r.Config.Job, r.Config.PodUID), Namespace: r.Config.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
-		Data:       data, BinaryData: binary,
+		Data:       data, BinaryData: binary, Immutable: &immutable,
 	}, nil
 }
 

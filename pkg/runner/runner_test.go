@@ -256,6 +256,9 @@ func TestRunStages(t *testing.T) {
 			if planned && (!strings.Contains(rec.Data[run.KeyPlanText], "Terraform will perform") || !strings.Contains(rec.Data[run.KeyLog], "Terraform will perform") || rec.BinaryData[run.KeyPlanJSON] == nil) {
 				t.Errorf("run record keeps plan %q, log %q, JSON %d bytes", rec.Data[run.KeyPlanText], rec.Data[run.KeyLog], len(rec.BinaryData[run.KeyPlanJSON]))
 			}
+			if reported.Record != rec.Name || reported.RecordDigest != run.RecordDigest(rec.Data, rec.BinaryData) || rec.Immutable == nil || !*rec.Immutable {
+				t.Errorf("the result names record %q digest %s; want %s, digest %s, immutable (%v)", reported.Record, reported.RecordDigest, rec.Name, run.RecordDigest(rec.Data, rec.BinaryData), rec.Immutable)
+			}
 			if rec.Labels[names.LabelRunRecord] != "true" || rec.Labels[names.LabelOutcome] != tc.outcome || rec.Labels[names.LabelOperation] != string(tc.op) || rec.OwnerReferences[0].UID != "uid" {
 				t.Errorf("run record's labels %v, owners %v", rec.Labels, rec.OwnerReferences)
 			}

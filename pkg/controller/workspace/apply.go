@@ -66,7 +66,7 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 	// A re-apply of applied inputs is new when it finished after the
 	// applied time the status holds.
 	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
-		e.RecordJob(r, latest, run.OutcomeSucceeded)
+		e.RecordJob(r, latest, run.OutcomeSucceeded, nil)
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
@@ -122,7 +122,7 @@ func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *CachedJob, h
 		klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
 		return nil
 	}
-	e.RecordJob(r, active, "Running")
+	e.RecordJob(r, active, "Running", nil)
 	if refused, err := e.podRefused(ctx, r, active); err != nil || refused {
 		return err
 	}
@@ -157,7 +157,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		return nil, nil, err
 	}
 	if res.Outcome == run.OutcomeBlocked && res.Reason == run.ReasonModuleAwaitingApproval && res.Module != nil {
-		e.RecordJob(r, job, run.OutcomeBlocked)
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
 		if r.Gate == nil || r.Gate.ModuleRunnable(res.Module.Digest) {
 			e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonModuleApproved, "The module's code %s is approved: planning with it", res.Module.Digest)
 			return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
@@ -169,7 +169,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 		e.noPlanWaiting(r)
 		return res, job, nil
 	}
-	e.RecordJob(r, job, run.OutcomeBlocked)
+	e.RecordJob(r, job, run.OutcomeBlocked, res)
 	if g := r.Gate; g != nil && g.Needed(res.Plan) == "" {
 		// Approved: plan again, and apply only if the plan is still the
 		// approved one.
@@ -195,8 +195,8 @@ func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *I
 // retries the Job, and whether that is due now; never while the runner's
 // rescued state waits for a person.
 func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, what string) (int, bool) {
-	e.RecordJob(r, job, run.OutcomeFailed)
 	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
+	e.RecordJob(r, job, run.OutcomeFailed, res)
 	if e.holdForRescue(r, job, res) {
 		return 0, false
 	}
@@ -232,13 +232,14 @@ func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Re
 		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
 		learnModule(st, res)
-		e.RecordJob(r, job, run.OutcomeSucceeded)
+		e.RecordJob(r, job, run.OutcomeSucceeded, res)
 		return
 	}
 	st.AppliedInputsHash = hash
 	if res.Module != nil {
 		st.AppliedModule = res.Module.Digest
 	}
+	st.AppliedRecord, st.AppliedRecordDigest = res.Record, res.RecordDigest
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
 		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(FinishTime(job))}
@@ -249,7 +250,7 @@ func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Re
 	provisioned := true
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
 	st.Ready = true
-	e.RecordJob(r, job, run.OutcomeSucceeded)
+	e.RecordJob(r, job, run.OutcomeSucceeded, res)
 	e.clearDrifted(r.Obj)
 	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
 	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)

@@ -26,7 +26,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 		return e.deleteAbandoned(ctx, r)
 	}
 	if active := activeJob(r.Jobs); active != nil {
-		e.RecordJob(r, active, "Running")
+		e.RecordJob(r, active, "Running", nil)
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Waiting for Job %s to finish before destroying", active.Name))
 		return false, nil
 	}

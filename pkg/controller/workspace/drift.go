@@ -175,12 +175,12 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 		} else if err != nil {
 			msg = err.Error()
 		}
-		e.RecordJob(r, job, run.OutcomeFailed)
+		e.RecordJob(r, job, run.OutcomeFailed, res)
 		metrics.DriftChecks.WithLabelValues(kind, "failed").Inc()
 		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionUnknown, ReasonDriftCheckFailed, ReasonDriftCheckFailed, msg)
 	case res.Plan.HasChanges():
 		learnModule(st, res)
-		e.RecordJob(r, job, run.OutcomeSucceeded)
+		e.RecordJob(r, job, run.OutcomeSucceeded, res)
 		metrics.DriftChecks.WithLabelValues(kind, "drifted").Inc()
 		msg := fmt.Sprintf("The infrastructure differs from the last apply: plan %s would make %s", res.Plan.Hash, run.PlanSummaryText(res.Plan.Summary))
 		if _, _, remediate := e.driftPolicy(obj); remediate {
@@ -189,7 +189,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 		e.warnOnChange(obj, infrav1.ConditionDrifted, metav1.ConditionTrue, ReasonDriftDetected, ReasonDriftDetected, msg)
 	default:
 		learnModule(st, res)
-		e.RecordJob(r, job, run.OutcomeSucceeded)
+		e.RecordJob(r, job, run.OutcomeSucceeded, res)
 		metrics.DriftChecks.WithLabelValues(kind, "clean").Inc()
 		// The Job goes once this is recorded (cleanupHistory): not named.
 		SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonNoDrift, "The infrastructure matches the last apply")
@@ -211,7 +211,7 @@ func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *Cach
 	}
 	if !succeeded {
 		// Tried again after the next drift check finds outputs moved.
-		e.RecordJob(r, job, run.OutcomeFailed)
+		e.RecordJob(r, job, run.OutcomeFailed, nil)
 		t := metav1.NewTime(FinishTime(job))
 		st.LastRefreshTime = &t
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, JobFailureMessage(job))

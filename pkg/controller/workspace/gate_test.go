@@ -177,12 +177,18 @@ func TestModuleGate(t *testing.T) {
 		if len(jobs) != 1 || !strings.Contains(args(jobs[0]), `--approved-modules=["`+applied+`"]`) {
 			t.Fatalf("first sync created %v with args %v, want the applied code only", jobNames(jobs), jobs)
 		}
-		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: run.StageModule,
-			Reason: run.ReasonModuleAwaitingApproval, Module: &run.ModuleCode{Digest: next}})
+		blocked := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: run.StageModule,
+			Reason: run.ReasonModuleAwaitingApproval, Module: &run.ModuleCode{Digest: next}, Record: "blocked-run", RecordDigest: "sha256:1234"})
 		f.sync()
 		if c := f.condition(infrav1.ConditionPlanAwaitingApproval); c == nil || c.Status != metav1.ConditionTrue || c.Reason != run.ReasonModuleAwaitingApproval ||
 			!strings.Contains(c.Message, "captf.io/approve-module="+next) {
 			t.Errorf("PlanAwaitingApproval = %+v", c)
+		}
+		// The plugin shows the files of the record the status vouches for.
+		if want := (infrav1.JobReference{Operation: infrav1.OperationApply, Name: blocked.Name, Outcome: run.OutcomeBlocked, Record: "blocked-run", RecordDigest: "sha256:1234"}); !slices.ContainsFunc(f.object().WorkspaceStatus().LastJobs, func(j infrav1.JobReference) bool {
+			return j.Name == want.Name && j.Record == want.Record && j.RecordDigest == want.RecordDigest
+		}) {
+			t.Errorf("lastJobs %+v, want %+v", f.object().WorkspaceStatus().LastJobs, want)
 		}
 		if jobs := f.createdJobs(); len(jobs) != 0 {
 			t.Fatalf("code that waits started %v", jobNames(jobs))
@@ -195,11 +201,14 @@ func TestModuleGate(t *testing.T) {
 			t.Fatalf("the approval created %v, want a Job that may run the approved code", jobNames(jobs))
 		}
 		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Module: &run.ModuleCode{Digest: next},
-			Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
+			Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs, Record: "applied-run", RecordDigest: "sha256:5678"})
 		f.sync()
 		obj := f.object()
 		if got := obj.WorkspaceStatus().AppliedModule; got != next {
 			t.Errorf("appliedModule %q, want %q", got, next)
+		}
+		if st := obj.WorkspaceStatus(); st.AppliedRecord != "applied-run" || st.AppliedRecordDigest != "sha256:5678" {
+			t.Errorf("appliedRecord %q %q, want the applying run's record and digest", st.AppliedRecord, st.AppliedRecordDigest)
 		}
 		if _, ok := obj.GetAnnotations()[infrav1.AnnotationApproveModule]; ok {
 			t.Errorf("the used approval is still on the object: %v", obj.GetAnnotations())

@@ -135,7 +135,7 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 		e.deletePreviousRunSecrets(ctx, r, made)
 	}
 	created = true
-	e.RecordJob(r, made, "Running")
+	e.RecordJob(r, made, "Running", nil)
 	switch op {
 	case infrav1.OperationDestroy:
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/run"
 )
 
 // stopped sets Ready False for what stops every Job of the object until a
@@ -54,9 +55,12 @@ func (e *Engine) setApplying(r *Sync, message string) {
 }
 
 // RecordJob notes the latest Job of its operation in the status.
-func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string) {
+func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string, res *run.Result) {
 	st := r.Obj.WorkspaceStatus()
 	ref := infrav1.JobReference{Operation: job.Operation, Name: job.Name, Outcome: outcome}
+	if res != nil {
+		ref.Record, ref.RecordDigest = res.Record, res.RecordDigest
+	}
 	// Times are recorded once the Job is done: a running Job's status
 	// changes must not cost a status write each.
 	if finished, _ := JobFinished(job); finished {

@@ -287,6 +287,14 @@ type WorkspaceStatus struct {
 	// +optional
 	AppliedModule string `json:"appliedModule,omitempty"`
 
+	// AppliedRecord is the run record of the last successful apply, and
+	// AppliedRecordDigest the digest of what its runner wrote there: the
+	// files of the applied code that kubectl captf compares a change with.
+	// +optional
+	AppliedRecord string `json:"appliedRecord,omitempty"`
+	// +optional
+	AppliedRecordDigest string `json:"appliedRecordDigest,omitempty"`
+
 	// Outputs are the module's non-sensitive outputs after the last apply or
 	// refresh. Sensitive outputs are never shown.
 	// +optional
@@ -419,6 +427,13 @@ type JobReference struct {
 	// CompletionTime of the Job.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Record is the ConfigMap that keeps the run's plan and log, and
+	// RecordDigest the digest of what its runner wrote there: kubectl
+	// captf shows a record only while it still hashes to it.
+	// +optional
+	Record string `json:"record,omitempty"`
+	// +optional
+	RecordDigest string `json:"recordDigest,omitempty"`
 }
 
 // TemplateMeta is the metadata copied to objects made from a template.
