@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -219,4 +221,65 @@ resource "terraform_data" "noisy" {
 			t.Errorf("the log does not show %s as an escape: %q", shown, r.out)
 		}
 	}
+}
+
+// TestForgedRunRecordNotShown (issue 50, item 5): anyone who may create a
+// ConfigMap in the namespace made a look-alike run record that claimed the
+// waiting plan, and kubectl captf approve showed its text (a tag change)
+// for a plan that destroys an instance. Now the plugin shows only the
+// record the object's status vouches for, and that record is immutable.
+func TestForgedRunRecordNotShown(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	installApprovalPolicy(t)
+	e.startManager()
+	tn := e.newTenant()
+	e.grant("configmap-editor", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "create", "update", "patch"}})
+	tc := e.blockedDestroy("shop")
+	plan := tc.Status.LastPlan
+
+	real := e.recordOf(tc, func(rec *run.Record) bool { return rec.Plan != nil && rec.Plan.Hash == plan.Hash })
+	forgedRun, _ := json.Marshal(run.Record{Job: "tfc-shop-apply-zz", Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked,
+		Plan: &run.Plan{Hash: plan.Hash, Summary: plan.Summary}})
+	forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tfc-shop-apply-zz-run", Labels: real.Labels, OwnerReferences: real.OwnerReferences},
+		Data: map[string]string{run.KeyRun: string(forgedRun), run.KeyPlanText: "Only a tag changes: nothing is destroyed.\n"}}
+	err := waitAPI(func() error {
+		_, err := tn.kube.CoreV1().ConfigMaps(e.ns).Create(ctx, forged, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nor may the writer edit the real one.
+	edited := real.DeepCopy()
+	edited.Data[run.KeyPlanText] = "Only a tag changes: nothing is destroyed.\n"
+	if _, err := tn.kube.CoreV1().ConfigMaps(e.ns).Update(ctx, edited, metav1.UpdateOptions{}); err == nil {
+		t.Errorf("a writer edited run record %s: want it immutable", real.Name)
+	}
+
+	approver := e.user("approver", "captf-writer", "captf-approver")
+	r := e.kubectlCaptf(pluginBinary(t), approver, "n\n", "approve", "tfc/shop")
+	if strings.Contains(r.out, "Only a tag changes") || !strings.Contains(r.out, "will be destroyed") {
+		t.Errorf("kubectl captf approve showed the approver:\n%s\nwant the real plan's text, not the look-alike's", r.out)
+	}
+	if r := e.kubectlCaptf(pluginBinary(t), approver, "", "runs", "tfc/shop"); !strings.Contains(r.out, "VOUCHED") {
+		t.Errorf("kubectl captf runs does not say which records are vouched for:\n%s", r.out)
+	}
+}
+
+// recordOf is the run record of tc whose run.json matches.
+func (e *env) recordOf(tc *infrav1.TerraformCluster, match func(*run.Record) bool) *corev1.ConfigMap {
+	e.t.Helper()
+	list, err := plane.Kube.CoreV1().ConfigMaps(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelRunRecord + "=true"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i, cm := range list.Items {
+		var rec run.Record
+		if names.OwnedBy(&cm, tc.UID) && json.Unmarshal([]byte(cm.Data[run.KeyRun]), &rec) == nil && match(&rec) {
+			return &list.Items[i]
+		}
+	}
+	e.t.Fatalf("no run record of %s matches", tc.Name)
+	return nil
 }
