@@ -367,6 +367,14 @@ mutant record-digest-unchecked pkg/plugin/objects.go \
 	'if st.AppliedRecord == rec.name && st.AppliedRecordDigest == digest {' 'if st.AppliedRecord == rec.name {'
 mutant record-digest-unrecorded pkg/controller/workspace/status.go \
 	'ref.Record, ref.RecordDigest = res.Record, res.RecordDigest' 'ref.Record = res.Record'
+mutant caches-share-one-index-map pkg/manager/informers.go \
+	'func noIndexes() cache.Indexers { return cache.Indexers{} }' 'var shared = cache.Indexers{}
+
+func noIndexes() cache.Indexers { return shared }'
+mutant cluster-members-not-enqueued pkg/controller/workspace/controller.go \
+	'	for _, o := range members {
+		c.enqueue(o)
+	}' '	_ = members'
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 

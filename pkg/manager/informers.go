@@ -28,17 +28,22 @@ import (
 )
 
 // noIndexes: nothing in CAPTF lists a cache by namespace (it reads by key,
-// and Jobs by their object's UID), so its informers keep no namespace
+// Jobs by their object's UID, a Cluster's machines by the cluster's
+// index, workspace.ObjectsByCluster), so its informers keep no namespace
 // index, the one client-go adds by default: a set of keys per namespace
 // holding every object, 44 B an object (BenchmarkJobCache without it),
-// more when each cluster has a namespace of its own.
-var noIndexes = cache.Indexers{}
+// more when each cluster has a namespace of its own. A new map for each
+// informer: an indexer keeps the map it was made with, and AddIndexers
+// writes into it, so one map shared by all gave every cache the index
+// functions added to any (the pools' provider-ID index was the machines',
+// which indexes no pool).
+func noIndexes() cache.Indexers { return cache.Indexers{} }
 
-// registerInformers makes the informers of CAPTF's objects, its Jobs and
+// RegisterInformers makes the informers of CAPTF's objects, its Jobs and
 // its runner ServiceAccounts, each without a namespace index, in their
 // factories before a controller asks for one: a factory then hands out
 // these. Every controller runs, so every one of them is asked for.
-func registerInformers(captf externalversions.SharedInformerFactory, kube informers.SharedInformerFactory, namespace string,
+func RegisterInformers(captf externalversions.SharedInformerFactory, kube informers.SharedInformerFactory, namespace string,
 	captfTweak, kubeTweak func(*metav1.ListOptions)) {
 	type newFiltered func(versioned.Interface, string, time.Duration, cache.Indexers, internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer
 	for obj, newInformer := range map[runtime.Object]newFiltered{
@@ -48,14 +53,14 @@ func registerInformers(captf externalversions.SharedInformerFactory, kube inform
 		&infrav1.TerraformMachineTemplate{}: infrainformers.NewFilteredTerraformMachineTemplateInformer,
 	} {
 		captf.InformerFor(obj, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return newInformer(c, namespace, resync, noIndexes, captfTweak)
+			return newInformer(c, namespace, resync, noIndexes(), captfTweak)
 		})
 	}
 	kube.InformerFor(&batchv1.Job{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return batchinformers.NewFilteredJobInformer(c, namespace, resync, noIndexes, kubeTweak)
+		return batchinformers.NewFilteredJobInformer(c, namespace, resync, noIndexes(), kubeTweak)
 	})
 	kube.InformerFor(&corev1.ServiceAccount{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredServiceAccountInformer(c, namespace, resync, noIndexes, kubeTweak)
+		return coreinformers.NewFilteredServiceAccountInformer(c, namespace, resync, noIndexes(), kubeTweak)
 	})
 }
 
@@ -124,7 +129,7 @@ func (f *capiFactory) ForResource(gvr schema.GroupVersionResource) informers.Gen
 	if inf, ok := f.byResource[gvr]; ok {
 		return inf
 	}
-	inf := dynamicinformer.NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)
+	inf := dynamicinformer.NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes(), f.tweak)
 	if kind, ok := capi.KindServedAs(gvr); ok {
 		if err := inf.Informer().SetTransform(cacheTransform(f.shared, kind.Trim)); err != nil {
 			klog.Background().Error(err, "Informer already started", "resource", gvr) // a new informer is not

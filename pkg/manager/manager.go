@@ -508,13 +508,13 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	managedByCAPTF := func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
 		informers.WithTransform(cacheTransform(shared, workspace.CacheJob)), informers.WithTweakListOptions(managedByCAPTF))
-	registerInformers(cc.CAPTFInformers, cc.KubeInformers, o.Namespace, filter, managedByCAPTF)
+	RegisterInformers(cc.CAPTFInformers, cc.KubeInformers, o.Namespace, filter, managedByCAPTF)
 	cc.CAPIInformers = newCAPIFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter, shared)
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
 	var own informerSet
 	stateSecrets := metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("secrets"), namespaceOrAll(o.Namespace),
-		o.SyncPeriod, noIndexes, func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
+		o.SyncPeriod, noIndexes(), func(lo *metav1.ListOptions) { lo.LabelSelector = workspace.StateSecretsSelector })
 	if err := stateSecrets.Informer().SetTransform(cacheTransform(shared, workspace.CacheStateSecret)); err != nil {
 		return cc, workspace.Config{}, nil, err
 	}

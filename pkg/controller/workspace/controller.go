@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
@@ -107,6 +107,13 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	if _, ok := jobs.GetIndexer().GetIndexers()[JobsByObjectUID]; !ok {
 		if err := jobs.AddIndexers(JobIndexers); err != nil {
 			return nil, err
+		}
+	}
+	if kind.Owner.ClusterNamePath != nil {
+		if _, ok := informer.GetIndexer().GetIndexers()[ObjectsByCluster]; !ok {
+			if err := informer.AddIndexers(cache.Indexers{ObjectsByCluster: byCluster}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var providerIDs []cache.Indexer
@@ -524,10 +531,31 @@ func (c *Controller[T]) handleTerraformCluster(old, cur any) {
 }
 
 func (c *Controller[T]) enqueueClusterMembers(namespace, cluster string) {
-	selector := labels.SelectorFromSet(labels.Set{capi.ClusterNameLabel: cluster})
-	if err := cache.ListAllByNamespace(c.objects, namespace, selector, c.enqueue); err != nil {
+	members, err := c.objects.ByIndex(ObjectsByCluster, namespace+"/"+cluster)
+	if err != nil {
 		utilruntime.HandleError(fmt.Errorf("listing the %ss of Cluster %s/%s: %w", c.kind.GVK.Kind, namespace, cluster, err))
+		return
 	}
+	for _, o := range members {
+		c.enqueue(o)
+	}
+}
+
+// ObjectsByCluster indexes the machines and pools of a kind by their
+// Cluster ("namespace/name", from the cluster-name label): a Cluster's
+// change enqueues its members without a scan of every cached object (the
+// manager's caches keep no namespace index).
+const ObjectsByCluster = "captf.io/by-cluster"
+
+func byCluster(obj any) ([]string, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	if name := m.GetLabels()[capi.ClusterNameLabel]; name != "" {
+		return []string{m.GetNamespace() + "/" + name}, nil
+	}
+	return nil, nil
 }
 
 // capiLister lists what inf caches of kind's objects: capi.Objects in the

@@ -1281,3 +1281,42 @@ func TestRunnerEnvWinsOverEnvFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterChangeEnqueuesItsMembers: a Cluster's change (its pause, its
+// infrastructure ready) enqueues its machines or pools, and no other
+// cluster's, from the caches the manager builds (no namespace index).
+func TestClusterChangeEnqueuesItsMembers(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		if k.kind == "TerraformCluster" {
+			return
+		}
+		f := newFixture(t, k, newObject(k), k.capi, k.kube...)
+		for _, o := range []struct{ name, namespace, cluster string }{{"sibling", "ns", "work"}, {"elsewhere", "ns", "other"}, {"namesake", "other-ns", "work"}} {
+			obj := k.newObject()
+			obj.SetName(o.name)
+			obj.SetNamespace(o.namespace)
+			obj.SetUID(types.UID("uid-" + o.name))
+			obj.SetLabels(map[string]string{capi.ClusterNameLabel: o.cluster})
+			if err := f.objects.Add(obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q := f.c.QueueForTest()
+		for q.Len() > 0 {
+			key, _ := q.Get()
+			q.Done(key)
+			q.Forget(key)
+		}
+		f.c.HandleClusterForTest(&capi.Object{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: "ns"}})
+		var got []string
+		for q.Len() > 0 {
+			key, _ := q.Get()
+			got = append(got, key.String())
+			q.Done(key)
+		}
+		slices.Sort(got)
+		if want := []string{"ns/prod", "ns/sibling"}; !slices.Equal(got, want) {
+			t.Errorf("a change of Cluster ns/work enqueued %v, want %v", got, want)
+		}
+	})
+}

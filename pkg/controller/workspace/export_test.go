@@ -29,3 +29,5 @@ func (c *Controller[T]) QueueForTest() workqueue.TypedRateLimitingInterface[cach
 func (c *Controller[T]) UseForTest(jobs JobControl, recorder record.EventRecorder) {
 	c.engine.JobControl, c.engine.Recorder = jobs, recorder
 }
+
+func (c *Controller[T]) HandleClusterForTest(obj any) { c.handleCluster(obj) }

@@ -35,6 +35,7 @@ import (
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
+	"github.com/captf/captf/pkg/manager"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/statestore"
@@ -48,6 +49,7 @@ type testable interface {
 	WrittenForTest() *controller.WrittenVersions
 	UpdateObjectForTest(old, cur any)
 	DeleteObjectForTest(obj any)
+	HandleClusterForTest(obj any)
 	QueueForTest() workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	UseForTest(jobs workspace.JobControl, recorder record.EventRecorder)
 }
@@ -286,6 +288,8 @@ func newFixture(t *testing.T, k kindCase, obj workspace.Object, capiObjects []*u
 		KubeInformers:  informers.NewSharedInformerFactory(kube, 0),
 		CAPTFInformers: externalversions.NewSharedInformerFactory(captf, 0),
 		CAPIInformers:  dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)}
+	// The manager's caches, without the namespace index client-go adds.
+	manager.RegisterInformers(cc.CAPTFInformers, cc.KubeInformers, "", nil, nil)
 	c, err := k.newController(ctx, cc, workspace.Config{Access: &workspace.RunnerAccess{Client: kube}, RunnerImage: "captf:test", StateBackups: 5})
 	if err != nil {
 		t.Fatal(err)
