@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -22,57 +23,42 @@ import (
 
 // backup is one state backup and what it holds.
 type backup struct {
-	name              string
-	created           time.Time
-	rescued           bool
-	serial, resources int
-	// unread says why serial and resources are unknown.
-	unread string
+	name    string
+	created time.Time
+	rescued bool
+	// listed: the state Secret lists it among the backups its store made
+	// and rotates; a Secret that only looks like a backup is not.
+	listed bool
+	// what it holds (statestore.AnnotationHolds), "" when not recorded.
+	what string
 }
 
-// backups lists the object's backups, newest first, reading each for its
-// serial and resources when the user may.
+// backups lists the object's backups, newest first, by their metadata:
+// what each holds is recorded on it when it is made, and none is read.
 func (e *env) backups(r ref, obj object) ([]backup, error) {
 	n := names.ObjectOf(r.kind, r.name)
-	list, err := e.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(e.namespace).List(e.ctx, metav1.ListOptions{
+	secrets := e.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(e.namespace)
+	list, err := secrets.List(e.ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: n.Kind,
 			names.LabelObjectName: names.LabelValue(r.name), names.LabelSecretType: names.SecretTypeBackup}.String()})
 	if err != nil {
 		return nil, err
 	}
-	store := &statestore.StateStore{Client: e.kube, Namespace: e.namespace, Object: n}
+	var listed []string
+	if head, err := secrets.Get(e.ctx, n.State(), metav1.GetOptions{}); err == nil {
+		if listed, err = statestore.BackupsOf(head.Annotations); err != nil {
+			return nil, err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
 	var out []backup
 	for _, s := range list.Items {
 		if types := n.FamilyTypes(s.Name); len(types) == 0 || types[0] != names.SecretTypeBackup {
 			continue // a chunk, or another object's look-alike
 		}
-		b := backup{name: s.Name, created: s.CreationTimestamp.Time, rescued: n.IsRescue(s.Name)}
-		state, err := store.ReadBackup(e.ctx, s.Name)
-		switch {
-		case apierrors.IsForbidden(err):
-			b.unread = "reading a backup needs get on secrets"
-		case err != nil:
-			b.unread = err.Error()
-		default:
-			var st struct {
-				Serial    int `json:"serial"`
-				Resources []struct {
-					Mode      string            `json:"mode"`
-					Instances []json.RawMessage `json:"instances"`
-				} `json:"resources"`
-			}
-			if json.Unmarshal(state, &st) != nil {
-				b.unread = "not a plain state (encrypted?)"
-				break
-			}
-			b.serial = st.Serial
-			for _, res := range st.Resources {
-				if res.Mode == "managed" {
-					b.resources += len(res.Instances)
-				}
-			}
-		}
-		out = append(out, b)
+		out = append(out, backup{name: s.Name, created: s.CreationTimestamp.Time, rescued: n.IsRescue(s.Name),
+			listed: slices.Contains(listed, s.Name), what: s.Annotations[statestore.AnnotationHolds]})
 	}
 	// Newest first by when they were made: a rescued state's name
 	// (-errored-) sorts apart from the backups'.
@@ -86,18 +72,32 @@ func (e *env) backups(r ref, obj object) ([]backup, error) {
 }
 
 func (b backup) holds() string {
-	if b.unread != "" {
-		return "? (" + b.unread + ")"
+	if b.what == "" {
+		return "? (not recorded: made before CAPTF recorded it, or not a plain state)"
 	}
-	return fmt.Sprintf("serial %d, %d resources", b.serial, b.resources)
+	return b.what
+}
+
+// kind says what a backup is: one the state's store made (backup), a
+// state terraform could not save (rescued), or a Secret that only looks
+// like a backup (unlisted: the state Secret does not list it).
+func (b backup) kind() string {
+	switch {
+	case b.rescued:
+		return "rescued"
+	case b.listed:
+		return "backup"
+	}
+	return "unlisted"
 }
 
 var backupsCommand = &command{
 	name: "backups", args: "KIND/NAME", short: "List the object's state backups and what each holds",
 	long: `List the object's state backups, newest first: when each was made,
-the state's serial and how many resources it holds, and which are states
-terraform could not save (rescued). Reading what a backup holds needs get
-on Secrets: a state holds what the module's resources hold.
+the state's serial and how many resources it holds (recorded on each when
+it is made: no backup is read), which are states terraform could not save
+(rescued), and which only look like backups (unlisted: the state Secret
+does not list them among the backups its store made).
 
 Examples:
   kubectl captf backups tfc/prod -n team-a`,
@@ -114,11 +114,7 @@ Examples:
 		tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "BACKUP\tMADE\tKIND\tHOLDS")
 		for _, b := range list {
-			kind := "backup"
-			if b.rescued {
-				kind = "rescued"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.name, b.created.UTC().Format(time.RFC3339), kind, b.holds())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.name, b.created.UTC().Format(time.RFC3339), b.kind(), b.holds())
 		}
 		return tw.Flush()
 	},
@@ -126,7 +122,8 @@ Examples:
 
 var restoreCommand = &command{
 	name: "restore", args: "KIND/NAME [BACKUP]", short: "Make a backup the object's state (the newest when none is named)",
-	long: `Restore a state backup (the newest when BACKUP is not given): ask for
+	long: `Restore a state backup (the newest the state's store made when BACKUP
+is not given; never a rescued state or an unlisted look-alike): ask for
 confirmation, then set captf.io/restore-state. The manager makes the
 backup the current state once no run goes on (the current state becomes a
 backup first), and the next apply plans against it. With the approval
@@ -148,9 +145,10 @@ Examples:
 		}
 		var chosen *backup
 		for i := range list {
-			// By default the newest backup, never a rescued state: that
-			// one is restored by name, once compared.
-			if (len(args) == 1 && !list[i].rescued) || (len(args) == 2 && list[i].name == args[1]) {
+			// By default the newest backup the state's store made, never
+			// a rescued state (restored by name, once compared) nor a
+			// Secret that only looks like a backup.
+			if (len(args) == 1 && list[i].kind() == "backup") || (len(args) == 2 && list[i].name == args[1]) {
 				chosen = &list[i]
 				break
 			}
@@ -160,6 +158,9 @@ Examples:
 				return fmt.Errorf("%s has no state backup", r)
 			}
 			return fmt.Errorf("%s is no state backup of %s (kubectl captf backups %s lists them)", args[1], r, r)
+		}
+		if chosen.kind() == "unlisted" {
+			fmt.Fprintf(e.out, "Backup %s is not one the state's store made (the state Secret does not list it): whoever may write Secrets here may have made it.\n", chosen.name)
 		}
 		fmt.Fprintf(e.out, "Restoring makes backup %s (made %s, %s) the state of %s.\n"+
 			"The current state becomes a backup first. The next apply plans against the restored state:\n"+

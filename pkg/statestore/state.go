@@ -38,6 +38,10 @@ const (
 	annotationBackups    = "captf.io/backups"
 	annotationSize       = "captf.io/uncompressed-bytes"
 	annotationBackupOf   = "captf.io/backup-of"
+	// AnnotationHolds says what a state (and each backup of it) holds,
+	// "serial N, M resources", written with it: kubectl captf lists
+	// backups by their metadata, reading none of them.
+	AnnotationHolds = "captf.io/holds"
 	AnnotationHolder     = "captf.io/lock-holder"
 	// AnnotationApplied marks a state a run ended well with;
 	// annotationLastGood names the newest backup of such a state.
@@ -292,9 +296,11 @@ func (s *StateStore) Write(ctx context.Context, state []byte) error {
 		return err
 	}
 	sum := hex.EncodeToString(sha256Of(state))
+	holds := Holds(state)
 	err = s.write(ctx, newState{
 		same: func(head *corev1.Secret) bool { return head.Annotations[annotationStateSum] == sum },
 		fill: func(head *corev1.Secret, chunkName func(int) string) (int64, string, error) {
+			setHolds(head, holds)
 			return int64(len(state)), sum, s.writeBlob(ctx, head, gz, chunkName, names.SecretTypeStateChunk)
 		},
 	}, false)
@@ -509,9 +515,41 @@ func (s *StateStore) Restore(ctx context.Context, backup string) error {
 			return head.Annotations[annotationSHA256] != "" && head.Annotations[annotationSHA256] == sec.Annotations[annotationSHA256]
 		},
 		fill: func(head *corev1.Secret, chunkName func(int) string) (int64, string, error) {
+			setHolds(head, sec.Annotations[AnnotationHolds])
 			return s.copyBlob(ctx, sec, head, chunkName, names.SecretTypeStateChunk, true)
 		},
 	}, true)
+}
+
+// Holds says what a terraform state holds, for AnnotationHolds: its serial
+// and how many instances of managed resources; "" when it is not a plain
+// state (encrypted, or not JSON).
+func Holds(state []byte) string {
+	var st struct {
+		Serial    *int `json:"serial"`
+		Resources []struct {
+			Mode      string            `json:"mode"`
+			Instances []json.RawMessage `json:"instances"`
+		} `json:"resources"`
+	}
+	if json.Unmarshal(state, &st) != nil || st.Serial == nil {
+		return ""
+	}
+	n := 0
+	for _, r := range st.Resources {
+		if r.Mode == "managed" {
+			n += len(r.Instances)
+		}
+	}
+	return fmt.Sprintf("serial %d, %d resources", *st.Serial, n)
+}
+
+func setHolds(sec *corev1.Secret, holds string) {
+	if holds == "" {
+		delete(sec.Annotations, AnnotationHolds)
+		return
+	}
+	sec.Annotations[AnnotationHolds] = holds
 }
 
 // SaveRescue stores a state terraform could not save as a backup of its own
@@ -522,6 +560,7 @@ func (s *StateStore) SaveRescue(ctx context.Context, state []byte) (string, erro
 		return "", err
 	}
 	return s.saveBackup(ctx, s.Object.Rescue, strconv.Itoa(len(state)), func(sec *corev1.Secret, chunkName func(int) string) error {
+		setHolds(sec, Holds(state))
 		return s.writeBlob(ctx, sec, gz, chunkName, names.SecretTypeBackupChunk)
 	})
 }
@@ -532,6 +571,7 @@ func (s *StateStore) backup(ctx context.Context, head *corev1.Secret) (string, e
 	name, err := s.saveBackup(ctx, s.Object.Backup, head.Annotations[annotationSize], func(sec *corev1.Secret, chunkName func(int) string) error {
 		// Not decompressed: a state that is no longer valid gzip, or over
 		// a lowered size limit, is still kept before it is replaced.
+		setHolds(sec, head.Annotations[AnnotationHolds])
 		_, _, err := s.copyBlob(ctx, head, sec, chunkName, names.SecretTypeBackupChunk, false)
 		return err
 	})
@@ -585,9 +625,14 @@ func (s *StateStore) ListBackups(ctx context.Context) ([]string, error) {
 }
 
 // backupsOf reads the state Secret's list of backups, newest first.
-func backupsOf(head *corev1.Secret) ([]string, error) {
+func backupsOf(head *corev1.Secret) ([]string, error) { return BackupsOf(head.Annotations) }
+
+// BackupsOf reads the backups a state Secret's annotations list, newest
+// first: those its state store made and rotates, not every Secret that
+// looks like a backup.
+func BackupsOf(annotations map[string]string) ([]string, error) {
 	var backups []string
-	if v := head.Annotations[annotationBackups]; v != "" {
+	if v := annotations[annotationBackups]; v != "" {
 		if err := json.Unmarshal([]byte(v), &backups); err != nil {
 			return nil, fmt.Errorf("state secret annotation %s: %w", annotationBackups, err)
 		}

@@ -146,8 +146,14 @@ func TestKubectlPlugin(t *testing.T) {
 		[]string{"error: no plan of terraformclusters/shop waits for approval"})
 
 	// Backups, a restore and an abandon, by someone who may read states.
+	// Someone who may write Secrets made a look-alike backup, newer than
+	// any (issue 50, item 5): the default restore picked it.
+	forged := e.forgedBackup("shop")
 	r = e.kubectlCaptf(bin, admin, "", "backups", "tfc/shop")
-	expect("backups", r, 0, []string{"BACKUP", "tfc-shop-backup-", "serial "}, nil)
+	expect("backups", r, 0, []string{"BACKUP", "tfc-shop-backup-", "serial ", forged + "  "}, nil)
+	if line := lineWith(r.out, forged); !strings.Contains(line, "unlisted") {
+		t.Errorf("backups shows the look-alike as %q, want it unlisted", line)
+	}
 	expect("backups as a viewer", e.kubectlCaptf(bin, viewer, "", "backups", "tfc/shop"), 1, nil, []string{"Error from server (Forbidden)"})
 	expect("restore, answered no", e.kubectlCaptf(bin, admin, "no\n", "restore", "tfc/shop"), 1, []string{"Restoring makes backup tfc-shop-backup-", "Restore? [y/N]"}, []string{"error: not restored"})
 	expect("abandon", e.kubectlCaptf(bin, admin, "y\n", "abandon", "tfc/shop"), 0,
@@ -156,8 +162,8 @@ func TestKubectlPlugin(t *testing.T) {
 		t.Errorf("abandon set %s=%q", infrav1.AnnotationAbandonInfrastructure, v)
 	}
 	expect("restore", e.kubectlCaptf(bin, admin, "", "restore", "tfc/shop", "--yes"), 0, []string{"restore of tfc-shop-backup-"}, nil)
-	if v := e.get("shop").Annotations[infrav1.AnnotationRestoreState]; !strings.HasPrefix(v, "tfc-shop-backup-") {
-		t.Errorf("restore set %s=%q", infrav1.AnnotationRestoreState, v)
+	if v := e.get("shop").Annotations[infrav1.AnnotationRestoreState]; !strings.HasPrefix(v, "tfc-shop-backup-") || v == forged {
+		t.Errorf("restore set %s=%q, want the newest backup the state's store made, not the look-alike %s", infrav1.AnnotationRestoreState, v, forged)
 	}
 
 	// Help on every command; mistakes said as kubectl says them.
@@ -282,4 +288,31 @@ func (e *env) recordOf(tc *infrav1.TerraformCluster, match func(*run.Record) boo
 	}
 	e.t.Fatalf("no run record of %s matches", tc.Name)
 	return nil
+}
+
+// forgedBackup makes, as someone who may write Secrets, a Secret that
+// looks like a newer state backup of name, and returns its name.
+func (e *env) forgedBackup(name string) string {
+	e.t.Helper()
+	ctx := context.Background()
+	list, err := plane.Kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelSecretType + "=" + names.SecretTypeBackup})
+	if err != nil || len(list.Items) == 0 {
+		e.t.Fatalf("no backup to copy: %v", err)
+	}
+	real := list.Items[0]
+	forged := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tfcNames(name).Backup("29991231-000000"), Labels: real.Labels, Annotations: real.Annotations}, Data: real.Data}
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return forged.Name
+}
+
+// lineWith is the first line of out that holds s.
+func lineWith(out, s string) string {
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }
