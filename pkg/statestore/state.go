@@ -41,8 +41,8 @@ const (
 	// AnnotationHolds says what a state (and each backup of it) holds,
 	// "serial N, M resources", written with it: kubectl captf lists
 	// backups by their metadata, reading none of them.
-	AnnotationHolds = "captf.io/holds"
-	AnnotationHolder     = "captf.io/lock-holder"
+	AnnotationHolds  = "captf.io/holds"
+	AnnotationHolder = "captf.io/lock-holder"
 	// AnnotationApplied marks a state a run ended well with;
 	// annotationLastGood names the newest backup of such a state.
 	AnnotationApplied  = "captf.io/applied"
