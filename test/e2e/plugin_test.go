@@ -83,10 +83,7 @@ func (e *env) kubectlCaptf(bin, kubeconfig, stdin string, args ...string) plugin
 // cluster's tree but cannot approve; an approver approves exactly the plan
 // shown, after confirmation; backups, restore and abandon say what they do.
 func TestKubectlPlugin(t *testing.T) {
-	bin, err := framework.BuildCommand("./cmd/kubectl-captf", "kubectl-captf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := pluginBinary(t)
 	e := newEnv(t)
 	installApprovalPolicy(t)
 	e.startManager()
