@@ -451,27 +451,12 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	if h.ManagerUser != "" && user == h.ManagerUser {
 		return nil
 	}
-	if req.Operation == admissionv1.Create && h.Cluster != nil && h.Authorize != nil {
-		// clusterctl move and a restore recreate objects as they were,
-		// provider IDs included, while their Cluster is paused (move) or
-		// before it exists (a backup tool restores Clusters last, unpaused,
-		// as Velero does): only a user with the move right, which tenants
-		// are not given, may. A running Cluster takes none: an object made
-		// there would be a second claim on instances it already manages.
-		ok, _, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: obj.GetNamespace(), Verb: MoveVerb,
-			Group: infrav1.GroupName, Resource: resourceOf(req)})
-		if err != nil {
-			return field.ErrorList{field.InternalError(path, fmt.Errorf("checking whether %s may move provider IDs: %w", user, err))}
-		}
-		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {
-			found, paused, err := h.Cluster(ctx, obj.GetNamespace(), cluster)
-			if err != nil {
-				return field.ErrorList{field.InternalError(path, fmt.Errorf("reading Cluster %s to check for a move: %w", cluster, err))}
-			}
-			if paused || !found {
-				return nil
-			}
-		}
+	// A running Cluster takes no provider ID from a restore: an object
+	// made there would be a second claim on instances it already manages.
+	if ok, err := h.restoring(ctx, req, obj); err != nil {
+		return field.ErrorList{field.InternalError(path, fmt.Errorf("checking whether %s restores or moves the object: %w", user, err))}
+	} else if ok {
+		return nil
 	}
 	metrics.IdentityDenied.WithLabelValues(req.Kind.Kind).Inc()
 	if h.ManagerUser == "" {
@@ -479,6 +464,30 @@ func (h *Handler) checkIdentity(ctx context.Context, req *admissionv1.AdmissionR
 	}
 	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("only the CAPTF manager (%s) may set it (or, into a paused Cluster or one not yet restored, a user with the %q verb on %s, as clusterctl move and a restore do); %s may not",
 		h.ManagerUser, MoveVerb, resourceOf(req), user))}
+}
+
+// restoring tells whether req creates obj as clusterctl move or a restore
+// does, objects as they were (provider IDs, and clones whose template is
+// not back yet, included): its user holds the verb move, which tenants are
+// not given, and the Cluster obj names (cluster-name label) is paused
+// (move) or not there yet (a backup tool restores Clusters last, unpaused,
+// as Velero does). Cluster API's controllers make objects only for a
+// running Cluster.
+func (h *Handler) restoring(ctx context.Context, req *admissionv1.AdmissionRequest, obj metav1.Object) (bool, error) {
+	cluster := obj.GetLabels()[capi.ClusterNameLabel]
+	if req.Operation != admissionv1.Create || h.Cluster == nil || h.Authorize == nil || cluster == "" {
+		return false, nil
+	}
+	ok, _, err := h.Authorize(ctx, req.UserInfo, authorizationv1.ResourceAttributes{Namespace: obj.GetNamespace(), Verb: MoveVerb,
+		Group: infrav1.GroupName, Resource: resourceOf(req)})
+	if err != nil || !ok {
+		return false, err
+	}
+	found, paused, err := h.Cluster(ctx, obj.GetNamespace(), cluster)
+	if err != nil {
+		return false, fmt.Errorf("reading Cluster %s: %w", cluster, err)
+	}
+	return paused || !found, nil
 }
 
 // Finalizers are CAPTF's finalizers on the kinds that hold infrastructure.

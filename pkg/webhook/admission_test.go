@@ -546,6 +546,59 @@ func TestClonedObjectsReadOnlyWhatTheirTemplateNames(t *testing.T) {
 	}
 }
 
+// TestRestoreBringsClonesBeforeTheirTemplate (issue 50, item 8): Velero
+// restores kinds by name, terraformmachines before
+// terraformmachinetemplates, and every clone whose template was not back
+// yet was refused. A user with the verb move, into a Cluster that is not
+// back yet or is paused (as for provider IDs), is checked as for an object
+// of their own; Cluster API's controllers, and a running Cluster, are not.
+func TestRestoreBringsClonesBeforeTheirTemplate(t *testing.T) {
+	clusters := map[string][2]bool{"running": {true, false}, "paused": {true, true}} // found, paused
+	h := &Handler{
+		Authorize: func(_ context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
+			switch user.Username {
+			case "velero":
+				return true, "", nil
+			case "mover-who-may-not-read":
+				return attrs.Verb == MoveVerb, "", nil
+			}
+			return attrs.Verb != MoveVerb, "", nil // Cluster API's controllers
+		},
+		ReadTemplate: func(_ context.Context, _, resource, name string) ([]byte, error) {
+			return nil, apierrors.NewNotFound(infrav1.Resource(resource), name)
+		},
+		Cluster: func(_ context.Context, _, name string) (bool, bool, error) {
+			c := clusters[name]
+			return c[0], c[1], nil
+		},
+	}
+	clone := func(cluster string) *infrav1.TerraformMachine {
+		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", Annotations: map[string]string{
+			capi.ClonedFromGroupKindAnnotation: "TerraformMachineTemplate.infrastructure.cluster.x-k8s.io", capi.ClonedFromNameAnnotation: "workers"}}}
+		if cluster != "" {
+			tm.Labels = map[string]string{capi.ClusterNameLabel: cluster}
+		}
+		tm.Spec.Module.ConfigMap = &infrav1.ConfigMapModule{Name: "modules"}
+		return tm
+	}
+	const refused = `ConfigMap "modules" is not read for an object cloned from TerraformMachineTemplate workers`
+	for _, tc := range []struct {
+		name, user, cluster, want string
+	}{
+		{"a restore, the Cluster not back yet", "velero", "gone", ""},
+		{"a move into a paused Cluster", "velero", "paused", ""},
+		{"into a running Cluster", "velero", "running", refused},
+		{"naming no Cluster", "velero", "", refused},
+		{"Cluster API's controllers", "system:serviceaccount:capi-system:capi-manager", "gone", refused},
+		{"a mover who may not read the ConfigMap", "mover-who-may-not-read", "gone", `may not get ConfigMap "modules"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := h.Admit(context.Background(), "TerraformMachine", request(admissionv1.Create, tc.user, clone(tc.cluster), nil))
+			wantAdmission(t, resp, tc.want)
+		})
+	}
+}
+
 // TestFinalizerRule: only the manager, an approver or a mover removes
 // CAPTF's finalizer; other finalizers and other writes stay open.
 func TestFinalizerRule(t *testing.T) {

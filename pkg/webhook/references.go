@@ -159,6 +159,12 @@ func (h *Handler) clonedFrom(ctx context.Context, req *admissionv1.AdmissionRequ
 	c.kind = kind
 	raw, err := h.ReadTemplate(ctx, req.Namespace, resource, name)
 	if apierrors.IsNotFound(err) {
+		// A restore brings objects back in its own order (Velero's:
+		// terraformmachines before terraformmachinetemplates): its writer
+		// is checked as for an object it made itself.
+		if ok, err := h.restoring(ctx, req, &obj); err != nil || ok {
+			return &clonedFrom{}, err
+		}
 		c.missing = "which is not in namespace " + req.Namespace
 		return c, nil
 	}

@@ -226,12 +226,12 @@ resource "terraform_data" "noisy" {
 	}
 }
 
-// TestForgedRunRecordNotShown (issue 50, item 5): anyone who may create a
+// TestForgedRunRecordsAreIgnored (issue 50, item 5): anyone who may create a
 // ConfigMap in the namespace made a look-alike run record that claimed the
 // waiting plan, and kubectl captf approve showed its text (a tag change)
 // for a plan that destroys an instance. Now the plugin shows only the
 // record the object's status vouches for, and that record is immutable.
-func TestForgedRunRecordNotShown(t *testing.T) {
+func TestForgedRunRecordsAreIgnored(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	installApprovalPolicy(t)
