@@ -50,14 +50,14 @@ var restoreOrder = []schema.GroupVersionResource{
 // paused, unpaused at the end. Nothing is created or destroyed, no Job
 // runs, every object is Ready, and deleting the restored cluster
 // afterwards destroys everything and leaves no Secret of CAPTF's.
-// TestVeleroRestoreIntoFreshPlane restores with Velero instead, in its own
+// TestVeleroOrderRestoresClonedMachines restores with Velero instead, in its own
 // order, status dropped.
 func TestRestoreOnFreshPlane(t *testing.T) {
 	root, _ := setup(t)
 	ctx := context.Background()
 	ns := "dr-status"
 	instances := t.TempDir()
-	makeRestorableCluster(t, plane, root, ns, instances, false)
+	makeRestorableCluster(t, plane, root, ns, instances, false, false)
 	before := instanceSet(t, instances, 4)
 
 	backup := backUp(t, plane, ns)
@@ -133,7 +133,7 @@ var veleroBackedUp = []string{
 	"secrets", "configmaps",
 }
 
-// TestVeleroRestoreIntoFreshPlane is the disaster-recovery page's Velero
+// TestVeleroOrderRestoresClonedMachines is the disaster-recovery page's Velero
 // flow, with Velero's own server and AWS plugin backing up into an S3
 // stand-in: a provisioned cluster with two machines and a pool is backed
 // up with `velero backup create` (Cluster API and CAPTF kinds, Secrets and
@@ -143,13 +143,16 @@ var veleroBackedUp = []string{
 // pauses nothing and drops the status: every object runs one apply whose
 // plan changes nothing and is Ready again, no instance is created or
 // destroyed, and deleting the restored cluster destroys every instance and
-// leaves no Secret of CAPTF's.
-func TestVeleroRestoreIntoFreshPlane(t *testing.T) {
+// leaves no Secret of CAPTF's. Every module comes from a ConfigMap and the
+// machines are clones of a template: Velero restores terraformmachines
+// before terraformmachinetemplates (issue 50, item 8), and every clone was
+// refused while its template was not back.
+func TestVeleroOrderRestoresClonedMachines(t *testing.T) {
 	root, _ := setup(t)
 	ctx := context.Background()
 	ns := "dr-velero"
 	instances := t.TempDir()
-	makeRestorableCluster(t, plane, root, ns, instances, true)
+	makeRestorableCluster(t, plane, root, ns, instances, true, true)
 	before := instanceSet(t, instances, 6)
 	store, err := framework.StartObjectStore(t.TempDir())
 	if err != nil {
@@ -337,7 +340,11 @@ func checkRestored(t *testing.T, fresh *framework.Local, ns, instances string, b
 // examples/local-cloud with 2 instances and a MachineDeployment of 2
 // TerraformMachines (and withPool a MachinePool of 2 with a
 // TerraformMachinePool), and waits until they are provisioned.
-func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, instances string, withPool bool) {
+//
+// configMapModules: each module comes from a ConfigMap, which the webhook
+// checks the writer (the restorer) may read; the machines are clones of a
+// template that names one, which a restore brings back after them.
+func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, instances string, withPool, configMapModules bool) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -350,7 +357,14 @@ func makeRestorableCluster(t *testing.T, cp *framework.ControlPlane, root, ns, i
 		if err != nil {
 			t.Fatal(err)
 		}
-		return infrav1.Module{Inline: string(b)}
+		if !configMapModules {
+			return infrav1.Module{Inline: string(b)}
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-module"}, Data: map[string]string{"main.tf": string(b)}}
+		if _, err := cp.Kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: cm.Name}}
 	}
 	if _, err := cp.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Create(ctx, &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "dr"},
 		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: module("local-cloud"), Variables: variables}}}, metav1.CreateOptions{}); err != nil {

@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package tools pins Velero, its AWS object-store plugin and the S3
-// stand-in the disaster-recovery test runs (TestVeleroRestoreIntoFreshPlane, test/capi). A module of its
+// stand-in the disaster-recovery test runs (TestVeleroOrderRestoresClonedMachines, test/capi). A module of its
 // own: Velero's dependencies must not move the control plane's.
 package tools
 
