@@ -42,15 +42,7 @@ func TestModuleChangeNeedsApproval(t *testing.T) {
 	}
 
 	// The writer adds code that reaches out at plan time.
-	tc := first.DeepCopy()
-	tc.Spec.Module.Inline += leak
-	if _, err := tcs.Update(ctx, tc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waiting := e.waitFor("code", 2*time.Minute, "the new code waiting, or run", func(tc *infrav1.TerraformCluster) bool {
-		c := condition(tc, infrav1.ConditionPlanAwaitingApproval)
-		return reads.Load() != 0 || c != nil && c.Status == metav1.ConditionTrue && c.Reason == run.ReasonModuleAwaitingApproval
-	})
+	waiting := e.addLeak(tcs, first, leak, reads)
 	if n := reads.Load(); n != 0 {
 		t.Fatalf("the unapproved code ran at plan time, no approver involved: %d reads of the test's server", n)
 	}
@@ -116,6 +108,25 @@ data "terraform_remote_state" "leak" {
 `, ln.Addr()), &reads
 }
 
+// addLeak has a writer (tcs) add leak to tc's module, and waits until the
+// new code waits for an approver or has read the leak's server.
+func (e *env) addLeak(tcs clientTC, tc *infrav1.TerraformCluster, leak string, reads *atomic.Int32) *infrav1.TerraformCluster {
+	e.t.Helper()
+	changed := tc.DeepCopy()
+	changed.Spec.Module.Inline += leak
+	if _, err := tcs.Update(context.Background(), changed, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.waitFor(tc.Name, 2*time.Minute, "the new code waiting, or run", func(tc *infrav1.TerraformCluster) bool {
+		c := condition(tc, infrav1.ConditionPlanAwaitingApproval)
+		return reads.Load() != 0 || c != nil && c.Status == metav1.ConditionTrue && c.Reason == run.ReasonModuleAwaitingApproval
+	})
+}
+
+type clientTC interface {
+	Update(context.Context, *infrav1.TerraformCluster, metav1.UpdateOptions) (*infrav1.TerraformCluster, error)
+}
+
 // TestCodeAppliedBeforeDigests: an object applied by a release that
 // recorded no digest of its code (status.appliedModule empty) ran any code
 // its writer put in until its next apply: the upgrade left the fleet
@@ -151,15 +162,7 @@ func TestCodeAppliedBeforeDigests(t *testing.T) {
 	waitReady(t, m)
 
 	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
-	changed := e.get("old").DeepCopy()
-	changed.Spec.Module.Inline += leak
-	if _, err := tcs.Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waiting := e.waitFor("old", 2*time.Minute, "the new code waiting, or run", func(tc *infrav1.TerraformCluster) bool {
-		c := condition(tc, infrav1.ConditionPlanAwaitingApproval)
-		return reads.Load() != 0 || c != nil && c.Status == metav1.ConditionTrue && c.Reason == run.ReasonModuleAwaitingApproval
-	})
+	waiting := e.addLeak(tcs, e.get("old"), leak, reads)
 	if n := reads.Load(); n != 0 {
 		t.Fatalf("the code of an object applied before digests were recorded ran unapproved: %d reads of the test's server", n)
 	}
