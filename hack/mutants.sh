@@ -375,6 +375,8 @@ mutant cluster-members-not-enqueued pkg/controller/workspace/controller.go \
 	'	for _, o := range members {
 		c.enqueue(o)
 	}' '	_ = members'
+mutant record-forgotten-on-resync pkg/controller/workspace/status.go \
+	'if res == nil && st.LastJobs[i].Name == ref.Name {' 'if false {'
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 

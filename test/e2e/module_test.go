@@ -112,9 +112,14 @@ data "terraform_remote_state" "leak" {
 // new code waits for an approver or has read the leak's server.
 func (e *env) addLeak(tcs clientTC, tc *infrav1.TerraformCluster, leak string, reads *atomic.Int32) *infrav1.TerraformCluster {
 	e.t.Helper()
-	changed := tc.DeepCopy()
-	changed.Spec.Module.Inline += leak
-	if _, err := tcs.Update(context.Background(), changed, metav1.UpdateOptions{}); err != nil {
+	// Retried on a conflict: the manager writes the object's status too.
+	err := waitUntil(10*time.Second, func() error {
+		changed := e.get(tc.Name).DeepCopy()
+		changed.Spec.Module.Inline = tc.Spec.Module.Inline + leak
+		_, err := tcs.Update(context.Background(), changed, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	return e.waitFor(tc.Name, 2*time.Minute, "the new code waiting, or run", func(tc *infrav1.TerraformCluster) bool {

@@ -135,9 +135,20 @@ func TestHostileTenant(t *testing.T) {
 		t.Errorf("a variable from an unreadable Secret: %v, want refused with %q", err, want)
 	}
 	e.create(e.localCloud("victim", e.newCluster("victim", false), map[string]any{"instances": 0}))
-	e.waitFor("victim", 2*time.Minute, "Ready", isReady)
+	applied := e.waitFor("victim", 2*time.Minute, "Ready", isReady)
 	victim := names.Object{Kind: "tfc", Name: "victim"}
-	victimState, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, victim.State(), metav1.GetOptions{})
+	// The manager records the applied code on the state once the apply is
+	// in the status (names.AnnotationProtection): the state as it then
+	// stays is what the attack must not change.
+	var victimState *corev1.Secret
+	err = waitUntil(30*time.Second, func() error {
+		s, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, victim.State(), metav1.GetOptions{})
+		if err == nil && !strings.Contains(s.Annotations[names.AnnotationProtection], applied.Status.AppliedModule) {
+			err = fmt.Errorf("the victim's state records %q, not yet the applied code %s", s.Annotations[names.AnnotationProtection], applied.Status.AppliedModule)
+		}
+		victimState = s
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

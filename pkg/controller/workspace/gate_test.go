@@ -210,6 +210,11 @@ func TestModuleGate(t *testing.T) {
 		if st := obj.WorkspaceStatus(); st.AppliedRecord != "applied-run" || st.AppliedRecordDigest != "sha256:5678" {
 			t.Errorf("appliedRecord %q %q, want the applying run's record and digest", st.AppliedRecord, st.AppliedRecordDigest)
 		}
+		// The next sync, with the Job still there, writes nothing: its
+		// record stays named without the result being read again.
+		f.observe()
+		f.sync()
+		f.wantPrefixes("writes of a sync that changes nothing", f.writes(), nil)
 		if _, ok := obj.GetAnnotations()[infrav1.AnnotationApproveModule]; ok {
 			t.Errorf("the used approval is still on the object: %v", obj.GetAnnotations())
 		}

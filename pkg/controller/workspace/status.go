@@ -69,6 +69,11 @@ func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string, res *run.Res
 	}
 	for i := range st.LastJobs {
 		if st.LastJobs[i].Operation == ref.Operation {
+			if res == nil && st.LastJobs[i].Name == ref.Name {
+				// Recorded again without its result at hand: what was
+				// read of it stays, and the status does not change.
+				ref.Record, ref.RecordDigest = st.LastJobs[i].Record, st.LastJobs[i].RecordDigest
+			}
 			st.LastJobs[i] = ref
 			return
 		}
