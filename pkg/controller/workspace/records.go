@@ -57,7 +57,8 @@ func (a *APIRunRecords) Delete(ctx context.Context, namespace, name string) erro
 // limits, by operation and outcome, newest first: a record outlives its
 // Job (deleted by hand, by a TTL, by the history) but not the history's
 // count. The newest record of each operation stays whatever the limits:
-// it may hold the plan that waits for approval.
+// it may hold the plan that waits for approval; so do those the status
+// vouches for.
 func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 	if e.Records == nil {
 		return
@@ -77,6 +78,15 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 	slices.SortFunc(records, func(a, b metav1.PartialObjectMetadata) int {
 		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(b.Name, a.Name))
 	})
+	// The records the status vouches for (the last run of each operation,
+	// the last apply) stay whatever the count: a look-alike someone made
+	// counts as a record too, and newer ones must not push the real plan
+	// or the applied code's files out.
+	st := r.Obj.WorkspaceStatus()
+	vouched := map[string]bool{st.AppliedRecord: st.AppliedRecord != ""}
+	for _, j := range st.LastJobs {
+		vouched[j.Record] = j.Record != ""
+	}
 	kept, newest := map[string]int32{}, map[string]bool{}
 	for _, rec := range records {
 		op, outcome := rec.Labels[names.LabelOperation], rec.Labels[names.LabelOutcome]
@@ -92,7 +102,7 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 		if outcome == run.OutcomeBlocked {
 			k = op + "/" + run.OutcomeSucceeded // its Job succeeded: counted alike
 		}
-		if kept[k] < limit {
+		if kept[k] < limit || vouched[rec.Name] {
 			kept[k]++
 			continue
 		}

@@ -55,20 +55,32 @@ func TestPruneRecords(t *testing.T) {
 	records = append(records, forged)
 	tests := map[string]struct {
 		succeeded, failed int32
-		want              []string // deleted, newest first
+		// vouched: the records the status names (the applied one first)
+		vouched []string
+		want    []string // deleted, newest first
 	}{
 		"the defaults keep all":     {succeeded: 3, failed: 3},
 		"one of each":               {succeeded: 1, failed: 1, want: []string{"r6", "r4", "r3", "r2", "r1"}},
 		"none kept but the newest":  {succeeded: 0, failed: 0, want: []string{"r6", "r5", "r4", "r3", "r2", "r1"}},
 		"two succeeded, no failure": {succeeded: 2, failed: 0, want: []string{"r3", "r2", "r1"}},
+		// Newer look-alikes that claim to be the object's fill the limits:
+		// the records the status names stay.
+		"the vouched stay": {succeeded: 1, failed: 1, vouched: []string{"r1", "r3"}, want: []string{"r6", "r4", "r2"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			fake := &fakeRunRecords{records: records}
 			e := &Engine{Records: fake}
-			r := &Sync{Obj: &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid"}},
-				Policy: Policy{SuccessfulJobsHistoryLimit: tc.succeeded, FailedJobsHistoryLimit: tc.failed}}
+			obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid"}}
+			for i, name := range tc.vouched {
+				if i == 0 {
+					obj.Status.AppliedRecord = name
+					continue
+				}
+				obj.Status.LastJobs = append(obj.Status.LastJobs, infrav1.JobReference{Operation: infrav1.OperationApply, Name: "j" + name, Record: name})
+			}
+			r := &Sync{Obj: obj, Policy: Policy{SuccessfulJobsHistoryLimit: tc.succeeded, FailedJobsHistoryLimit: tc.failed}}
 			e.pruneRecords(ctx, r)
 			if !slices.Equal(fake.deleted, tc.want) {
 				t.Errorf("deleted %v, want %v", fake.deleted, tc.want)
