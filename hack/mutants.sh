@@ -377,6 +377,14 @@ mutant cluster-members-not-enqueued pkg/controller/workspace/controller.go \
 	}' '	_ = members'
 mutant record-forgotten-on-resync pkg/controller/workspace/status.go \
 	'if res == nil && st.LastJobs[i].Name == ref.Name {' 'if false {'
+mutant vouched-records-pruned pkg/controller/workspace/records.go \
+	'if kept[k] < limit || vouched[rec.Name] {' 'if kept[k] < limit {'
+mutant inline-values-unbounded pkg/webhook/validate.go \
+	'grew := func(n int, was func() int) bool { return n > MaxInlineBytes && (old == nil || n > was()) }' 'grew := func(n int, was func() int) bool { return false && n > MaxInlineBytes && (old == nil || n > was()) }'
+mutant inline-bound-never-ratchets pkg/webhook/validate.go \
+	'return n > MaxInlineBytes && (old == nil || n > was())' 'return n > MaxInlineBytes'
+mutant status-outputs-unbounded pkg/controller/workspace/apply.go \
+	'if n > MaxStatusOutputBytes {' 'if n < 0 {'
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 

@@ -42,6 +42,12 @@ func ValidateTerraformCluster(obj, old *infrav1.TerraformCluster) field.ErrorLis
 	var errs field.ErrorList
 	errs = append(errs, validateAnnotations(obj.Annotations, true, names.Object{Kind: "tfc", Name: obj.Name})...)
 	errs = append(errs, validateClusterSpec(&obj.Spec, field.NewPath("spec"))...)
+	var oldWS *infrav1.WorkspaceSpec
+	var oldDefaults *infrav1.JobPolicy
+	if old != nil {
+		oldWS, oldDefaults = &old.Spec.WorkspaceSpec, clusterDefaults(&old.Spec)
+	}
+	errs = append(errs, validateInline(&obj.Spec.WorkspaceSpec, oldWS, clusterDefaults(&obj.Spec), oldDefaults, field.NewPath("spec"))...)
 	if old != nil && !old.Spec.ControlPlaneEndpoint.IsZero() && obj.Spec.ControlPlaneEndpoint != old.Spec.ControlPlaneEndpoint {
 		// Cluster API copies the endpoint once; machines and kubeconfigs
 		// point at it.
@@ -56,6 +62,11 @@ func ValidateTerraformMachine(obj, old *infrav1.TerraformMachine) field.ErrorLis
 	var errs field.ErrorList
 	errs = append(errs, validateAnnotations(obj.Annotations, false, names.Object{Kind: "tfm", Name: obj.Name})...)
 	errs = append(errs, validateMachineSpec(&obj.Spec, field.NewPath("spec"))...)
+	var oldWS *infrav1.WorkspaceSpec
+	if old != nil {
+		oldWS = &old.Spec.WorkspaceSpec
+	}
+	errs = append(errs, validateInline(&obj.Spec.WorkspaceSpec, oldWS, nil, nil, field.NewPath("spec"))...)
 	if old != nil && old.Spec.ProviderID != "" && obj.Spec.ProviderID != old.Spec.ProviderID {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "providerID"), "is immutable once set"))
 	}
@@ -67,6 +78,11 @@ func ValidateTerraformMachinePool(obj, old *infrav1.TerraformMachinePool) field.
 	var errs field.ErrorList
 	errs = append(errs, validateAnnotations(obj.Annotations, false, names.Object{Kind: "tfmp", Name: obj.Name})...)
 	errs = append(errs, validateWorkspace(&obj.Spec.WorkspaceSpec, field.NewPath("spec"))...)
+	var oldWS *infrav1.WorkspaceSpec
+	if old != nil {
+		oldWS = &old.Spec.WorkspaceSpec
+	}
+	errs = append(errs, validateInline(&obj.Spec.WorkspaceSpec, oldWS, nil, nil, field.NewPath("spec"))...)
 	errs = append(errs, validateProviderIDs(obj.Spec.ProviderIDList, field.NewPath("spec", "providerIDList"))...)
 	return errs
 }
@@ -75,6 +91,9 @@ func ValidateTerraformMachinePool(obj, old *infrav1.TerraformMachinePool) field.
 func ValidateTerraformClusterTemplate(obj, old *infrav1.TerraformClusterTemplate) field.ErrorList {
 	spec := field.NewPath("spec", "template", "spec")
 	errs := validateClusterSpec(&obj.Spec.Template.Spec, spec)
+	if old == nil {
+		errs = append(errs, validateInline(&obj.Spec.Template.Spec.WorkspaceSpec, nil, clusterDefaults(&obj.Spec.Template.Spec), nil, spec)...)
+	}
 	errs = append(errs, validateTemplateMeta(&obj.Spec.Template.ObjectMeta, field.NewPath("spec", "template", "metadata"))...)
 	if old != nil && !dryRun(obj) && !apiequality.Semantic.DeepEqual(obj.Spec, old.Spec) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"), "a template is immutable: create a new template and point the Cluster (or ClusterClass) at it"))
@@ -86,6 +105,9 @@ func ValidateTerraformClusterTemplate(obj, old *infrav1.TerraformClusterTemplate
 func ValidateTerraformMachineTemplate(obj, old *infrav1.TerraformMachineTemplate) field.ErrorList {
 	spec := field.NewPath("spec", "template", "spec")
 	errs := validateMachineSpec(&obj.Spec.Template.Spec, spec)
+	if old == nil {
+		errs = append(errs, validateInline(&obj.Spec.Template.Spec.WorkspaceSpec, nil, nil, nil, spec)...)
+	}
 	if obj.Spec.Template.Spec.ProviderID != "" {
 		errs = append(errs, field.Forbidden(spec.Child("providerID"), "a template cannot name a provider ID: each machine gets its own"))
 	}
@@ -106,6 +128,9 @@ func ValidateTerraformMachineTemplate(obj, old *infrav1.TerraformMachineTemplate
 func ValidateTerraformMachinePoolTemplate(obj, old *infrav1.TerraformMachinePoolTemplate) field.ErrorList {
 	spec := field.NewPath("spec", "template", "spec")
 	errs := validateWorkspace(&obj.Spec.Template.Spec.WorkspaceSpec, spec)
+	if old == nil {
+		errs = append(errs, validateInline(&obj.Spec.Template.Spec.WorkspaceSpec, nil, nil, nil, spec)...)
+	}
 	if len(obj.Spec.Template.Spec.ProviderIDList) > 0 {
 		errs = append(errs, field.Forbidden(spec.Child("providerIDList"), "a template cannot name provider IDs: each pool gets its own"))
 	}
@@ -202,6 +227,53 @@ func validateProviderID(id string, path *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(path, id, "must look like <provider>://<id>")}
 	}
 	return nil
+}
+
+// MaxInlineBytes bounds what an object holds inline: its variables' values
+// and its Jobs' env values together (the inline module has the CRD's own
+// bound, 64 KiB). The manager caches every object, and objects of the
+// size the API admits (1.5 MiB) let one tenant fill its memory; larger
+// values belong in a Secret or ConfigMap (valueFrom), read when a run
+// starts, up to the inputs limit.
+const MaxInlineBytes = 64 << 10
+
+// inlineBytes is what ws holds inline, as MaxInlineBytes counts it.
+func inlineBytes(ws *infrav1.WorkspaceSpec) int {
+	n := 0
+	for _, v := range ws.Variables {
+		if v.Value != nil {
+			n += len(v.Value.Raw)
+		}
+	}
+	if ws.Jobs != nil {
+		for _, e := range ws.Jobs.Env {
+			n += len(e.Value)
+		}
+	}
+	return n
+}
+
+// clusterDefaults is spec.defaults.jobs, nil when unset.
+func clusterDefaults(spec *infrav1.TerraformClusterSpec) *infrav1.JobPolicy {
+	if spec.Defaults == nil {
+		return nil
+	}
+	return spec.Defaults.Jobs
+}
+
+// validateInline holds ws (and a cluster's defaults) to MaxInlineBytes. An
+// object stored before the bound keeps working while what it holds inline
+// does not grow (old: the stored spec, nil on create).
+func validateInline(ws, old *infrav1.WorkspaceSpec, defaults, oldDefaults *infrav1.JobPolicy, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	grew := func(n int, was func() int) bool { return n > MaxInlineBytes && (old == nil || n > was()) }
+	if n := inlineBytes(ws); grew(n, func() int { return inlineBytes(old) }) {
+		errs = append(errs, field.Forbidden(path.Child("variables"), fmt.Sprintf("the values set inline (variables and jobs.env) take %d bytes, more than %d: keep large values in a Secret or ConfigMap (valueFrom), read when a run starts", n, MaxInlineBytes)))
+	}
+	if n := inlineBytes(&infrav1.WorkspaceSpec{Jobs: defaults}); grew(n, func() int { return inlineBytes(&infrav1.WorkspaceSpec{Jobs: oldDefaults}) }) {
+		errs = append(errs, field.Forbidden(path.Child("defaults", "jobs", "env"), fmt.Sprintf("the values set inline take %d bytes, more than %d: keep large values in a Secret or ConfigMap (valueFrom)", n, MaxInlineBytes)))
+	}
+	return errs
 }
 
 // validateWorkspace checks what every kind that runs Terraform shares.

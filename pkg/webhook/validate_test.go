@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,6 +242,32 @@ func TestValidateMachineAndPool(t *testing.T) {
 	p.Spec.ProviderIDList = []string{"local:///a", "local:///b"}
 	p.Spec.Drift = &infrav1.DriftPolicy{Remediation: "Now"}
 	checkErrors(t, ValidateTerraformMachinePool(p, nil).ToAggregate(), "spec.drift.remediation: Unsupported value: \"Now\"")
+}
+
+// TestInlineBytesBounded (issue 50, item 4): what an object holds inline
+// is bounded (the manager caches every object); larger values come from a
+// Secret or ConfigMap, and the refusal says so without the values.
+func TestInlineBytesBounded(t *testing.T) {
+	value := func(n int) *runtime.RawExtension {
+		return &runtime.RawExtension{Raw: []byte(strconv.Quote(strings.Repeat("s", n-2)))}
+	}
+	m := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}}
+	m.Spec.Module.Inline = "a"
+	m.Spec.Variables = []infrav1.Variable{{Name: "a", Value: value(MaxInlineBytes / 2)}, {Name: "b", Value: value(MaxInlineBytes / 2)}}
+	checkErrors(t, ValidateTerraformMachine(m, nil).ToAggregate(), "")
+	m.Spec.Jobs = &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "E", Value: "x"}}}
+	checkErrors(t, ValidateTerraformMachine(m, nil).ToAggregate(), fmt.Sprintf("spec.variables: Forbidden: the values set inline (variables and jobs.env) take %d bytes, more than %d: keep large values in a Secret or ConfigMap (valueFrom)", MaxInlineBytes+1, MaxInlineBytes))
+	// Stored before the bound: it keeps working while it does not grow.
+	grown := m.DeepCopy()
+	grown.Spec.Jobs.Env[0].Value = "xx"
+	checkErrors(t, ValidateTerraformMachine(grown, m).ToAggregate(), "spec.variables: Forbidden: the values set inline")
+	labelled := m.DeepCopy()
+	labelled.Labels = map[string]string{"team": "a"}
+	checkErrors(t, ValidateTerraformMachine(labelled, m).ToAggregate(), "")
+	tc := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	tc.Spec.Module.Inline = "a"
+	tc.Spec.Defaults = &infrav1.ClusterDefaults{Jobs: &infrav1.JobPolicy{Env: []corev1.EnvVar{{Name: "E", Value: strings.Repeat("x", MaxInlineBytes+1)}}}}
+	checkErrors(t, ValidateTerraformCluster(tc, nil).ToAggregate(), "spec.defaults.jobs.env: Forbidden: the values set inline take 65537 bytes")
 }
 
 func ptrTo[T any](v T) *T { return &v }

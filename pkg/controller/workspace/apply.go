@@ -305,6 +305,25 @@ func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*run.
 	return res, nil
 }
 
+// MaxStatusOutputBytes bounds the outputs an object's status holds (the
+// non-sensitive ones): the manager caches every object, and one module's
+// outputs must not fill its memory.
+const MaxStatusOutputBytes = 64 << 10
+
+// checkOutputsSize refuses outputs the status cannot hold.
+func checkOutputsSize(outputs map[string]run.Output) error {
+	n := 0
+	for name, o := range outputs {
+		if !o.Sensitive {
+			n += len(name) + len(o.Value)
+		}
+	}
+	if n > MaxStatusOutputBytes {
+		return fmt.Errorf("the module's non-sensitive outputs take %d bytes, more than the %d an object's status holds: mark large outputs sensitive (they stay out of the status) or make them smaller", n, MaxStatusOutputBytes)
+	}
+	return nil
+}
+
 func publicOutputs(outputs map[string]run.Output) map[string]runtime.RawExtension {
 	out := map[string]runtime.RawExtension{}
 	for k, o := range outputs {

@@ -314,6 +314,10 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 	if err != nil || res == nil {
 		return err
 	}
+	if err := checkOutputsSize(res.Outputs); err != nil {
+		c.engine.InvalidOutput(s, err)
+		return nil
+	}
 	claim := func(ids ...string) error { return claimedElsewhere(c.providerIDs, obj, ids) }
 	specChanged, err := c.kind.Outputs(obj, res.Outputs, claim)
 	if err != nil {

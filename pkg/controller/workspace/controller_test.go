@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1317,6 +1319,40 @@ func TestClusterChangeEnqueuesItsMembers(t *testing.T) {
 		slices.Sort(got)
 		if want := []string{"ns/prod", "ns/sibling"}; !slices.Equal(got, want) {
 			t.Errorf("a change of Cluster ns/work enqueued %v, want %v", got, want)
+		}
+	})
+}
+
+// TestOutputsBounded (issue 50, item 4): a module's non-sensitive outputs
+// beyond what a status holds are InvalidOutput, and none reaches the
+// status (and so the manager's cache); sensitive ones never do.
+func TestOutputsBounded(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		big := strconv.Quote(strings.Repeat("o", workspace.MaxStatusOutputBytes))
+		outputs := maps.Clone(k.outputs)
+		outputs["secret_blob"] = run.Output{Value: json.RawMessage(big), Sensitive: true}
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: outputs})
+		f.sync()
+		if r := f.readyReason(); r != workspace.ReasonApplied {
+			t.Fatalf("a big sensitive output: Ready's reason %q, want Applied", r)
+		}
+		f.observe()
+		f.change(func(o workspace.Object) {
+			o.SetGeneration(o.GetGeneration() + 1)
+			o.Workspace().Module.Inline += "\n# more"
+		})
+		f.sync()
+		outputs["blob"] = run.Output{Value: json.RawMessage(big)}
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "2222222222222222"}, Outputs: outputs})
+		f.sync()
+		c := f.condition(infrav1.ConditionReady)
+		if c == nil || c.Reason != workspace.ReasonInvalidOutput || !strings.Contains(c.Message, "mark large outputs sensitive") {
+			t.Errorf("Ready = %+v, want InvalidOutput saying what to do", c)
+		}
+		if _, ok := f.object().WorkspaceStatus().Outputs["blob"]; ok {
+			t.Error("the big output reached the status")
 		}
 	})
 }
