@@ -364,7 +364,7 @@ mutant plugin-shows-any-plan-record pkg/plugin/objects.go \
 mutant plugin-lists-any-module-record pkg/plugin/module.go \
 	'if rec.vouched && rec.Module != nil' 'if rec.Module != nil'
 mutant record-digest-unchecked pkg/plugin/objects.go \
-	'if st.AppliedRecord == rec.name && st.AppliedRecordDigest == digest {' 'if st.AppliedRecord == rec.name {'
+	'return want != "" && want == run.RecordDigest(rec.data, rec.binary)' 'return want != ""'
 mutant record-digest-unrecorded pkg/controller/workspace/status.go \
 	'ref.Record, ref.RecordDigest = res.Record, res.RecordDigest' 'ref.Record = res.Record'
 mutant caches-share-one-index-map pkg/manager/informers.go \

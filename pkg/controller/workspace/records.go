@@ -83,10 +83,11 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 	// counts as a record too, and newer ones must not push the real plan
 	// or the applied code's files out.
 	st := r.Obj.WorkspaceStatus()
-	vouched := map[string]bool{st.AppliedRecord: st.AppliedRecord != ""}
+	vouched := map[string]bool{st.AppliedRecord: true}
 	for _, j := range st.LastJobs {
-		vouched[j.Record] = j.Record != ""
+		vouched[j.Record] = true
 	}
+	delete(vouched, "")
 	kept, newest := map[string]int32{}, map[string]bool{}
 	for _, rec := range records {
 		op, outcome := rec.Labels[names.LabelOperation], rec.Labels[names.LabelOutcome]
