@@ -385,6 +385,8 @@ mutant inline-bound-never-ratchets pkg/webhook/validate.go \
 	'return n > MaxInlineBytes && (old == nil || n > was())' 'return n > MaxInlineBytes'
 mutant status-outputs-unbounded pkg/controller/workspace/apply.go \
 	'if n > MaxStatusOutputBytes {' 'if n < 0 {'
+mutant restore-takes-any-backup pkg/plugin/state.go \
+	'(len(args) == 1 && list[i].kind() == "backup")' '(len(args) == 1 && !list[i].rescued)'
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 

@@ -5,15 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	core "k8s.io/client-go/testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -236,6 +239,42 @@ func TestPlanRecordVouched(t *testing.T) {
 			}
 			if !strings.Contains(out.String(), c.want) || strings.Contains(out.String(), "changes a tag") {
 				t.Errorf("plan shows:\n%s\nwant %q and not the look-alike's text", out.String(), c.want)
+			}
+		})
+	}
+}
+
+// TestRestoreTakesOnlyListedBackups: by default restore takes the newest
+// backup the state Secret lists, never a newer look-alike; with none
+// listed (the state Secret gone, say) it names none and says why.
+func TestRestoreTakesOnlyListedBackups(t *testing.T) {
+	n := names.ObjectOf("TerraformCluster", "prod")
+	secret := func(name string, age time.Duration, annotations map[string]string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: annotations, CreationTimestamp: metav1.NewTime(time.Now().Add(-age)),
+				Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: n.Kind, names.LabelObjectName: n.Name, names.LabelSecretType: names.SecretTypeBackup}}}
+	}
+	listed, forged := n.Backup("20261201-000000"), n.Backup("29991231-000000")
+	head := secret(n.State(), 0, map[string]string{"captf.io/backups": `["` + listed + `"]`})
+	head.Labels[names.LabelSecretType] = "state"
+	for name, tc := range map[string]struct {
+		objects []runtime.Object
+		want    string // in the output, or the error
+	}{
+		"the listed one, not the look-alike": {[]runtime.Object{head, secret(listed, time.Hour, nil), secret(forged, time.Minute, nil)}, "Restoring makes backup " + listed},
+		"none listed":                        {[]runtime.Object{secret(listed, time.Hour, nil), secret(forged, time.Minute, nil)}, "has no backup its state Secret lists, and 2 that it does not"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			scheme.AddKnownTypeWithName(corev1.SchemeGroupVersion.WithKind("Secret"), &metav1.PartialObjectMetadata{})
+			scheme.AddKnownTypeWithName(corev1.SchemeGroupVersion.WithKind("SecretList"), &metav1.PartialObjectMetadataList{})
+			tc2 := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns"}}
+			var out bytes.Buffer
+			e := &env{ctx: context.Background(), in: strings.NewReader("n\n"), out: &out, err: io.Discard, namespace: "ns",
+				captf: fake.NewSimpleClientset(tc2), kube: kubefake.NewSimpleClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme, tc.objects...)}
+			err := restoreCommand.run(e, []string{"tfc/prod"})
+			if got := out.String() + fmt.Sprint(err); !strings.Contains(got, tc.want) {
+				t.Errorf("restore said %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -155,6 +155,11 @@ Examples:
 		}
 		if chosen == nil {
 			if len(args) == 1 {
+				if len(list) > 0 {
+					// The state Secret is gone or lists none of them: which
+					// to take is a person's choice, by name.
+					return fmt.Errorf("%s has no backup its state Secret lists, and %d that it does not (kubectl captf backups %s lists them): name the one to restore", r, len(list), r)
+				}
 				return fmt.Errorf("%s has no state backup", r)
 			}
 			return fmt.Errorf("%s is no state backup of %s (kubectl captf backups %s lists them)", args[1], r, r)
