@@ -15,6 +15,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // jobsPerObject is what an object with drift checks on keeps once it has
@@ -115,6 +116,8 @@ func heapPerObject(b *testing.B, wire [][]byte, decode func([]byte) (any, error)
 // cache does not hold, gives none, and the runner API reads it.
 func TestCachedJobForTheRunnerAPI(t *testing.T) {
 	job := finishedJob(4)
+	runner := &job.Spec.Template.Spec.Containers[0]
+	runner.Env = append(runner.Env, corev1.EnvVar{Name: run.EnvWriteKey, Value: "the-key"})
 	m := &manager{}
 	if got := m.cachedJob(job.Namespace, job.Name); got != nil {
 		t.Fatalf("a standby's cachedJob = %v, want none", got)
@@ -135,10 +138,14 @@ func TestCachedJobForTheRunnerAPI(t *testing.T) {
 	if c := metav1.GetControllerOf(got); c == nil || c.UID != want.UID || c.Kind != want.Kind || c.APIVersion != want.APIVersion || c.Name != want.Name {
 		t.Errorf("cachedJob's controller = %+v, want %+v", c, want)
 	}
-	for _, label := range []string{names.LabelManagedBy, names.LabelObjectUID} {
+	// The operation: a drift check's runner only reads the state.
+	for _, label := range []string{names.LabelManagedBy, names.LabelObjectUID, names.LabelOperation} {
 		if got.Labels[label] != job.Labels[label] || job.Labels[label] == "" {
 			t.Errorf("cachedJob's label %s = %q, want %q", label, got.Labels[label], job.Labels[label])
 		}
+	}
+	if key := run.WriteKeyOf(&got.Spec.Template.Spec); key != "the-key" {
+		t.Errorf("cachedJob's write key %q, want the Job's", key)
 	}
 	if got := m.cachedJob(job.Namespace, "another"); got != nil {
 		t.Errorf("cachedJob of a Job not cached = %v, want none", got)

@@ -38,6 +38,13 @@ const (
 	// ProviderMirrorDir is where a runner pod mounts the provider mirror
 	// image (--provider-mirror-image).
 	ProviderMirrorDir = "/providers"
+	// EnvWriteKey is the Job's write key: the runner API lets only requests
+	// that carry it (HeaderWriteKey) write. The runner takes it out of its
+	// environment before it runs anything, and no other process of the pod
+	// (terraform, providers, the module's programs) can read it: what the
+	// module's code sends with the pod's token is read only.
+	EnvWriteKey    = "CAPTF_WRITE_KEY"
+	HeaderWriteKey = "X-Captf-Write-Key"
 )
 
 // DefaultMaxStateBytes bounds every state, backup and rescued state read:

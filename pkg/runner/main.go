@@ -27,6 +27,17 @@ import (
 // and the pod's identity through the downward API.
 func Main(args []string) error {
 	started := clock.RealClock{}.Now()
+	// Before anything runs that is not the runner's own: the write key
+	// leaves the environment every child inherits, and the process becomes
+	// undumpable, so that no process of the same user (the module's code)
+	// reads the key from its memory or its /proc files.
+	writeKey := os.Getenv(run.EnvWriteKey)
+	if err := os.Unsetenv(run.EnvWriteKey); err != nil {
+		return err
+	}
+	if err := undumpable(); err != nil {
+		return fmt.Errorf("making the runner undumpable: %w", err)
+	}
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	logs := logflags.Bind(fs)
 	var c Config
@@ -51,7 +62,7 @@ func Main(args []string) error {
 		}
 		c.WorkDir = wd
 	}
-	cfg, err := clientConfig()
+	cfg, err := clientConfig(writeKey)
 	if err != nil {
 		return fmt.Errorf("API client config: %w", err)
 	}
@@ -95,12 +106,14 @@ func excerptTerm(s string) string {
 // clientConfig talks to the runner API in a Job's pod. Run by hand (to
 // recover a state, say), the runner uses the usual in-cluster config or
 // kubeconfig, with the rights of whoever runs it.
-func clientConfig() (*rest.Config, error) {
+func clientConfig(writeKey string) (*rest.Config, error) {
 	if host := os.Getenv(run.EnvRunnerAPI); host != "" {
 		// JSON: the runner API reads the bodies it forwards.
 		cfg := &rest.Config{Host: host, BearerTokenFile: run.TokenFile, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 		cfg.CAData = []byte(os.Getenv(run.EnvRunnerAPICA))
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &redial{next: rt} }
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return &redial{next: &withWriteKey{key: writeKey, next: rt}}
+		}
 		return cfg, nil
 	}
 	cfg, err := rest.InClusterConfig()
@@ -108,6 +121,31 @@ func clientConfig() (*rest.Config, error) {
 		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	}
 	return cfg, err
+}
+
+// withWriteKey sends the Job's write key with every request.
+type withWriteKey struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (w *withWriteKey) RoundTrip(req *http.Request) (*http.Response, error) {
+	if w.key == "" {
+		return w.next.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set(run.HeaderWriteKey, w.key)
+	return w.next.RoundTrip(req)
+}
+
+// undumpable makes the process undumpable (prctl PR_SET_DUMPABLE 0): its
+// memory, environment and file descriptors are then the root user's to
+// read, not the processes it starts.
+func undumpable() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // redial retries a request whose connection could not even be made (the

@@ -277,6 +277,12 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 			return nil
 		}
 	}
+	if r.plansFirst() {
+		res.Stage = run.StageState
+		if err := retry.Transiently(ctx, func() error { return store.ClaimPlanned(ctx, string(r.Config.PodUID)) }); err != nil {
+			return err
+		}
+	}
 	res.Stage = string(r.Config.Operation)
 	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "apply", "-input=false", "-no-color", "-lock=false", "-auto-approve", planFile); err != nil {
 		return errors.Join(err, r.rescue(ctx, store, r.Config.WorkDir, res))
@@ -387,8 +393,10 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 	store := &statestore.StateStore{Client: r.Client, Namespace: r.Config.Namespace, Object: r.obj, Labels: labels, Backups: r.Config.StateBackups,
 		MaxBytes: r.Config.MaxStateBytes, New: !r.Config.ExpectState}
 	claim := store.Claim
-	if r.Config.Operation == infrav1.OperationDrift {
-		claim = store.CheckReadOnly // a plan only: no write, not even a claim
+	if r.plansFirst() {
+		// A plan only, or one that may wait for an approver: no write,
+		// not even a claim (claimPlanned claims once it may apply).
+		claim = store.CheckReadOnly
 	}
 	// A claim re-reads the state each time, so one whose answer was lost
 	// can run again: it finds its own stamp.
@@ -405,6 +413,12 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 		backend.Stop()
 		res.StateBytes, res.BackupsMade = backend.LastStateBytes, store.BackupsMade
 	}, nil
+}
+
+// plansFirst tells whether the run opens the state read-only: a drift check
+// never writes it, and an apply writes it only once its plan may apply.
+func (r *Runner) plansFirst() bool {
+	return r.Config.Operation == infrav1.OperationDrift || r.Config.Operation == infrav1.OperationApply
 }
 
 // plan plans the operation into captf.tfplan and summarizes it.

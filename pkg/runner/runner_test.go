@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -200,6 +201,10 @@ func TestRunStages(t *testing.T) {
 			if err := (&statestore.StateStore{Client: client, Namespace: "ns", Object: obj}).Write(ctx, []byte(cmp.Or(tc.state, plainState))); err != nil {
 				t.Fatal(err)
 			}
+			before, err := client.CoreV1().Secrets("ns").Get(ctx, obj.State(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
 				Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
 				Operation: tc.op, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
@@ -278,8 +283,15 @@ func TestRunStages(t *testing.T) {
 			if marked != tc.applied {
 				t.Errorf("state marked applied: %v, want %v", marked, tc.applied)
 			}
-			if claimed := err == nil && head.Annotations[statestore.AnnotationHolder] == "pod-uid"; claimed == (tc.op == infrav1.OperationDrift) {
-				t.Errorf("state claimed by the run: %v (a drift check only reads it)", claimed)
+			// A drift check, and an apply whose plan waits or is refused,
+			// leave the state Secret as it was: an apply claims it only
+			// once its plan may apply. A destroy never waits.
+			claims := tc.op == infrav1.OperationDestroy || slices.Contains(tc.want, "apply")
+			if claimed := err == nil && head.Annotations[statestore.AnnotationHolder] == "pod-uid"; claimed != claims {
+				t.Errorf("state claimed by the run: %v, want %v", claimed, claims)
+			}
+			if unchanged := err == nil && reflect.DeepEqual(head, before); unchanged == claims {
+				t.Errorf("the state Secret unchanged by the run: %v, want %v", unchanged, !claims)
 			}
 		})
 	}

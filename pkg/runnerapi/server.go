@@ -160,6 +160,16 @@ type Identity struct {
 	// the object's state family: module code it runs at plan time must not
 	// rewrite the state the next destroy reads.
 	ReadOnly bool
+	// WriteKey is the Job's run.EnvWriteKey; "" for a Job made before
+	// write keys, whose pod writes with its token alone.
+	WriteKey string
+}
+
+// writes tells whether r comes from the runner itself, which holds the
+// Job's write key: every other process of the pod (terraform, providers,
+// the module's programs) has the pod's token too, and only reads.
+func (id *Identity) writes(r *http.Request) bool {
+	return id.WriteKey == "" || run.WriteKeyMatches(id.WriteKey, r.Header.Get(run.HeaderWriteKey))
 }
 
 func (s *Server) init() error {
@@ -442,6 +452,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 	}
 	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
 		ReadOnly:  job.Labels[names.LabelOperation] == string(infrav1.OperationDrift),
+		WriteKey:  run.WriteKeyOf(&job.Spec.Template.Spec),
 		Object:    names.ObjectOf(owner.Kind, owner.Name),
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
 }
@@ -534,6 +545,9 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 	}
 	if why := id.verbRefused(resource, name, r.Method); why != "" {
 		return nil, forbid(why)
+	}
+	if r.Method != http.MethodGet && !id.writes(r) {
+		return nil, forbid("the request does not carry the run's write key: only the runner writes, and the module's code and every other program of the pod only read")
 	}
 	if r.Method != http.MethodPost && r.Method != http.MethodPut {
 		if name == "" {

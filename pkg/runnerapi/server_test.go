@@ -32,6 +32,7 @@ import (
 
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 var me = &Identity{Namespace: "ns", Pod: "p", Job: "tfc-prod-apply-0123456789abcdef-0",
@@ -900,6 +901,59 @@ func TestDriftChecksOnlyRead(t *testing.T) {
 		r.Header.Set("Content-Type", "application/json")
 		if _, err := me.authorize(r, secretBody(t, path)); err != nil {
 			t.Errorf("an apply writes %s: %v", path, err)
+		}
+	}
+}
+
+// TestOnlyTheRunnerWrites (issue 50, item 2): every process of a runner pod
+// holds the pod's token, the module's code too; only requests that carry
+// the Job's write key, which only the runner holds, write. The rest read.
+func TestOnlyTheRunnerWrites(t *testing.T) {
+	const secrets = "/api/v1/namespaces/ns/secrets"
+	keyed := *me
+	keyed.WriteKey = "the-key"
+	requests := map[string]struct {
+		method, path string
+		body         []byte
+	}{
+		"write the state":     {method: "PUT", path: secrets + "/tfc-prod-state", body: secretBody(t, "tfc-prod-state")},
+		"create a backup":     {method: "POST", path: secrets, body: secretBody(t, "tfc-prod-backup-20261130-174914")},
+		"delete a backup":     {method: "DELETE", path: secrets + "/tfc-prod-backup-20261130-174914"},
+		"write its result":    {method: "POST", path: secrets, body: secretBody(t, me.Job+"-result")},
+		"hold the lock":       {method: "PUT", path: "/apis/coordination.k8s.io/v1/namespaces/ns/leases/tfc-prod-lock", body: []byte(`{"metadata":{"name":"tfc-prod-lock"}}`)},
+		"read the state":      {method: "GET", path: secrets + "/tfc-prod-state"},
+		"read its run inputs": {method: "GET", path: secrets + "/" + me.Job},
+	}
+	senders := map[string]struct {
+		id   *Identity
+		sent string // the header; "-" none
+		// writes: the sender's writes pass; reads always do.
+		writes bool
+	}{
+		"the runner, with the key":                {id: &keyed, sent: "the-key", writes: true},
+		"the module's code, with the token alone": {id: &keyed, sent: "-"},
+		"a guess":                                 {id: &keyed, sent: "the-kez"},
+		"an empty key":                            {id: &keyed, sent: ""},
+		"a Job made before write keys":            {id: me, sent: "-", writes: true},
+	}
+	for sender, s := range senders {
+		for what, req := range requests {
+			t.Run(sender+"/"+what, func(t *testing.T) {
+				r := httptest.NewRequest(req.method, req.path, bytes.NewReader(req.body))
+				if req.body != nil {
+					r.Header.Set("Content-Type", "application/json")
+				}
+				if s.sent != "-" {
+					r.Header.Set(run.HeaderWriteKey, s.sent)
+				}
+				_, err := s.id.authorize(r, req.body)
+				if allowed := req.method == http.MethodGet || s.writes; allowed != (err == nil) {
+					t.Fatalf("authorize = %v, want allowed %v", err, allowed)
+				}
+				if err != nil && !strings.Contains(err.Error(), "only the runner writes") {
+					t.Errorf("refused with %v, want the write key's rule", err)
+				}
+			})
 		}
 	}
 }

@@ -161,15 +161,7 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 		}
 		return err
 	}
-	head = head.DeepCopy()
-	head.Annotations[AnnotationHolder] = holder
-	for k, v := range s.Labels { // a restored or moved object adopts its state
-		head.Labels[k] = v
-	}
-	if !slices.Contains(head.Finalizers, names.StateFinalizer) {
-		head.Finalizers = append(head.Finalizers, names.StateFinalizer)
-	}
-	updated, err := s.secrets().Update(ctx, head, metav1.UpdateOptions{})
+	updated, err := s.secrets().Update(ctx, s.stamped(head, holder), metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("%w: the state Secret changed while claiming it", ErrFenced)
 	}
@@ -180,8 +172,75 @@ func (s *StateStore) Claim(ctx context.Context, holder string, expectState bool)
 	return nil
 }
 
+// stamped is a copy of head claimed by holder.
+func (s *StateStore) stamped(head *corev1.Secret, holder string) *corev1.Secret {
+	head = head.DeepCopy()
+	head.Annotations[AnnotationHolder] = holder
+	for k, v := range s.Labels { // a restored or moved object adopts its state
+		head.Labels[k] = v
+	}
+	if !slices.Contains(head.Finalizers, names.StateFinalizer) {
+		head.Finalizers = append(head.Finalizers, names.StateFinalizer)
+	}
+	return head
+}
+
+// ClaimPlanned claims, after CheckReadOnly, the state the check found: an
+// apply plans read-only and claims only once its plan may apply, so that a
+// plan that waits for an approver writes nothing. A state written since the
+// check is not the one the plan was made from: the run is fenced.
+func (s *StateStore) ClaimPlanned(ctx context.Context, holder string) error {
+	if !s.readOnly {
+		return errors.New("a planned claim follows a read-only check")
+	}
+	planned := s.head
+	var err error
+	if planned == nil {
+		var created *corev1.Secret
+		head := s.newSecret(s.Object.State(), names.SecretTypeState)
+		head.Annotations[AnnotationHolder] = holder
+		if created, err = s.secrets().Create(ctx, head, metav1.CreateOptions{}); err == nil {
+			s.head, s.known, s.readOnly = created, false, false
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating state secret: %w", err)
+		}
+	} else {
+		var updated *corev1.Secret
+		if updated, err = s.secrets().Update(ctx, s.stamped(planned, holder), metav1.UpdateOptions{}); err == nil {
+			s.head, s.readOnly = updated, false // the same state: what was read stays known
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("claiming state secret: %w", err)
+		}
+	}
+	// This claim's own write, whose answer was lost, or another's.
+	current, err := s.secrets().Get(ctx, s.Object.State(), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading state secret: %w", err)
+	}
+	if current.Annotations[AnnotationHolder] != holder || !sameState(planned, current) {
+		return fmt.Errorf("%w: the state Secret changed after the plan was made", ErrFenced)
+	}
+	s.head, s.readOnly = current, false
+	s.known = s.known && planned != nil
+	return nil
+}
+
+// sameState tells whether head holds the state planned held (none, when
+// planned is nil).
+func sameState(planned, head *corev1.Secret) bool {
+	if planned == nil || !HasState(planned) {
+		return !HasState(head)
+	}
+	return HasState(head) && head.Annotations[annotationStateSum] == planned.Annotations[annotationStateSum]
+}
+
 // CheckReadOnly makes the checks of Claim without writing, and refuses every
-// later write: for runs that only plan.
+// later write: for runs that only plan, and for an apply until its plan may
+// apply (ClaimPlanned).
 func (s *StateStore) CheckReadOnly(ctx context.Context, _ string, expectState bool) error {
 	s.readOnly = true
 	head, err := s.checkedHead(ctx, expectState)

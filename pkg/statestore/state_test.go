@@ -805,3 +805,88 @@ func TestClaimRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimPlanned: an apply checks the state read-only, plans, and claims
+// only once its plan may apply; the claim takes the state the plan was made
+// from, or fences the run.
+func TestClaimPlanned(t *testing.T) {
+	tests := map[string]struct {
+		state string // "" none
+		// between runs after the check: another write, or the claim's own
+		// write whose answer is lost.
+		otherWrite, loseAnswer, appears bool
+		wantErr                         error
+	}{
+		"the state checked is claimed":                    {state: `{"serial":1}`},
+		"no state yet: the claim creates one":             {},
+		"a write since the plan fences the run":           {state: `{"serial":1}`, otherWrite: true, wantErr: ErrFenced},
+		"a state that appeared since fences the run":      {appears: true, wantErr: ErrFenced},
+		"the claim's own answer lost: the retry finds it": {state: `{"serial":1}`, loseAnswer: true},
+		"a create's own answer lost: the retry finds it":  {loseAnswer: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			enforceResourceVersions(client)
+			if tc.state != "" {
+				if err := newStore(client, 0, 0).Write(ctx, []byte(tc.state)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := newStore(client, 0, 0)
+			if err := s.CheckReadOnly(ctx, "", false); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(ctx, []byte(`{"serial":9}`)); err == nil {
+				t.Fatal("a write after a read-only check passed")
+			}
+			switch {
+			case tc.otherWrite:
+				if err := newStore(client, 0, 0).Write(ctx, []byte(`{"serial":2}`)); err != nil {
+					t.Fatal(err)
+				}
+			case tc.appears:
+				if err := newStore(client, 0, 0).Write(ctx, []byte(`{"serial":1}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lost := tc.loseAnswer
+			client.PrependReactor("*", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if lost && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+					lost = false
+					// The write lands, its answer does not.
+					_, _, err := client.ReactionChain[1].React(a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return true, nil, apierrors.NewTimeoutError("the answer was lost", 1)
+				}
+				return false, nil, nil
+			})
+			err := s.ClaimPlanned(ctx, "run-2")
+			if tc.loseAnswer {
+				if err == nil {
+					t.Fatal("the first claim's answer was lost, yet it returned no error")
+				}
+				err = s.ClaimPlanned(ctx, "run-2")
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("ClaimPlanned: %v, want %v", err, tc.wantErr)
+			}
+			head, gerr := client.CoreV1().Secrets("ns").Get(ctx, s.Object.State(), metav1.GetOptions{})
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if claimed := head.Annotations[AnnotationHolder] == "run-2"; claimed != (tc.wantErr == nil) {
+				t.Errorf("the state claimed: %v, want %v", claimed, tc.wantErr == nil)
+			}
+			if tc.wantErr != nil {
+				return
+			}
+			if err := s.Write(ctx, []byte(`{"serial":3}`)); err != nil {
+				t.Errorf("a write after the claim: %v", err)
+			}
+		})
+	}
+}

@@ -125,6 +125,8 @@ type JobSpec struct {
 	// ApprovedModules are the digests of the module code the Job may run
 	// (nil: any).
 	ApprovedModules []string
+	// WriteKey is the Job's run.EnvWriteKey: only its runner writes.
+	WriteKey string
 }
 
 // runnerTokenSeconds is the life of a runner pod's token: the shortest the
@@ -266,7 +268,10 @@ func runnerEnv(s JobSpec) []corev1.EnvVar {
 	// Set even when empty: an env entry wins over an envFrom's key, and
 	// these say where the runner sends its token.
 	env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI}, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})
-	return append(env, s.Policy.Env...)
+	env = append(env, s.Policy.Env...)
+	// Last: of duplicate names the kubelet takes the last, and so does
+	// run.WriteKeyOf.
+	return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})
 }
 
 // JobFinished returns whether job is done and whether it succeeded.
@@ -329,6 +334,7 @@ type CachedJob struct {
 	Protect      string            // names.LabelProtect
 	Attempt      int               // names.LabelAttempt
 	InputsBytes  int32             // names.AnnotationInputsBytes; 0 when absent
+	WriteKey     string            // run.WriteKeyOf its pod template
 
 	Status CachedJobStatus
 }
@@ -407,6 +413,7 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 		}
 	}
 	c.Attempt = int(atoi32(labels[names.LabelAttempt]))
+	c.WriteKey = run.WriteKeyOf(&job.Spec.Template.Spec)
 	c.InputsBytes = atoi32(job.Annotations[names.AnnotationInputsBytes])
 	st := job.Status
 	c.Status = CachedJobStatus{StartTime: st.StartTime, CompletionTime: st.CompletionTime, Active: st.Active, Succeeded: st.Succeeded, Failed: st.Failed}

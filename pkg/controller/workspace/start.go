@@ -17,6 +17,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
 )
 
 // start creates the run-inputs Secret (unless data is nil: destroy with the
@@ -67,7 +68,8 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	}
 	spec := JobSpec{Owner: r.Obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
 		Image: e.RunnerImage, ProviderMirrorImage: e.ProviderMirrorImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
-		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods}
+		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods,
+		WriteKey: run.NewWriteKey()}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}
