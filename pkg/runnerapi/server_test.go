@@ -932,9 +932,9 @@ func TestOnlyTheRunnerWrites(t *testing.T) {
 	}{
 		"the runner, with the key":                {id: &keyed, sent: "the-key", writes: true},
 		"the module's code, with the token alone": {id: &keyed, sent: "-"},
-		"a guess":                                 {id: &keyed, sent: "the-kez"},
-		"an empty key":                            {id: &keyed, sent: ""},
-		"a Job made before write keys":            {id: me, sent: "-", writes: true},
+		"a guess":                      {id: &keyed, sent: "the-kez"},
+		"an empty key":                 {id: &keyed, sent: ""},
+		"a Job made before write keys": {id: me, sent: "-", writes: true},
 	}
 	for sender, s := range senders {
 		for what, req := range requests {
