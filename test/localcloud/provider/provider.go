@@ -1,7 +1,8 @@
 // Package provider is the local cloud's Terraform provider
 // (terraform-plugin-framework): localcloud_network,
 // localcloud_load_balancer and localcloud_instance, with IDs the cloud
-// assigns. It is installed the way users install any provider: from a
+// assigns, and the data source localcloud_http (a request at plan time, as
+// module code makes them). It is installed the way users install any provider: from a
 // mirror (hack/build-localcloud.sh makes one).
 package provider
 
@@ -76,4 +77,6 @@ func (p *cloudProvider) Resources(context.Context) []func() resource.Resource {
 	}
 }
 
-func (p *cloudProvider) DataSources(context.Context) []func() datasource.DataSource { return nil }
+func (p *cloudProvider) DataSources(context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{func() datasource.DataSource { return &httpDataSource{} }}
+}
