@@ -405,6 +405,29 @@ mutant runner-takes-command-env pkg/runner/runner.go \
 mutant webhook-takes-command-env pkg/webhook/validate.go \
 	'case run.ForbiddenEnv(e.Name, e.Value, run.JobWorkDir) != "":' 'case false:'
 
+# Only the runner writes: the module's code holds the pod's token, not the
+# Job's write key; an apply claims the state only once its plan may apply.
+mutant token-alone-writes pkg/runnerapi/server.go \
+	'if r.Method != http.MethodGet && !id.writes(r) {' 'if false {'
+mutant any-write-key-passes pkg/runnerapi/server.go \
+	'return id.WriteKey == "" || run.WriteKeyMatches(id.WriteKey, r.Header.Get(run.HeaderWriteKey))' 'return true'
+mutant write-key-inherited pkg/runner/main.go \
+	'if err := os.Unsetenv(run.EnvWriteKey); err != nil {' 'if err := error(nil); err != nil {'
+mutant runner-dumpable pkg/runner/main.go \
+	'if err := undumpable(); err != nil {' 'if err := error(nil); err != nil {'
+mutant apply-claims-before-it-plans pkg/runner/runner.go \
+	'return r.Config.Operation == infrav1.OperationDrift || r.Config.Operation == infrav1.OperationApply' 'return r.Config.Operation == infrav1.OperationDrift'
+mutant planned-claim-takes-a-changed-state pkg/statestore/state.go \
+	'if current.Annotations[AnnotationHolder] != holder || !sameState(planned, current) {' 'if false {'
+mutant job-without-write-key pkg/controller/workspace/jobs.go \
+	'return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})' 'return env'
+mutant jobs-share-a-write-key pkg/controller/workspace/start.go \
+	'WriteKey: run.NewWriteKey()}' 'WriteKey: run.NewWriteKey()[:0] + "same"}'
+mutant cached-job-drops-operation pkg/manager/manager.go \
+	'names.LabelOperation: string(j.Operation)}}}' '}}}'
+mutant cached-job-drops-write-key pkg/manager/manager.go \
+	'if j.WriteKey != "" {' 'if false {'
+
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"

@@ -27,16 +27,9 @@ import (
 // and the pod's identity through the downward API.
 func Main(args []string) error {
 	started := clock.RealClock{}.Now()
-	// Before anything runs that is not the runner's own: the write key
-	// leaves the environment every child inherits, and the process becomes
-	// undumpable, so that no process of the same user (the module's code)
-	// reads the key from its memory or its /proc files.
-	writeKey := os.Getenv(run.EnvWriteKey)
-	if err := os.Unsetenv(run.EnvWriteKey); err != nil {
+	writeKey, err := takeWriteKey()
+	if err != nil {
 		return err
-	}
-	if err := undumpable(); err != nil {
-		return fmt.Errorf("making the runner undumpable: %w", err)
 	}
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	logs := logflags.Bind(fs)
@@ -136,6 +129,21 @@ func (w *withWriteKey) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set(run.HeaderWriteKey, w.key)
 	return w.next.RoundTrip(req)
+}
+
+// takeWriteKey takes the Job's write key before anything runs that is not
+// the runner's own: the key leaves the environment every child inherits,
+// and the process becomes undumpable, so that no process of the same user
+// (the module's code) reads the key from its memory or its /proc files.
+func takeWriteKey() (string, error) {
+	key := os.Getenv(run.EnvWriteKey)
+	if err := os.Unsetenv(run.EnvWriteKey); err != nil {
+		return "", err
+	}
+	if err := undumpable(); err != nil {
+		return "", fmt.Errorf("making the runner undumpable: %w", err)
+	}
+	return key, nil
 }
 
 // undumpable makes the process undumpable (prctl PR_SET_DUMPABLE 0): its

@@ -6,9 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/captf/captf/pkg/run"
 )
 
 type flakyTransport struct {
@@ -75,5 +80,27 @@ func TestRedial(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTakeWriteKey: the write key leaves the environment before terraform
+// or the module's code can inherit it, and the runner becomes undumpable:
+// a process of the same user reads neither its memory nor its environ.
+func TestTakeWriteKey(t *testing.T) {
+	t.Setenv(run.EnvWriteKey, "the-key")
+	key, err := takeWriteKey()
+	if err != nil || key != "the-key" {
+		t.Fatalf("takeWriteKey = %q, %v; want the key", key, err)
+	}
+	if v, ok := os.LookupEnv(run.EnvWriteKey); ok {
+		t.Errorf("%s=%q still in the environment a child inherits", run.EnvWriteKey, v)
+	}
+	out, err := exec.Command("/bin/sh", "-c", "echo -n $"+run.EnvWriteKey).Output()
+	if err != nil || len(out) != 0 {
+		t.Errorf("a child reads %s=%q (%v)", run.EnvWriteKey, out, err)
+	}
+	dumpable, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_GET_DUMPABLE, 0, 0)
+	if errno != 0 || dumpable != 0 {
+		t.Errorf("PR_GET_DUMPABLE = %d (%v), want 0", dumpable, errno)
 	}
 }

@@ -2,6 +2,7 @@ package workspace_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -212,10 +213,17 @@ func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
 	if f.refuse != nil {
 		return f.refuse
 	}
+	key := run.WriteKeyOf(&job.Spec.Template.Spec)
 	for _, j := range f.created {
 		if j.Name == job.Name {
 			return apierrors.NewAlreadyExists(batchv1.Resource("jobs"), job.Name)
 		}
+		if run.WriteKeyOf(&j.Spec.Template.Spec) == key {
+			return fmt.Errorf("job %s has the write key of job %s: each Job's runner has its own", job.Name, j.Name)
+		}
+	}
+	if key == "" {
+		return fmt.Errorf("job %s has no write key: the module's code of its pod would write", job.Name)
 	}
 	f.created = append(f.created, job.DeepCopy())
 	return nil

@@ -226,8 +226,14 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			tc.spec.Owner, tc.spec.OwnerGVK, tc.spec.Policy, tc.spec.Image = owner, gvk, policy, "captf:test"
+			// A user's env of the same name (the webhook refuses it) does
+			// not replace the Job's write key.
+			tc.spec.WriteKey, tc.spec.Policy.Env = run.NewWriteKey(), []corev1.EnvVar{{Name: run.EnvWriteKey, Value: "chosen"}}
 			job := BuildJob(tc.spec)
 			c := job.Spec.Template.Spec.Containers[0]
+			if key := run.WriteKeyOf(&job.Spec.Template.Spec); key != tc.spec.WriteKey || len(key) != 64 || c.Env[len(c.Env)-1].Name != run.EnvWriteKey {
+				t.Errorf("the runner's write key %q (env %v), want the spec's, last", key, c.Env)
+			}
 			if len(c.Args) == 0 || c.Args[0] != "runner" {
 				t.Fatalf("args %q: want the runner subcommand first", c.Args)
 			}
