@@ -2,8 +2,8 @@ package workspace_test
 
 import (
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
