@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -230,7 +231,8 @@ resource "terraform_data" "noisy" {
 // ConfigMap in the namespace made a look-alike run record that claimed the
 // waiting plan, and kubectl captf approve showed its text (a tag change)
 // for a plan that destroys an instance. Now the plugin shows only the
-// record the object's status vouches for, and that record is immutable.
+// record the object's status vouches for, and that record is immutable;
+// under the approval policy only the manager makes run records.
 func TestForgedRunRecordsAreIgnored(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -246,11 +248,25 @@ func TestForgedRunRecordsAreIgnored(t *testing.T) {
 		Plan: &run.Plan{Hash: plan.Hash, Summary: plan.Summary}})
 	forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tfc-shop-apply-zz-run", Labels: real.Labels, OwnerReferences: real.OwnerReferences},
 		Data: map[string]string{run.KeyRun: string(forgedRun), run.KeyPlanText: "Only a tag changes: nothing is destroyed.\n"}}
-	err := waitAPI(func() error {
-		_, err := tn.kube.CoreV1().ConfigMaps(e.ns).Create(ctx, forged, metav1.CreateOptions{})
+	// Under the approval policy a writer who may create ConfigMaps makes
+	// no run record; someone who may (or a cluster without the policy)
+	// still shows the approver nothing of it.
+	labelled := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mine", Labels: map[string]string{"app": "x"}}}
+	err := waitAPI(func() error { // the tenant's Role takes a moment
+		_, err := tn.kube.CoreV1().ConfigMaps(e.ns).Create(ctx, labelled, metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tn.kube.CoreV1().ConfigMaps(e.ns).Create(ctx, forged, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the CAPTF manager makes") {
+		t.Fatalf("a writer makes run record %s under the approval policy: %v, want the policy's refusal", forged.Name, err)
+	}
+	labelled.Labels = real.Labels
+	if _, err := tn.kube.CoreV1().ConfigMaps(e.ns).Update(ctx, labelled, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the CAPTF manager makes") {
+		t.Errorf("a writer labels a ConfigMap of theirs a run record: %v, want the policy's refusal", err)
+	}
+	if _, err := plane.Kube.CoreV1().ConfigMaps(e.ns).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Nor may the writer edit the real one.
