@@ -423,10 +423,14 @@ mutant job-without-write-key pkg/controller/workspace/jobs.go \
 	'return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})' 'return env'
 mutant jobs-share-a-write-key pkg/controller/workspace/start.go \
 	'WriteKey: run.NewWriteKey()}' 'WriteKey: run.NewWriteKey()[:0] + "same"}'
+mutant args-expand-the-write-key pkg/controller/workspace/jobs.go \
+	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = a'
+mutant empty-write-key-writes pkg/runnerapi/server.go \
+	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'
 mutant cached-job-drops-operation pkg/manager/manager.go \
 	'names.LabelOperation: string(j.Operation)}}}' '}}}'
 mutant cached-job-drops-write-key pkg/manager/manager.go \
-	'if j.WriteKey != "" {' 'if false {'
+	'if j.Keyed {' 'if false {'
 
 echo "$total mutants, $caught caught"
 if ((${#missed[@]})); then

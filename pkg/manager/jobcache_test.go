@@ -144,7 +144,7 @@ func TestCachedJobForTheRunnerAPI(t *testing.T) {
 			t.Errorf("cachedJob's label %s = %q, want %q", label, got.Labels[label], job.Labels[label])
 		}
 	}
-	if key := run.WriteKeyOf(&got.Spec.Template.Spec); key != "the-key" {
+	if key, _ := run.WriteKeyOf(&got.Spec.Template.Spec); key != "the-key" {
 		t.Errorf("cachedJob's write key %q, want the Job's", key)
 	}
 	if got := m.cachedJob(job.Namespace, "another"); got != nil {

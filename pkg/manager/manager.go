@@ -353,7 +353,7 @@ func (m *manager) cachedJob(namespace, name string) *batchv1.Job {
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID,
 		Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue, names.LabelObjectUID: string(j.ObjectUID),
 			names.LabelOperation: string(j.Operation)}}}
-	if j.WriteKey != "" {
+	if j.Keyed {
 		job.Spec.Template.Spec.Containers = []corev1.Container{{Env: []corev1.EnvVar{{Name: run.EnvWriteKey, Value: j.WriteKey}}}}
 	}
 	if ref, ok := j.ControllerRef(); ok {

@@ -30,6 +30,9 @@ func ForbiddenEnv(name, value, workDir string) string {
 		return ""
 	case commandEnv[name] || hasAnyPrefix(name, commandEnvPrefixes):
 		return "it can make git or terraform run a command, or move the state, before the module's code is approved"
+	case name == "GODEBUG":
+		// http2debug=2 logs every header the runner sends: its write key.
+		return "it can make the runner log its requests' headers, its credentials among them"
 	case name == "TF_ENCRYPTION" && strings.Contains(value, "external"):
 		return "an external key provider or method runs a command before the module's code is approved"
 	case (name == "PATH" || name == "HOME") && workDir != "":

@@ -21,6 +21,7 @@ func TestForbiddenEnv(t *testing.T) {
 		{"TF_CLI_ARGS_apply", "-parallelism=1", false},
 		{"TF_HTTP_ADDRESS", "http://elsewhere", true},
 		{"SSH_ASKPASS", "/bin/sh", true},
+		{"GODEBUG", "http2debug=2", true},
 		{"TF_ENCRYPTION", `key_provider "pbkdf2" "k" { passphrase = "p" }`, false},
 		{"TF_ENCRYPTION", `key_provider "external" "k" { command = ["sh"] }`, true},
 		{"PATH", "/usr/local/bin:/usr/bin", false},

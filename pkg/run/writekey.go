@@ -17,17 +17,17 @@ func NewWriteKey() string {
 
 // WriteKeyOf is the write key a Job's pod template gives its runner: the
 // last EnvWriteKey of its container, as the kubelet takes the last of
-// duplicate names; "" for a Job made before write keys.
-func WriteKeyOf(pod *corev1.PodSpec) string {
-	key := ""
+// duplicate names. ok is false for a Job made before write keys, which has
+// none; an empty key is one no request carries.
+func WriteKeyOf(pod *corev1.PodSpec) (key string, ok bool) {
 	for _, c := range pod.Containers {
 		for _, e := range c.Env {
 			if e.Name == EnvWriteKey {
-				key = e.Value
+				key, ok = e.Value, true
 			}
 		}
 	}
-	return key
+	return key, ok
 }
 
 // WriteKeyMatches tells whether sent is the Job's key, in constant time.

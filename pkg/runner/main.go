@@ -31,6 +31,11 @@ func Main(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Checked again with the rest of the environment later, but that is
+	// after requests: GODEBUG may have the first one log its headers.
+	if v, ok := os.LookupEnv("GODEBUG"); ok {
+		return fmt.Errorf("the runner's environment sets GODEBUG=%q (spec.jobs.envFrom, or the image): %s", v, run.ForbiddenEnv("GODEBUG", v, ""))
+	}
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	logs := logflags.Bind(fs)
 	var c Config

@@ -160,16 +160,17 @@ type Identity struct {
 	// the object's state family: module code it runs at plan time must not
 	// rewrite the state the next destroy reads.
 	ReadOnly bool
-	// WriteKey is the Job's run.EnvWriteKey; "" for a Job made before
-	// write keys, whose pod writes with its token alone.
+	// WriteKey is the Job's run.EnvWriteKey. A Job made before write keys
+	// has none (Keyless), and its pod writes with its token alone.
 	WriteKey string
+	Keyless  bool
 }
 
 // writes tells whether r comes from the runner itself, which holds the
 // Job's write key: every other process of the pod (terraform, providers,
 // the module's programs) has the pod's token too, and only reads.
 func (id *Identity) writes(r *http.Request) bool {
-	return id.WriteKey == "" || run.WriteKeyMatches(id.WriteKey, r.Header.Get(run.HeaderWriteKey))
+	return id.Keyless || run.WriteKeyMatches(id.WriteKey, r.Header.Get(run.HeaderWriteKey))
 }
 
 func (s *Server) init() error {
@@ -450,9 +451,10 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		job.Labels[names.LabelObjectUID] != string(owner.UID) {
 		return nil, refuse("the pod's Job belongs to no Terraform object")
 	}
+	key, keyed := run.WriteKeyOf(&job.Spec.Template.Spec)
 	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
-		ReadOnly:  job.Labels[names.LabelOperation] == string(infrav1.OperationDrift),
-		WriteKey:  run.WriteKeyOf(&job.Spec.Template.Spec),
+		ReadOnly: job.Labels[names.LabelOperation] == string(infrav1.OperationDrift),
+		WriteKey: key, Keyless: !keyed,
 		Object:    names.ObjectOf(owner.Kind, owner.Name),
 		ObjectRef: metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}}, nil
 }

@@ -35,7 +35,9 @@ import (
 	"github.com/captf/captf/pkg/run"
 )
 
-var me = &Identity{Namespace: "ns", Pod: "p", Job: "tfc-prod-apply-0123456789abcdef-0",
+// me writes without a key (a Job made before write keys): the rules of
+// what a run may write hold whatever the key.
+var me = &Identity{Namespace: "ns", Pod: "p", Job: "tfc-prod-apply-0123456789abcdef-0", Keyless: true,
 	Object:    names.Object{Kind: "tfc", Name: "prod"},
 	ObjectRef: metav1.OwnerReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "TerraformCluster", Name: "prod", UID: "uid-prod"}}
 
@@ -911,7 +913,9 @@ func TestDriftChecksOnlyRead(t *testing.T) {
 func TestOnlyTheRunnerWrites(t *testing.T) {
 	const secrets = "/api/v1/namespaces/ns/secrets"
 	keyed := *me
-	keyed.WriteKey = "the-key"
+	keyed.WriteKey, keyed.Keyless = "the-key", false
+	emptyKey := *me
+	emptyKey.Keyless = false // a Job whose key entry is empty
 	requests := map[string]struct {
 		method, path string
 		body         []byte
@@ -932,9 +936,11 @@ func TestOnlyTheRunnerWrites(t *testing.T) {
 	}{
 		"the runner, with the key":                {id: &keyed, sent: "the-key", writes: true},
 		"the module's code, with the token alone": {id: &keyed, sent: "-"},
-		"a guess":                      {id: &keyed, sent: "the-kez"},
-		"an empty key":                 {id: &keyed, sent: ""},
-		"a Job made before write keys": {id: me, sent: "-", writes: true},
+		"a guess":                             {id: &keyed, sent: "the-kez"},
+		"an empty key":                        {id: &keyed, sent: ""},
+		"a Job made before write keys":        {id: me, sent: "-", writes: true},
+		"a Job with an empty key, none sent":  {id: &emptyKey, sent: "-"},
+		"a Job with an empty key, empty sent": {id: &emptyKey, sent: ""},
 	}
 	for sender, s := range senders {
 		for what, req := range requests {

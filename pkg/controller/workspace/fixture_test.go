@@ -213,12 +213,12 @@ func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
 	if f.refuse != nil {
 		return f.refuse
 	}
-	key := run.WriteKeyOf(&job.Spec.Template.Spec)
+	key, _ := run.WriteKeyOf(&job.Spec.Template.Spec)
 	for _, j := range f.created {
 		if j.Name == job.Name {
 			return apierrors.NewAlreadyExists(batchv1.Resource("jobs"), job.Name)
 		}
-		if run.WriteKeyOf(&j.Spec.Template.Spec) == key {
+		if other, _ := run.WriteKeyOf(&j.Spec.Template.Spec); other == key {
 			return fmt.Errorf("job %s has the write key of job %s: each Job's runner has its own", job.Name, j.Name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -153,7 +154,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	if len(s.Protect) > 0 {
 		labels[names.LabelProtect] = names.ProtectHash(s.Protect)
 	}
-	args := append([]string{"runner"}, runnerSpec(s, name).Args()...)
+	args := escapeExpansion(append([]string{"runner"}, runnerSpec(s, name).Args()...))
 	env := runnerEnv(s)
 	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: run.JobWorkDir},
 		{Name: "runner-token", MountPath: filepath.Dir(run.TokenFile), ReadOnly: true}}
@@ -257,6 +258,18 @@ func envFromSecrets(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) (sensit
 	return sensitive, plain
 }
 
+// escapeExpansion escapes each $ of args as $$: the kubelet expands $(NAME)
+// in a container's args from its environment, and the args carry what a
+// writer wrote (spec.protect, an envFrom prefix). Unescaped, a pattern
+// $(CAPTF_WRITE_KEY) would put the Job's write key on the runner's command
+// line, which every process of the pod may read.
+func escapeExpansion(args []string) []string {
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "$", "$$")
+	}
+	return args
+}
+
 // runnerEnv is the runner container's environment: its pod, where the
 // runner API is and the CA that signs it, then the user's.
 func runnerEnv(s JobSpec) []corev1.EnvVar {
@@ -335,6 +348,7 @@ type CachedJob struct {
 	Attempt      int               // names.LabelAttempt
 	InputsBytes  int32             // names.AnnotationInputsBytes; 0 when absent
 	WriteKey     string            // run.WriteKeyOf its pod template
+	Keyed        bool              // it has a write key entry, maybe empty
 
 	Status CachedJobStatus
 }
@@ -413,7 +427,7 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 		}
 	}
 	c.Attempt = int(atoi32(labels[names.LabelAttempt]))
-	c.WriteKey = run.WriteKeyOf(&job.Spec.Template.Spec)
+	c.WriteKey, c.Keyed = run.WriteKeyOf(&job.Spec.Template.Spec)
 	c.InputsBytes = atoi32(job.Annotations[names.AnnotationInputsBytes])
 	st := job.Status
 	c.Status = CachedJobStatus{StartTime: st.StartTime, CompletionTime: st.CompletionTime, Active: st.Active, Succeeded: st.Succeeded, Failed: st.Failed}

@@ -216,6 +216,14 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 			spec: JobSpec{Operation: infrav1.OperationApply, InputsHash: "0123456789abcdef", ProviderMirrorImage: "registry.example/providers:1"},
 			want: func(s *run.Spec) { s.Operation, s.ProviderMirror = infrav1.OperationApply, run.ProviderMirrorDir },
 		},
+		"a pattern that names the write key stays a pattern": {
+			spec: JobSpec{Operation: infrav1.OperationDestroy, InputsHash: "0123456789abcdef", DurableOnly: true,
+				Protect: []string{"$(" + run.EnvWriteKey + ")", "module.a[\"$$x\"]"}},
+			want: func(s *run.Spec) {
+				s.Operation, s.UseDurableInputs = infrav1.OperationDestroy, true
+				s.Protect = []string{"$(" + run.EnvWriteKey + ")", "module.a[\"$$x\"]"}
+			},
+		},
 		"a destroy with the durable inputs": {
 			spec: JobSpec{Operation: infrav1.OperationDestroy, InputsHash: "0123456789abcdef", Backups: 5, DurableOnly: true, ExpectState: true},
 			want: func(s *run.Spec) {
@@ -231,7 +239,7 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 			tc.spec.WriteKey, tc.spec.Policy.Env = run.NewWriteKey(), []corev1.EnvVar{{Name: run.EnvWriteKey, Value: "chosen"}}
 			job := BuildJob(tc.spec)
 			c := job.Spec.Template.Spec.Containers[0]
-			if key := run.WriteKeyOf(&job.Spec.Template.Spec); key != tc.spec.WriteKey || len(key) != 64 || c.Env[len(c.Env)-1].Name != run.EnvWriteKey {
+			if key, _ := run.WriteKeyOf(&job.Spec.Template.Spec); key != tc.spec.WriteKey || len(key) != 64 || c.Env[len(c.Env)-1].Name != run.EnvWriteKey {
 				t.Errorf("the runner's write key %q (env %v), want the spec's, last", key, c.Env)
 			}
 			if len(c.Args) == 0 || c.Args[0] != "runner" {
@@ -241,7 +249,12 @@ func TestBuildJobTellsTheRunner(t *testing.T) {
 			fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 			var got run.Spec
 			got.AddFlags(fs)
-			if err := fs.Parse(c.Args[1:]); err != nil {
+			// What the runner gets: the args as the kubelet expands them.
+			args := make([]string, len(c.Args))
+			for i, a := range c.Args {
+				args[i] = kubeletExpand(a, c.Env)
+			}
+			if err := fs.Parse(args[1:]); err != nil {
 				t.Fatalf("the runner's flags refuse %q: %v", c.Args, err)
 			}
 			if err := got.Complete(); err != nil {
@@ -301,4 +314,40 @@ func TestEnvFromSecrets(t *testing.T) {
 	if args := runnerSpec(s, "j").Args(); !slices.Contains(args, `--sensitive-env=["TOKEN"]`) {
 		t.Errorf("runner args %q name no sensitive env", args)
 	}
+}
+
+// kubeletExpand expands a container's arg as the kubelet does: $$ is $, and
+// $(NAME) the value of env NAME when the container has one.
+func kubeletExpand(arg string, env []corev1.EnvVar) string {
+	var b strings.Builder
+	for i := 0; i < len(arg); i++ {
+		switch {
+		case arg[i] != '$' || i+1 == len(arg):
+			b.WriteByte(arg[i])
+		case arg[i+1] == '$':
+			b.WriteByte('$')
+			i++
+		case arg[i+1] == '(':
+			end := strings.IndexByte(arg[i:], ')')
+			if end < 0 {
+				b.WriteByte(arg[i])
+				continue
+			}
+			name, value, found := arg[i+2:i+end], "", false
+			for _, e := range env {
+				if e.Name == name {
+					value, found = e.Value, true
+				}
+			}
+			if !found {
+				b.WriteByte(arg[i])
+				continue
+			}
+			b.WriteString(value)
+			i += end
+		default:
+			b.WriteByte(arg[i])
+		}
+	}
+	return b.String()
 }
