@@ -850,7 +850,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, data map[string][]byte) er
 var failureReasons = []struct {
 	err    error
 	reason string
-}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}, {errModuleNotApproved, run.ReasonModuleAwaitingApproval}}
+}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {statestore.ErrChangedSincePlan, "StateChangedSincePlan"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}, {errModuleNotApproved, run.ReasonModuleAwaitingApproval}}
 
 // ReasonCloudQuotaExceeded: the cloud refused to make a resource for
 // want of quota (terraform's error says so, in the words of the clouds'

@@ -67,6 +67,9 @@ var (
 	ErrStateMissing = errors.New("state secret is missing")
 	// ErrOtherOwner: the state Secret belongs to another object.
 	ErrOtherOwner = errors.New("state secret belongs to another object")
+	// ErrChangedSincePlan: the state was written after this run planned
+	// from it (a restore, a run whose lock had lapsed): its plan is stale.
+	ErrChangedSincePlan = errors.New("the state changed after this run planned from it: its plan is stale, and the next run plans again")
 	// ErrFenced: another run took the state lock; this one may not write.
 	ErrFenced = errors.New("the state lock was taken over by another run: this run may no longer write the state")
 )
@@ -222,7 +225,7 @@ func (s *StateStore) ClaimPlanned(ctx context.Context, holder string) error {
 		return fmt.Errorf("reading state secret: %w", err)
 	}
 	if current.Annotations[AnnotationHolder] != holder || !sameState(planned, current) {
-		return fmt.Errorf("%w: the state Secret changed after the plan was made", ErrFenced)
+		return ErrChangedSincePlan
 	}
 	s.head, s.readOnly = current, false
 	s.known = s.known && planned != nil

@@ -819,8 +819,8 @@ func TestClaimPlanned(t *testing.T) {
 	}{
 		"the state checked is claimed":                    {state: `{"serial":1}`},
 		"no state yet: the claim creates one":             {},
-		"a write since the plan fences the run":           {state: `{"serial":1}`, otherWrite: true, wantErr: ErrFenced},
-		"a state that appeared since fences the run":      {appears: true, wantErr: ErrFenced},
+		"a write since the plan makes it stale":           {state: `{"serial":1}`, otherWrite: true, wantErr: ErrChangedSincePlan},
+		"a state that appeared since makes it stale":      {appears: true, wantErr: ErrChangedSincePlan},
 		"the claim's own answer lost: the retry finds it": {state: `{"serial":1}`, loseAnswer: true},
 		"a create's own answer lost: the retry finds it":  {loseAnswer: true},
 	}
