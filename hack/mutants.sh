@@ -427,6 +427,10 @@ mutant args-expand-the-write-key pkg/controller/workspace/jobs.go \
 	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = a'
 mutant empty-write-key-writes pkg/runnerapi/server.go \
 	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'
+mutant swapped-plan-applies pkg/runner/runner.go \
+	'err != nil || sum != r.planSum {' 'err != nil {'
+mutant lingering-programs-kept pkg/runner/runner.go \
+	'_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)' ''
 mutant cached-job-drops-operation pkg/manager/manager.go \
 	'names.LabelOperation: string(j.Operation)}}}' '}}}'
 mutant cached-job-drops-write-key pkg/manager/manager.go \

@@ -6,6 +6,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,6 +81,7 @@ type Runner struct {
 	// (raw: redacted when the record is made), the log's tail.
 	planText string
 	planJSON []byte
+	planSum  [sha256.Size]byte // of the plan file terraform wrote
 	tail     *tailBuffer
 }
 
@@ -277,6 +279,12 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 			return nil
 		}
 	}
+	// The plan applied is the one judged: a program of the module's code
+	// may have outlived terraform and rewritten the file since.
+	if sum, err := fileSum(filepath.Join(r.Config.WorkDir, planFile)); err != nil || sum != r.planSum {
+		res.Stage = run.StageGate
+		return fmt.Errorf("%w (%v): nothing was applied", errPlanChanged, err)
+	}
 	if r.plansFirst() {
 		res.Stage = run.StageState
 		if err := retry.Transiently(ctx, func() error { return store.ClaimPlanned(ctx, string(r.Config.PodUID)) }); err != nil {
@@ -415,6 +423,19 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 	}, nil
 }
 
+// errPlanChanged: the plan file is not the one terraform wrote and the
+// gate judged.
+var errPlanChanged = errors.New("the plan file changed after terraform wrote it")
+
+// fileSum is the sha256 of a file.
+func fileSum(path string) ([sha256.Size]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}
+
 // plansFirst tells whether the run opens the state read-only: a drift check
 // never writes it, and an apply writes it only once its plan may apply.
 func (r *Runner) plansFirst() bool {
@@ -436,6 +457,9 @@ func (r *Runner) plan(ctx context.Context, tf string, env []string, module strin
 		return nil, err
 	}
 	r.planText = r.redact.String(string(text))
+	if r.planSum, err = fileSum(filepath.Join(dir, planFile)); err != nil {
+		return nil, fmt.Errorf("reading the plan: %w", err)
+	}
 	shown, err := r.exec(ctx, tf, dir, env, "show", "-json", planFile)
 	if err != nil {
 		return nil, err
@@ -685,6 +709,10 @@ func (r *Runner) exec(ctx context.Context, tf, dir string, env []string, args ..
 	r.child = cmd
 	r.mu.Unlock()
 	err := cmd.Wait()
+	// What the command left running in its group (a program of the
+	// module's code that lingers) goes with it: it would act while the
+	// runner goes on, on a plan it could change.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	r.mu.Lock()
 	r.child = nil
 	took := r.clock().Since(started)

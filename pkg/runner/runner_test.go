@@ -48,7 +48,7 @@ func fakeTerraform(t *testing.T, plan *tfjson.Plan, applyFails bool) (tf, invoca
 echo "$1" >> %q
 case "$1" in
 plan) cp %q captf.tfplan; echo "Terraform will perform the following actions: $CAPTF_FAKE_PLAN_SAYS" ;;
-show) cat captf.tfplan ;;
+show) cat captf.tfplan; if [ -n "$CAPTF_FAKE_SWAP" ]; then echo '{"another":"plan"}' > captf.tfplan; fi ;;
 output) echo '{"id":{"value":"from terraform output","type":"string"}}' ;;
 apply) %s ;;
 esac
@@ -113,6 +113,7 @@ func TestRunStages(t *testing.T) {
 		gate       infrav1.ApprovalPolicy
 		approved   string
 		applyFails bool
+		swap       bool     // a lingering program rewrites the plan file after show
 		want       []string // terraform's commands
 		outcome    string
 		stage      string
@@ -177,6 +178,10 @@ func TestRunStages(t *testing.T) {
 			op: infrav1.OperationDrift, gate: infrav1.ApprovalPolicyManual,
 			want: []string{"init", "plan", "show"}, outcome: run.OutcomeSucceeded, stage: run.StagePlan,
 		},
+		"a plan file changed after terraform wrote it is not applied": {
+			op: infrav1.OperationApply, swap: true,
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeFailed, stage: run.StageGate,
+		},
 		"a failed apply reports its stage and keeps no inputs": {
 			op: infrav1.OperationApply, applyFails: true,
 			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeFailed, stage: string(infrav1.OperationApply),
@@ -187,6 +192,9 @@ func TestRunStages(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			tf, invocations := fakeTerraform(t, plan, tc.applyFails)
+			if tc.swap {
+				t.Setenv("CAPTF_FAKE_SWAP", "1")
+			}
 			obj := names.Object{Kind: "tfc", Name: "c"}
 			job := "tfc-c-apply-0123456789abcdef-0"
 			module, _ := json.Marshal(run.Module{Inline: testModule})
@@ -444,5 +452,29 @@ func TestCommandEnvRunsNothing(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(invocations); len(got) != 0 {
 		t.Errorf("terraform ran %q", got)
+	}
+}
+
+// TestLingeringProgramsAreStopped: a program of the module's code that
+// outlives the terraform command that started it (here, one that keeps
+// sleeping, then acts) is stopped with the command: it would act while the
+// runner goes on to apply.
+func TestLingeringProgramsAreStopped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "acted")
+	tf := filepath.Join(dir, "terraform")
+	script := fmt.Sprintf("#!/bin/sh\n(sleep 1; touch %q) >/dev/null 2>&1 &\n", marker)
+	if err := os.WriteFile(tf, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Clock: &steppingClock{}}
+	if _, err := r.exec(ctx, tf, dir, nil, "plan"); err != nil {
+		t.Fatal(err)
+	}
+	// Past the program's sleep: it never acted.
+	time.Sleep(2 * time.Second)
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a program the command left running acted after it")
 	}
 }
