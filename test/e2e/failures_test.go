@@ -55,6 +55,19 @@ func (e *env) waitLockHeld(lease string) {
 	}
 }
 
+// waitStateClaimed waits until a run claimed the state Secret state: an
+// apply does once its plan may apply, and then applies.
+func (e *env) waitStateClaimed(state string) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := plane.Kube.CoreV1().Secrets(e.ns).Get(ctx, state, metav1.GetOptions{})
+		return err == nil && s.Annotations[statestore.AnnotationHolder] != "", nil
+	})
+	if err != nil {
+		e.t.Fatalf("the state %s was never claimed", state)
+	}
+}
+
 func (e *env) result(job string) *run.Result {
 	e.t.Helper()
 	sec, err := plane.Kube.CoreV1().Secrets(e.ns).Get(context.Background(), job+"-result", metav1.GetOptions{})

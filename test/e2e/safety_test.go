@@ -402,6 +402,7 @@ func TestAbandonWaitsForTheJob(t *testing.T) {
 	e.create(e.localCloud("quit", cluster, map[string]any{"sleep_seconds": 20}))
 	e.runningPod("apply", time.Minute)
 	e.waitLockHeld(tfcNames("quit").Lock())
+	e.waitStateClaimed(tfcNames("quit").State()) // it applies
 	e.annotate("quit", infrav1.AnnotationAbandonInfrastructure, "true")
 	e.deleteTC("quit", metav1.DeletePropagationBackground)
 	e.waitFor("quit", 3*time.Minute, "gone", gone)
