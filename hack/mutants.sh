@@ -424,11 +424,11 @@ mutant job-without-write-key pkg/controller/workspace/jobs.go \
 mutant jobs-share-a-write-key pkg/controller/workspace/start.go \
 	'WriteKey: run.NewWriteKey()}' 'WriteKey: run.NewWriteKey()[:0] + "same"}'
 mutant args-expand-the-write-key pkg/controller/workspace/jobs.go \
-	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = a'
+	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = strings.ReplaceAll(a, "$", "$")'
 mutant empty-write-key-writes pkg/runnerapi/server.go \
 	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'
 mutant swapped-plan-applies pkg/runner/runner.go \
-	'err != nil || sum != r.planSum {' 'err != nil {'
+	'err != nil || sum != r.planSum {' 'err != nil || sum != sum {'
 mutant lingering-programs-kept pkg/runner/runner.go \
 	'_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)' ''
 mutant cached-job-drops-operation pkg/manager/manager.go \
