@@ -23,18 +23,6 @@ import (
 // no step by hand. A lock file whose hash the mirror's package does not
 // match fails init. A delete destroys what the cloud holds.
 func TestLocalCloudFromMirror(t *testing.T) {
-	runner, err := framework.RunnerImage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mirror, err := framework.ProviderMirrorImage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := framework.LocalCloudLockFile()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cloud, err := framework.StartLocalCloud(t.TempDir(), "-create-latency=200ms")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +33,7 @@ func TestLocalCloudFromMirror(t *testing.T) {
 	if err := cloud.SetLimits(account, `{"quotas": {"instances": 1}}`); err != nil {
 		t.Fatal(err)
 	}
-	e.startManager("--runner-image="+runner, "--provider-mirror-image="+mirror)
+	lock := e.startManagerWithProviders()
 	module, err := os.ReadFile(filepath.Join(root, "examples", "localcloud-cluster", "main.tf"))
 	if err != nil {
 		t.Fatal(err)
@@ -140,4 +128,25 @@ func podOf(t *testing.T, ns, job string) string {
 		t.Fatalf("pods of Job %s: %v (%d)", job, err, len(pods.Items))
 	}
 	return pods.Items[0].Name
+}
+
+// startManagerWithProviders starts a manager whose runner pods run the
+// runner image and mount the local cloud's provider mirror image, and
+// returns the lock file of the local cloud's modules.
+func (e *env) startManagerWithProviders() string {
+	e.t.Helper()
+	runner, err := framework.RunnerImage()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mirror, err := framework.ProviderMirrorImage()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	lock, err := framework.LocalCloudLockFile()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.startManager("--runner-image="+runner, "--provider-mirror-image="+mirror)
+	return lock
 }

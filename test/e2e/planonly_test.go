@@ -14,7 +14,6 @@ import (
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/statestore"
-	"github.com/captf/captf/test/framework"
 )
 
 // forgedAnnotation is what the module's code below adds to the object's
@@ -104,20 +103,8 @@ output "forged_write" {
 // apply; the module's code reads.
 func TestPlanOnlyRunsCannotWrite(t *testing.T) {
 	ctx := context.Background()
-	runner, err := framework.RunnerImage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mirror, err := framework.ProviderMirrorImage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := framework.LocalCloudLockFile()
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := newEnv(t)
-	e.startManager("--runner-image="+runner, "--provider-mirror-image="+mirror)
+	lock := e.startManagerWithProviders()
 	if _, err := plane.Kube.CoreV1().ConfigMaps(e.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "writer"},
 		Data: map[string]string{"main.tf": planTimeWriter, ".terraform.lock.hcl": lock}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
