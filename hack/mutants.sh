@@ -428,7 +428,7 @@ mutant args-expand-the-write-key pkg/controller/workspace/jobs.go \
 mutant empty-write-key-writes pkg/runnerapi/server.go \
 	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'
 mutant swapped-plan-applies pkg/runner/runner.go \
-	'err != nil || sum != r.planSum {' 'err != nil || sum != sum {'
+	'} else if sum != r.planSum {' '} else if sum != sum {'
 mutant lingering-programs-kept pkg/runner/runner.go \
 	'_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)' ''
 mutant cached-job-drops-operation pkg/manager/manager.go \

@@ -281,9 +281,12 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	}
 	// The plan applied is the one judged: a program of the module's code
 	// may have outlived terraform and rewritten the file since.
-	if sum, err := fileSum(filepath.Join(r.Config.WorkDir, planFile)); err != nil || sum != r.planSum {
+	if sum, err := fileSum(filepath.Join(r.Config.WorkDir, planFile)); err != nil {
 		res.Stage = run.StageGate
-		return fmt.Errorf("%w (%v): nothing was applied", errPlanChanged, err)
+		return fmt.Errorf("%w: %v: nothing was applied", errPlanChanged, err)
+	} else if sum != r.planSum {
+		res.Stage = run.StageGate
+		return fmt.Errorf("%w: nothing was applied", errPlanChanged)
 	}
 	if r.plansFirst() {
 		res.Stage = run.StageState
@@ -403,7 +406,7 @@ func (r *Runner) openState(ctx context.Context, labels map[string]string, res *r
 	claim := store.Claim
 	if r.plansFirst() {
 		// A plan only, or one that may wait for an approver: no write,
-		// not even a claim (claimPlanned claims once it may apply).
+		// not even a claim (ClaimPlanned claims once it may apply).
 		claim = store.CheckReadOnly
 	}
 	// A claim re-reads the state each time, so one whose answer was lost
