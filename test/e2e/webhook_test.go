@@ -345,6 +345,11 @@ func TestDeletingObjectsKeepTheRules(t *testing.T) {
 	tc := e.localCloud("going", e.newCluster("going", true), map[string]any{})
 	tc.Finalizers = []string{"example.com/hold"}
 	e.create(tc)
+	// The manager adds its finalizer to a paused object too; waiting for it
+	// keeps the test from racing that write with the delete.
+	e.waitFor("going", time.Minute, "the manager's finalizer", func(tc *infrav1.TerraformCluster) bool {
+		return tc != nil && slices.Contains(tc.Finalizers, infrav1.TerraformClusterFinalizer)
+	})
 	e.deleteTC("going", metav1.DeletePropagationBackground)
 	tcs := tn.captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
 	for key, value := range map[string]string{
@@ -358,12 +363,18 @@ func TestDeletingObjectsKeepTheRules(t *testing.T) {
 			t.Errorf("%s=%s on an object being deleted: %v, want refused naming the annotation", key, value, err)
 		}
 	}
-	// What deleting needs stays open: abandon, then the finalizers go.
+	// What deleting needs stays open: abandon, the writer's own finalizer
+	// goes, and the manager's goes once the manager lets the object go.
 	if _, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, infrav1.AnnotationAbandonInfrastructure)), metav1.PatchOptions{}); err != nil {
 		t.Errorf("abandon of an object being deleted: %v", err)
 	}
-	if _, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
-		t.Errorf("removing the finalizers: %v", err)
+	if _, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only the CAPTF manager removes") {
+		t.Errorf("a writer removing the manager's finalizer: %v, want refused", err)
 	}
+	ours := fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, infrav1.TerraformClusterFinalizer)
+	if _, err := tcs.Patch(ctx, "going", types.MergePatchType, []byte(ours), metav1.PatchOptions{}); err != nil {
+		t.Errorf("removing the writer's own finalizer: %v", err)
+	}
+	e.unpause("going")
 	e.waitFor("going", time.Minute, "gone", gone)
 }
