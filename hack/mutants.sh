@@ -390,9 +390,16 @@ mutant restore-takes-any-backup pkg/plugin/state.go \
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 
-# Drift checks run as the plan ServiceAccount, checked as any runner's.
+# Runs that only plan (drift checks, unapproved applies under Manual) run
+# as the plan ServiceAccount, checked as any runner's; approved ones do not.
 mutant plan-account-unused pkg/controller/workspace/access.go \
-	'if op == infrav1.OperationDrift && jp.PlanServiceAccountName != "" {' 'if false {'
+	'if onlyPlans && jp.PlanServiceAccountName != "" {' 'if false {'
+mutant plan-account-not-for-unapproved-applies pkg/controller/workspace/access.go \
+	'op == infrav1.OperationApply && gate == infrav1.ApprovalPolicyManual && approvedPlan == ""' 'false && approvedPlan == ""'
+mutant plan-account-for-approved-applies pkg/controller/workspace/access.go \
+	'approvedPlan == "" && approvedDestructivePlan == ""' 'true'
+mutant plan-account-unchecked-for-applies pkg/controller/workspace/start.go \
+	'plans = onlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)' 'plans = false'
 
 # The runner's own settings cannot come from an envFrom the writer edits.
 mutant runner-runs-any-binary pkg/runner/runner.go \

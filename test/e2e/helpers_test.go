@@ -289,6 +289,12 @@ func (e *env) jobs(op string) []batchv1.Job {
 	return list.Items
 }
 
+// jobsOf lists the Jobs of op of the object name.
+func (e *env) jobsOf(name, op string) []batchv1.Job {
+	e.t.Helper()
+	return slices.DeleteFunc(e.jobs(op), func(j batchv1.Job) bool { return j.Labels[names.LabelObjectName] != names.LabelValue(name) })
+}
+
 func (e *env) secrets() []corev1.Secret {
 	e.t.Helper()
 	list, err := plane.Kube.CoreV1().Secrets(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: names.LabelManagedBy + "=" + names.ManagedByValue})

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -437,13 +438,35 @@ func TestCustomRunnerServiceAccount(t *testing.T) {
 	// The shortest interval the webhook takes: the test waits for one check.
 	tc.Spec.Drift = &infrav1.DriftPolicy{Interval: &metav1.Duration{Duration: 20 * time.Second}}
 	e.create(tc)
+	// Under Manual an apply that holds no approval only plans: it runs as
+	// the plan account, and the apply an approval starts as the runner's.
+	gated := e.localCloud("gated", e.newCluster("gated", false), map[string]any{"instances": 1})
+	gated.Spec.ApprovalPolicy = infrav1.ApprovalPolicyManual
+	gated.Spec.Jobs.ServiceAccountName, gated.Spec.Jobs.PlanServiceAccountName = "cloud-runner", "cloud-reader"
+	gated.Spec.Jobs.SuccessfulJobsHistoryLimit = &keep
+	e.create(gated)
 	e.waitFor("wi", 2*time.Minute, "Ready", isReady)
-	job := e.jobs("apply")[0]
+	job := e.jobsOf("wi", "apply")[0]
 	if sa := job.Spec.Template.Spec.ServiceAccountName; sa != "cloud-runner" {
 		t.Errorf("the Job runs as %q", sa)
 	}
-	if n := len(e.instanceFiles()); n != 1 {
-		t.Errorf("%d instances, want 1", n)
+	waiting := waitCondition(e, "gated", infrav1.ConditionPlanAwaitingApproval, "the plan waiting", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
+		return c.Status == metav1.ConditionTrue && c.Reason == workspace.ReasonAwaitingApproval
+	})
+	for _, j := range e.jobsOf("gated", "apply") {
+		if sa := j.Spec.Template.Spec.ServiceAccountName; sa != "cloud-reader" {
+			t.Errorf("the unapproved apply %s runs as %q, want cloud-reader", j.Name, sa)
+		}
+	}
+	e.annotate("gated", infrav1.AnnotationApprovePlan, waiting.Status.LastPlan.Hash)
+	e.waitFor("gated", 2*time.Minute, "Ready", isReady)
+	if jobs := e.jobsOf("gated", "apply"); !slices.ContainsFunc(jobs, func(j batchv1.Job) bool {
+		return j.Labels[names.LabelApprovedPlan] == waiting.Status.LastPlan.Hash && j.Spec.Template.Spec.ServiceAccountName == "cloud-runner"
+	}) {
+		t.Errorf("no approved apply ran as cloud-runner: %v", jobAccounts(jobs))
+	}
+	if n := len(e.instanceFiles()); n != 2 {
+		t.Errorf("%d instances, want 2", n)
 	}
 	// A drift check only plans: it runs as the plan account, and reaches
 	// its state through the runner API as any runner does.
@@ -454,7 +477,7 @@ func TestCustomRunnerServiceAccount(t *testing.T) {
 	if c := condition(checked, infrav1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Ready %+v after the drift check", c)
 	}
-	drifts := e.jobs("drift")
+	drifts := e.jobsOf("wi", "drift")
 	if len(drifts) == 0 {
 		t.Error("no drift check Job kept")
 	}
@@ -915,4 +938,12 @@ resource "terraform_data" "key" {
 	if !printed || !planned {
 		t.Errorf("the module's echo (%v) or the plan's heredoc (%v) is not where the test looks: the test proves nothing:\n%v", printed, planned, seen)
 	}
+}
+
+func jobAccounts(jobs []batchv1.Job) map[string]string {
+	out := map[string]string{}
+	for _, j := range jobs {
+		out[j.Name] = j.Spec.Template.Spec.ServiceAccountName
+	}
+	return out
 }

@@ -123,14 +123,23 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 // spec.jobs.serviceAccountName names a ServiceAccount without the label.
 const ReasonRunnerServiceAccountNotAllowed = "RunnerServiceAccountNotAllowed"
 
-// runnerServiceAccount is the ServiceAccount a Job of op runs as, and the
-// field that names it: a drift check only plans, and may run as a
-// read-only identity of its own.
-func runnerServiceAccount(jp infrav1.JobPolicy, op infrav1.Operation) serviceAccount {
-	if op == infrav1.OperationDrift && jp.PlanServiceAccountName != "" {
+// runnerServiceAccount is the ServiceAccount a Job runs as, and the field
+// that names it: a Job that only plans may run as a read-only identity of
+// its own.
+func runnerServiceAccount(jp infrav1.JobPolicy, onlyPlans bool) serviceAccount {
+	if onlyPlans && jp.PlanServiceAccountName != "" {
 		return serviceAccount{"spec.jobs.planServiceAccountName", jp.PlanServiceAccountName}
 	}
 	return serviceAccount{"spec.jobs.serviceAccountName", cmp.Or(jp.ServiceAccountName, names.RunnerServiceAccount)}
+}
+
+// onlyPlans tells whether a Job of op can change nothing in the cloud: a
+// drift check, or an apply under Manual whose Job holds no approval, so
+// that its runner applies no plan that changes anything (it waits). Such
+// a Job's module code needs no right to change the cloud.
+func onlyPlans(op infrav1.Operation, gate infrav1.ApprovalPolicy, approvedPlan, approvedDestructivePlan string) bool {
+	return op == infrav1.OperationDrift ||
+		op == infrav1.OperationApply && gate == infrav1.ApprovalPolicyManual && approvedPlan == "" && approvedDestructivePlan == ""
 }
 
 type serviceAccount struct{ field, name string }

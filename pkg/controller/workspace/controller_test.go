@@ -1262,6 +1262,60 @@ func TestPlanServiceAccount(t *testing.T) {
 	}
 }
 
+// TestPlanServiceAccountUnderManual: under approvalPolicy Manual an apply
+// Job that holds no approval can only plan (its runner applies no change
+// without one), so it runs as planServiceAccountName, checked as any
+// runner's account; the Job an approval starts runs as serviceAccountName.
+// Destructive lets a plan that creates apply unasked: its applies run as
+// serviceAccountName.
+func TestPlanServiceAccountUnderManual(t *testing.T) {
+	k := kinds[0]
+	for name, tc := range map[string]struct {
+		policy               infrav1.ApprovalPolicy
+		readerLabelled       bool
+		first, afterApproval string
+	}{
+		"Manual":                    {infrav1.ApprovalPolicyManual, true, "reader", "cloud"},
+		"Manual, reader unlabelled": {policy: infrav1.ApprovalPolicyManual},
+		"Destructive":               {infrav1.ApprovalPolicyDestructive, true, "cloud", "cloud"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			runner := map[string]string{infrav1.LabelRunnerServiceAccount: "true"}
+			reader := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: "ns"}}
+			if tc.readerLabelled {
+				reader.Labels = runner
+			}
+			f := newFixture(t, k, newObject(k, withFinalizer(k), func(o workspace.Object) {
+				o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = tc.policy
+				o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud", PlanServiceAccountName: "reader"}
+			}), k.capi, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns", Labels: runner}}, reader)
+			f.sync()
+			jobs := f.createdJobs()
+			if !tc.readerLabelled {
+				c := f.condition(infrav1.ConditionReady)
+				if len(jobs) != 0 || c == nil || c.Reason != workspace.ReasonRunnerServiceAccountNotAllowed || !strings.Contains(c.Message, "spec.jobs.planServiceAccountName: ServiceAccount reader lacks the label") {
+					t.Errorf("an unlabelled plan account: Jobs %v, Ready %+v", jobNames(jobs), c)
+				}
+				return
+			}
+			if len(jobs) != 1 || jobs[0].Spec.Template.Spec.ServiceAccountName != tc.first {
+				t.Fatalf("the first apply: %v, want one Job running as %s", jobNames(jobs), tc.first)
+			}
+			destroyOne := infrav1.PlanSummary{Destroy: 1, Resources: []infrav1.PlannedResource{{Address: "terraform_data.instance[1]", Action: "destroy"}}}
+			f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: "gate",
+				Plan: &run.Plan{Hash: "1111111111111111", Summary: destroyOne}})
+			f.sync()
+			f.observe()
+			f.annotate(infrav1.AnnotationApproveDestructivePlan, "1111111111111111")
+			f.sync()
+			jobs = f.createdJobs()
+			if len(jobs) != 1 || jobs[0].Spec.Template.Spec.ServiceAccountName != tc.afterApproval {
+				t.Errorf("the approved apply: %v, want one Job running as %s", jobNames(jobs), tc.afterApproval)
+			}
+		})
+	}
+}
+
 // TestRunnerEnvWinsOverEnvFrom: where the runner sends its token is set
 // in the pod's env, even when empty, so that no key of an envFrom (a
 // ConfigMap a writer edits) can say it.

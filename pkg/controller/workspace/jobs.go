@@ -146,7 +146,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 	labels[names.LabelOperation] = string(s.Operation)
 	labels[names.LabelInputsHash] = s.InputsHash
 	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)
-	sa := runnerServiceAccount(s.Policy.JobPolicy, s.Operation).name
+	sa := runnerServiceAccount(s.Policy.JobPolicy, onlyPlans(s.Operation, s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan)).name
 	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
 	if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); s.Gate != "" && approved != "" {
 		labels[names.LabelApprovedPlan] = approved

@@ -48,7 +48,11 @@ func (e *Engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (e
 		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
 		return false, false, nil
 	}
-	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerServiceAccount(r.Policy.JobPolicy, op)); err != nil {
+	plans := op == infrav1.OperationDrift
+	if g := r.Gate; g != nil && op == infrav1.OperationApply {
+		plans = onlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
+	}
+	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerServiceAccount(r.Policy.JobPolicy, plans)); err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
 			e.InputError(r, ie)

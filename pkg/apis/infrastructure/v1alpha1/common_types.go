@@ -206,10 +206,12 @@ type JobPolicy struct {
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
-	// PlanServiceAccountName runs drift checks, the runs that only plan, as
-	// this ServiceAccount instead of serviceAccountName: give it a cloud
-	// identity that may only read, as plan and apply roles are split. The
-	// ServiceAccount must carry the label captf.io/runner=true.
+	// PlanServiceAccountName runs the runs that only plan as this
+	// ServiceAccount instead of serviceAccountName: drift checks and, under
+	// approvalPolicy Manual, applies that hold no approval (their plan
+	// waits). Give it a cloud identity that may only read, as plan and apply
+	// roles are split. The ServiceAccount must carry the label
+	// captf.io/runner=true.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
