@@ -61,7 +61,7 @@ local-up: controlplane localcloud plugin ## Run the quickstart: the local manage
 .PHONY: test
 test: controlplane prometheus velero images ## Run every test, against a real local control plane (unit packages with the race detector)
 	$(GO) test -race $(TEST_FLAGS) ./pkg/... ./cmd/...
-	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/...
+	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/e2e $$($(GO) list ./test/... | grep -v '/test/e2e$$')
 
 .PHONY: mutants
 mutants: ## Break each guard in hack/mutants.sh on purpose and check a unit test fails (not part of test; several minutes)
