@@ -390,6 +390,13 @@ mutant restore-takes-any-backup pkg/plugin/state.go \
 mutant module-overrides-the-backend pkg/runner/code.go \
 	'if base != name && (base == "override" || strings.HasSuffix(base, "_override")) {' 'if base != name && false {'
 
+# The caches keep only the annotations the controllers read, and the
+# controllers write by patch from the version they read.
+mutant cache-keeps-every-annotation pkg/controller/workspace/patch.go \
+	'return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")' 'return false'
+mutant patch-without-version pkg/controller/workspace/patch.go \
+	'm["resourceVersion"] = accessor.GetResourceVersion()' '_ = accessor'
+
 # Runs that only plan (drift checks, unapproved applies under Manual) run
 # as the plan ServiceAccount, checked as any runner's; approved ones do not.
 mutant plan-account-unused pkg/controller/workspace/access.go \

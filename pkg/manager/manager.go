@@ -708,6 +708,9 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		}
 		meta := accessor.GetObjectMeta()
 		meta.SetManagedFields(nil)
+		if _, ok := obj.(workspace.Object); ok {
+			meta.SetAnnotations(workspace.CachedAnnotations(meta.GetAnnotations()))
+		}
 		shared.Meta(meta)
 		switch o := obj.(type) {
 		case workspace.Object: // a Terraform* object that is not a template

@@ -68,6 +68,15 @@ func TestCacheTransform(t *testing.T) {
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
 			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},
+		"a TerraformMachine keeps the annotations CAPTF and Cluster API read": {
+			in: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{
+				"kubectl.kubernetes.io/last-applied-configuration": `{"spec":{}}`, "example.com/note": "big", "captf": "x",
+				infrav1.AnnotationApprovePlan: "1111111111111111", "cluster.x-k8s.io/paused": "", "clusterctl.cluster.x-k8s.io/block-move": ""}}},
+			want: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{
+				infrav1.AnnotationApprovePlan: "1111111111111111", "cluster.x-k8s.io/paused": "", "clusterctl.cluster.x-k8s.io/block-move": ""}}}},
+		"a TerraformMachine with only others' annotations keeps none": {
+			in:   &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{"example.com/note": "big"}}},
+			want: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}}},
 		"a state head keeps what the checks read": {trim: workspace.CacheStateSecret,
 			in: &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{
 				Name: "captf-tfm-m-state", Namespace: "tenant", UID: "s1", ResourceVersion: "9", CreationTimestamp: start,

@@ -246,6 +246,11 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 	e := newEnv(t)
 	e.startManager()
 	e.gated("once", "", map[string]any{"instances": 2})
+	// The manager's caches keep only CAPTF's and Cluster API's annotations,
+	// and its writes (the finalizer, clusterctl's block-move, the used
+	// approval) leave the others as they are.
+	const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+	e.annotate("once", lastApplied, `{"kept":true}`)
 	e.waitFor("once", 2*time.Minute, "Ready", isReady)
 	instances := func(n int) {
 		e.update("once", func(tc *infrav1.TerraformCluster) {
@@ -266,6 +271,9 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 	})
 	if v, ok := tc.Annotations[infrav1.AnnotationApproveDestructivePlan]; ok {
 		t.Errorf("the used approval %s is still on the object", v)
+	}
+	if v := tc.Annotations[lastApplied]; v != `{"kept":true}` {
+		t.Errorf("the manager's writes left %s %q, want it kept", lastApplied, v)
 	}
 	// instance[1] again: an add, which the Destructive policy lets through.
 	instances(2)

@@ -31,7 +31,10 @@ func TestLargeObjectsCannotExhaustTheManager(t *testing.T) {
 	machine := func(name string, valueBytes int) *infrav1.TerraformMachine {
 		// No Cluster of that name: the manager caches and reports the
 		// machine, and runs nothing for it.
-		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{capi.ClusterNameLabel: "nowhere"}}}
+		// Annotations the API server admits up to 256 KiB; the manager
+		// caches only the ones it reads.
+		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{capi.ClusterNameLabel: "nowhere"},
+			Annotations: map[string]string{"example.com/notes": strings.Repeat("n", 250<<10)}}}
 		tm.Spec.Module.Inline = "#" + strings.Repeat("m", 65535) // the CRD's bound
 		tm.Spec.Variables = []infrav1.Variable{{Name: "blob", Value: &runtime.RawExtension{Raw: []byte(strconv.Quote(strings.Repeat("v", valueBytes-2)))}}}
 		return tm
@@ -79,7 +82,7 @@ func TestLargeObjectsCannotExhaustTheManager(t *testing.T) {
 	// The shipped limit is 256Mi: a quarter of it is the headroom kept for
 	// everything else the manager does (runs, reviews, restores).
 	const limit, headroom = 256 << 10, 64 << 10
-	t.Logf("manager RSS %d MiB before, peak %d MiB after %d machines of %d KiB inline (limit %d MiB)",
+	t.Logf("manager RSS %d MiB before, peak %d MiB after %d machines of %d KiB inline and 250 KiB of annotations (limit %d MiB)",
 		before["VmRSS"]>>10, after["VmHWM"]>>10, objects, (size+65536)>>10, limit>>10)
 	if after["VmHWM"] > limit-headroom {
 		t.Errorf("the manager's peak RSS is %d MiB with %d machines of %d KiB: over its %d MiB limit less %d MiB of headroom",

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -68,7 +69,7 @@ type Kind[T Object] struct {
 
 // Client writes objects of one kind: the generated typed clients are ones.
 type Client[T any] interface {
-	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 	UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 }
 
@@ -237,7 +238,7 @@ func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 		return nil
 	}
 	obj := cached.DeepCopyObject().(T)
-	s := c.newSync(obj)
+	s := c.newSync(cached, obj)
 	err = c.reconcile(ctx, s, obj)
 	if err == nil && s.Unwritten {
 		err = s.Update(ctx)
@@ -254,8 +255,9 @@ func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 }
 
 // newSync finds what obj's sync reads besides obj: its owner, its Cluster,
-// the Cluster's TerraformCluster, and its Jobs.
-func (c *Controller[T]) newSync(obj T) *Sync {
+// the Cluster's TerraformCluster, and its Jobs. cached is obj as the cache
+// holds it, never written to.
+func (c *Controller[T]) newSync(cached, obj T) *Sync {
 	owner := c.kind.Owner.OwnerOf(obj, c.kind.GVK.Group, c.kind.GVK.Kind, c.owners)
 	cluster, tc := owner, (*infrav1.TerraformCluster)(nil)
 	if c.belongsToCluster() {
@@ -271,8 +273,12 @@ func (c *Controller[T]) newSync(obj T) *Sync {
 	}
 	s := c.engine.NewSync(obj, defaults)
 	s.Owner, s.Cluster, s.TerraformCluster = owner, cluster, tc
+	base := cached // what the API server holds, as far as this sync knows
 	s.Update = func(ctx context.Context) error {
-		err := c.update(ctx, obj)
+		err := c.update(ctx, base, obj)
+		if err == nil {
+			base = obj.DeepCopyObject().(T)
+		}
 		s.Unwritten = s.Unwritten && err != nil
 		return err
 	}
@@ -423,10 +429,16 @@ func (c *Controller[T]) renderOf(ctx context.Context, s *Sync, inputs map[string
 	return in, nil
 }
 
-// update writes obj's metadata and spec. obj keeps the status this sync
+// update writes what the sync changed of obj's metadata and spec since
+// base, as a patch: the cache leaves out what no controller reads, which an
+// update of the cached object would erase. obj keeps the status this sync
 // computed and takes the new resourceVersion and generation.
-func (c *Controller[T]) update(ctx context.Context, obj T) error {
-	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name()})
+func (c *Controller[T]) update(ctx context.Context, base, obj T) error {
+	patch, err := mergePatch(base, obj)
+	if err != nil {
+		return err
+	}
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: c.kind.Name()})
 	if apierrors.IsNotFound(err) && obj.GetDeletionTimestamp() != nil {
 		return nil // the last finalizer went
 	}

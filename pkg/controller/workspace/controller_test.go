@@ -105,7 +105,7 @@ func TestSync(t *testing.T) {
 			"new: finalizer, run inputs, runner access, one Job, status": {
 				obj:  newObject(k),
 				capi: k.capi,
-				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
+				wantWrites: []string{"patch {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
 					"create jobs {k}-prod-apply-", "update {res}/status prod"},
 				wantReady: workspace.ReasonApplying,
 			},
@@ -113,7 +113,7 @@ func TestSync(t *testing.T) {
 				obj:        newObject(k, func(o workspace.Object) { o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "admin"} }),
 				capi:       k.capi,
 				objects:    []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: "ns"}}},
-				wantWrites: []string{"update {res} prod", "update {res}/status prod"},
+				wantWrites: []string{"patch {res} prod", "update {res}/status prod"},
 				wantReady:  workspace.ReasonRunnerServiceAccountNotAllowed,
 				wantEvents: []string{"Warning RunnerServiceAccountNotAllowed"},
 				wantNoJob:  true,
@@ -123,7 +123,7 @@ func TestSync(t *testing.T) {
 				capi: k.capi,
 				objects: []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns",
 					Labels: map[string]string{infrav1.LabelRunnerServiceAccount: "true"}}}},
-				wantWrites: []string{"update {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
+				wantWrites: []string{"patch {res} prod", "create secrets {k}-prod-apply-", "create serviceaccounts captf-runner",
 					"create jobs {k}-prod-apply-", "update {res}/status prod"},
 				wantReady:      workspace.ReasonApplying,
 				wantServiceAcc: "cloud",
@@ -147,7 +147,7 @@ func TestSync(t *testing.T) {
 				}),
 				capi:       k.capi,
 				objects:    []runtime.Object{stateSecret, durable, leftover},
-				wantWrites: []string{"delete secrets {k}-prod-apply-", "patch secrets {k}-prod-", "patch secrets {k}-prod-", "update {res} prod"},
+				wantWrites: []string{"delete secrets {k}-prod-apply-", "patch secrets {k}-prod-", "patch secrets {k}-prod-", "patch {res} prod"},
 				wantEvents: []string{"Normal Abandoned"},
 				wantNoJob:  true,
 				// Listed without their data (a state can be large), the
@@ -163,7 +163,7 @@ func TestSync(t *testing.T) {
 				capi:    k.capi,
 				objects: []runtime.Object{leftover},
 				// The finalizer goes last, once nothing is left.
-				wantWrites: []string{"delete secrets {k}-prod-apply-", "delete leases {k}-prod-lock", "update {res} prod"},
+				wantWrites: []string{"delete secrets {k}-prod-apply-", "delete leases {k}-prod-lock", "patch {res} prod"},
 				wantNoJob:  true,
 			},
 			"deleted after an apply, its state gone: StateMissing, no destroy, the finalizer stays": {
@@ -188,7 +188,7 @@ func TestSync(t *testing.T) {
 				capi:    k.capi,
 				objects: []runtime.Object{stateSecret, durable},
 				// The update is clusterctl's block-move annotation, set before the Job.
-				wantWrites: []string{"update {res} prod", "create serviceaccounts captf-runner",
+				wantWrites: []string{"patch {res} prod", "create serviceaccounts captf-runner",
 					"create jobs {k}-prod-destroy-", "update {res}/status prod"},
 				wantReady: workspace.ReasonDestroying,
 				wantArgs:  "--durable-inputs",
@@ -1050,7 +1050,7 @@ func TestMoveUnblockedOnceNoJobRuns(t *testing.T) {
 			}
 			var updates []string
 			for _, w := range f.writes() {
-				if strings.HasPrefix(w, f.expand("update {res} ")) {
+				if strings.HasPrefix(w, f.expand("patch {res} ")) {
 					updates = append(updates, w)
 				}
 			}
@@ -1180,21 +1180,26 @@ func TestTheApplyLeavesTheNextSyncNothingToWrite(t *testing.T) {
 	forKinds(t, func(t *testing.T, k kindCase) {
 		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
 		// The API server's generation: one more for each change of the spec.
-		f.captf.PrependReactor("update", k.resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		f.captf.PrependReactor("patch", k.resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 			if a.GetSubresource() != "" {
 				return false, nil, nil
 			}
-			obj := a.(k8stesting.UpdateAction).GetObject().(workspace.Object)
-			stored, err := f.captf.Tracker().Get(f.gvr(), obj.GetNamespace(), obj.GetName())
+			_, _, _ = f.log.record(a) // handled here, before the log's reactor
+			stored, err := f.captf.Tracker().Get(f.gvr(), a.GetNamespace(), a.(k8stesting.PatchAction).GetName())
 			if err != nil {
 				return false, nil, nil
 			}
 			old := stored.(workspace.Object)
+			handled, patched, err := k8stesting.ObjectReaction(f.captf.Tracker())(a)
+			if err != nil || !handled {
+				return handled, patched, err
+			}
+			obj := patched.(workspace.Object)
 			obj.SetGeneration(old.GetGeneration())
 			if !equality.Semantic.DeepEqual(specOf(t, old), specOf(t, obj)) {
 				obj.SetGeneration(old.GetGeneration() + 1)
 			}
-			return false, nil, nil
+			return true, obj, f.captf.Tracker().Update(f.gvr(), obj, obj.GetNamespace())
 		})
 		f.sync()
 		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})

@@ -1,0 +1,91 @@
+package workspace
+
+import (
+	"encoding/json"
+	"maps"
+	"reflect"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// mergePatch is the JSON merge patch (RFC 7386) that turns base's metadata
+// and spec into obj's, holding base's resourceVersion. Applied, it changes
+// only what the sync changed, so what the cache does not hold (annotations
+// no controller reads) stays as it is on the server; and the API server
+// refuses it with a conflict when another writer changed the object since
+// base was read, as it refuses a stale update.
+func mergePatch(base, obj runtime.Object) ([]byte, error) {
+	from, err := runtime.DefaultUnstructuredConverter.ToUnstructured(base)
+	if err != nil {
+		return nil, err
+	}
+	to, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	delete(from, "status") // written through its subresource
+	delete(to, "status")
+	patch := mergeDiff(from, to)
+	m, ok := patch["metadata"].(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		patch["metadata"] = m
+	}
+	accessor, err := meta.Accessor(base)
+	if err != nil {
+		return nil, err
+	}
+	m["resourceVersion"] = accessor.GetResourceVersion()
+	return json.Marshal(patch)
+}
+
+// mergeDiff is the merge patch from one JSON object to another: a key
+// added or changed takes its new value (objects compared key by key, lists
+// replaced whole), a key removed is null.
+func mergeDiff(from, to map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range to {
+		old, ok := from[k]
+		switch {
+		case ok && reflect.DeepEqual(old, v):
+		case isObject(old) && isObject(v):
+			out[k] = mergeDiff(old.(map[string]any), v.(map[string]any))
+		default:
+			out[k] = v
+		}
+	}
+	for k := range from {
+		if _, ok := to[k]; !ok {
+			out[k] = nil
+		}
+	}
+	return out
+}
+
+func isObject(v any) bool {
+	_, ok := v.(map[string]any)
+	return ok
+}
+
+// CachedAnnotations are the annotations of a Terraform* object the caches
+// keep: CAPTF's own and Cluster API's, the only ones the controllers read.
+// The rest can be large (kubectl's last-applied-configuration repeats the
+// whole object; any writer may add up to 256 KiB) and would take the
+// manager's memory for nothing; the controllers write objects by patch
+// (mergePatch), which leaves what the cache left out as it is.
+func CachedAnnotations(annotations map[string]string) map[string]string {
+	if len(annotations) == 0 {
+		return annotations
+	}
+	kept := maps.Clone(annotations)
+	maps.DeleteFunc(kept, func(key, _ string) bool {
+		prefix, _, ok := strings.Cut(key, "/")
+		return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")
+	})
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
+}
