@@ -395,7 +395,15 @@ mutant module-overrides-the-backend pkg/runner/code.go \
 mutant cache-keeps-every-annotation pkg/controller/workspace/patch.go \
 	'return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")' 'return false'
 mutant patch-without-version pkg/controller/workspace/patch.go \
-	'm["resourceVersion"] = accessor.GetResourceVersion()' '_ = accessor'
+	'm["resourceVersion"] = was.GetResourceVersion()' ''
+mutant patch-drops-every-annotation pkg/controller/workspace/patch.go \
+	'	if len(annotations) > 0 {
+		m["annotations"] = annotations
+	}' '	if len(is.GetAnnotations()) == 0 {
+		m["annotations"] = nil
+	} else if len(annotations) > 0 {
+		m["annotations"] = annotations
+	}'
 
 # Runs that only plan (drift checks, unapproved applies under Manual) run
 # as the plan ServiceAccount, checked as any runner's; approved ones do not.

@@ -27,17 +27,42 @@ func mergePatch(base, obj runtime.Object) ([]byte, error) {
 	}
 	delete(from, "status") // written through its subresource
 	delete(to, "status")
+	for _, o := range []map[string]any{from, to} {
+		if m, ok := o["metadata"].(map[string]any); ok {
+			delete(m, "annotations")
+		}
+	}
 	patch := mergeDiff(from, to)
 	m, ok := patch["metadata"].(map[string]any)
 	if !ok {
 		m = map[string]any{}
 		patch["metadata"] = m
 	}
-	accessor, err := meta.Accessor(base)
+	was, err := meta.Accessor(base)
 	if err != nil {
 		return nil, err
 	}
-	m["resourceVersion"] = accessor.GetResourceVersion()
+	is, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	// Key by key: the last annotation the cache holds removed must not
+	// remove the map, with the annotations the cache left out in it.
+	annotations := map[string]any{}
+	for k, v := range is.GetAnnotations() {
+		if old, ok := was.GetAnnotations()[k]; !ok || old != v {
+			annotations[k] = v
+		}
+	}
+	for k := range was.GetAnnotations() {
+		if _, ok := is.GetAnnotations()[k]; !ok {
+			annotations[k] = nil
+		}
+	}
+	if len(annotations) > 0 {
+		m["annotations"] = annotations
+	}
+	m["resourceVersion"] = was.GetResourceVersion()
 	return json.Marshal(patch)
 }
 

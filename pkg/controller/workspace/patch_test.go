@@ -30,6 +30,12 @@ func TestMergePatch(t *testing.T) {
 		"an approval used: null": {change: func(m *infrav1.TerraformMachine) {
 			delete(m.Annotations, infrav1.AnnotationApprovePlan)
 		}, want: `{"metadata":{"annotations":{"` + infrav1.AnnotationApprovePlan + `":null},"resourceVersion":"7"}}`},
+		"the last annotation the cache holds removed: null for it alone": {change: func(m *infrav1.TerraformMachine) {
+			m.Annotations = nil
+		}, want: `{"metadata":{"annotations":{"` + infrav1.AnnotationApprovePlan + `":null,"captf.io/keep":null},"resourceVersion":"7"}}`},
+		"an annotation changed": {change: func(m *infrav1.TerraformMachine) {
+			m.Annotations["captf.io/keep"] = "y"
+		}, want: `{"metadata":{"annotations":{"captf.io/keep":"y"},"resourceVersion":"7"}}`},
 		"a provider ID set, the status changed: the spec only": {change: func(m *infrav1.TerraformMachine) {
 			m.Spec.ProviderID = "localcloud://i-1"
 			m.Status.FailureDomain = "ignored"
