@@ -2,21 +2,19 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 # -count=1: the e2e tests run a captf binary they build, which Go's test cache
-# cannot see. The packages under test/ each start their own control plane;
-# two at a time suit two cores: the e2e package, mostly waiting on terraform,
-# runs beside the shorter ones. Measured 2026-12-02 on two cores: ./test/...
-# 22 min (e2e 20 beside capi 13, clusterctl 7, install 4); the whole target
-# 41 min on a fresh machine, of which about 15 build the unit packages with
-# -race and the fuzz targets from an empty cache. The fuzz targets are not
-# part of test since 2026-12-03 (their instrumented build of every
-# dependency took 2.5 of those minutes, which the Velero build needed):
-# their seed corpus runs as unit tests; `make fuzz` fuzzes.
-# 2026-12-03, with the Velero build: `.ci/run` on a fresh machine (empty
-# module and build caches) 47.5 min: builds and verify 22, unit 3.5, ./test/... 22.
-# 2026-12-06, warm: `make test` 31 min (unit 2.5; e2e 22 beside capi 16,
-# clusterctl 7, install 4): over the 30 it should take.
+# cannot see. The packages under test/ each start their own control plane
+# and mostly wait (on terraform, on intervals): the machine was 55% busy
+# with two at a time. Three at a time, the e2e package (the longest) first,
+# the capi package beside it, the rest in the third slot. Measured
+# 2026-12-07 on two cores with two at a time and e2e first: e2e 24 min,
+# capi 15, clusterctl 5.5, install 4, images and integration 1.5; the whole
+# target 33 min, over the 30 it should take. The fuzz targets are not part
+# of test (their instrumented build took minutes): their seed corpus runs
+# as unit tests; `make fuzz` fuzzes. 2026-12-03: `.ci/run` on a fresh
+# machine (empty module and build caches) 47.5 min: builds and verify 22,
+# unit 3.5, ./test/... 22.
 TEST_FLAGS ?= -count=1 -timeout 60m
-TEST_PARALLEL ?= 2
+TEST_PARALLEL ?= 3
 # How many inputs each fuzz target runs in `make fuzz` (a count: a duration can fail spuriously at its deadline).
 FUZZTIME ?= 50000x
 
