@@ -393,7 +393,7 @@ mutant module-overrides-the-backend pkg/runner/code.go \
 # The caches keep only the annotations the controllers read, and the
 # controllers write by patch from the version they read.
 mutant cache-keeps-every-annotation pkg/controller/workspace/patch.go \
-	'return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")' 'return false'
+	'return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")' 'return prefix == "-" && !ok'
 mutant patch-without-version pkg/controller/workspace/patch.go \
 	'm["resourceVersion"] = was.GetResourceVersion()' ''
 mutant patch-drops-every-annotation pkg/controller/workspace/patch.go \
