@@ -79,9 +79,10 @@ func TestLargeObjectsCannotExhaustTheManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := procStatus(t, m.Pid())
-	// The shipped limit is 256Mi: a quarter of it is the headroom kept for
-	// everything else the manager does (runs, reviews, restores).
-	const limit, headroom = 256 << 10, 64 << 10
+	// The shipped limit is 256Mi: half of it is the headroom kept for
+	// everything else the manager does (runs, reviews, restores). Measured
+	// 2026-12-07: 81 and 83 MiB; 150 when the caches kept every annotation.
+	const limit, headroom = 256 << 10, 128 << 10
 	t.Logf("manager RSS %d MiB before, peak %d MiB after %d machines of %d KiB inline and 250 KiB of annotations (limit %d MiB)",
 		before["VmRSS"]>>10, after["VmHWM"]>>10, objects, (size+65536)>>10, limit>>10)
 	if after["VmHWM"] > limit-headroom {
