@@ -1187,7 +1187,12 @@ func TestNoLegacyStateAdoption(t *testing.T) {
 // again changes the state each time (a tainted resource, made anew); with
 // backups rotating, the state before the failures used to be gone within
 // minutes. The backup of the last state a run ended well with stays.
+//
+// It mostly waits out the failed applies' backoff, so it runs beside the
+// other parallel tests (it fits beside TestRunnerCutOffPastItsDeadline);
+// three failures took 84 s alone, within 4 minutes under any load.
 func TestFailingRunsKeepTheGoodBackup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.startManager("--state-backups=1")
 	tc := e.localCloud("fails", e.newCluster("fails", false), map[string]any{})
@@ -1203,7 +1208,7 @@ resource "terraform_data" "b" { input = file("/nonexistent/${terraform_data.cloc
 `
 	})
 	e.approveModule("fails")
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 4*time.Minute, true, func(context.Context) (bool, error) {
 		failed := 0
 		for _, j := range e.jobs("apply") {
 			if j.Status.Failed > 0 {
