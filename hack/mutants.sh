@@ -397,13 +397,7 @@ mutant cache-keeps-every-annotation pkg/controller/workspace/patch.go \
 mutant patch-without-version pkg/controller/workspace/patch.go \
 	'm["resourceVersion"] = was.GetResourceVersion()' ''
 mutant patch-drops-every-annotation pkg/controller/workspace/patch.go \
-	'	if len(annotations) > 0 {
-		m["annotations"] = annotations
-	}' '	if len(is.GetAnnotations()) == 0 {
-		m["annotations"] = nil
-	} else if len(annotations) > 0 {
-		m["annotations"] = annotations
-	}'
+	'ok && !isObject(m["annotations"]) {' 'ok && false {'
 
 # Runs that only plan (drift checks, unapproved applies under Manual) run
 # as the plan ServiceAccount, checked as any runner's; approved ones do not.

@@ -27,9 +27,12 @@ func mergePatch(base, obj runtime.Object) ([]byte, error) {
 	}
 	delete(from, "status") // written through its subresource
 	delete(to, "status")
+	// Annotations key by key, even when none is left: the last one the
+	// cache holds removed must not remove the map, with the annotations the
+	// cache left out in it.
 	for _, o := range []map[string]any{from, to} {
-		if m, ok := o["metadata"].(map[string]any); ok {
-			delete(m, "annotations")
+		if m, ok := o["metadata"].(map[string]any); ok && !isObject(m["annotations"]) {
+			m["annotations"] = map[string]any{}
 		}
 	}
 	patch := mergeDiff(from, to)
@@ -38,29 +41,12 @@ func mergePatch(base, obj runtime.Object) ([]byte, error) {
 		m = map[string]any{}
 		patch["metadata"] = m
 	}
+	if a, ok := m["annotations"].(map[string]any); ok && len(a) == 0 {
+		delete(m, "annotations")
+	}
 	was, err := meta.Accessor(base)
 	if err != nil {
 		return nil, err
-	}
-	is, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, err
-	}
-	// Key by key: the last annotation the cache holds removed must not
-	// remove the map, with the annotations the cache left out in it.
-	annotations := map[string]any{}
-	for k, v := range is.GetAnnotations() {
-		if old, ok := was.GetAnnotations()[k]; !ok || old != v {
-			annotations[k] = v
-		}
-	}
-	for k := range was.GetAnnotations() {
-		if _, ok := is.GetAnnotations()[k]; !ok {
-			annotations[k] = nil
-		}
-	}
-	if len(annotations) > 0 {
-		m["annotations"] = annotations
 	}
 	m["resourceVersion"] = was.GetResourceVersion()
 	return json.Marshal(patch)
