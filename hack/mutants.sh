@@ -395,7 +395,7 @@ mutant module-overrides-the-backend pkg/runner/code.go \
 mutant cache-keeps-every-annotation pkg/controller/workspace/patch.go \
 	'return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")' 'return prefix == "-" && !ok'
 mutant patch-without-version pkg/controller/workspace/patch.go \
-	'm["resourceVersion"] = was.GetResourceVersion()' ''
+	'm["resourceVersion"] = was.GetResourceVersion()' '_ = was'
 mutant patch-drops-every-annotation pkg/controller/workspace/patch.go \
 	'ok && !isObject(m["annotations"]) {' 'ok && false {'
 
