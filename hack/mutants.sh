@@ -393,7 +393,11 @@ mutant module-overrides-the-backend pkg/runner/code.go \
 # The caches keep only the annotations the controllers read, and the
 # controllers write by patch from the version they read.
 mutant cache-keeps-every-annotation pkg/controller/workspace/patch.go \
-	'return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")' 'return prefix == "-" && !ok'
+	'if !cachedAnnotations[k] {' 'if false {'
+mutant cache-keeps-long-values pkg/controller/workspace/patch.go \
+	'if len(v) > maxCachedAnnotation {' 'if false {'
+mutant webhook-any-adopt-value pkg/webhook/validate.go \
+	'ok && !objectUID.MatchString(v) {' 'ok && v == "" {'
 mutant patch-without-version pkg/controller/workspace/patch.go \
 	'm["resourceVersion"] = was.GetResourceVersion()' '_ = was'
 mutant patch-drops-every-annotation pkg/controller/workspace/patch.go \

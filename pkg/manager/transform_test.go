@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -30,6 +31,8 @@ func TestCacheTransform(t *testing.T) {
 	}
 	withoutManagedFields := meta()
 	withoutManagedFields.ManagedFields = nil
+	asCachedObject := withoutManagedFields // a Job's annotation, not one a Terraform* object keeps
+	asCachedObject.Annotations = nil
 	yes, zero, two := true, int32(0), int32(2)
 	start, done := metav1.Unix(100, 0), metav1.Unix(200, 0)
 	jobMeta := metav1.ObjectMeta{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", Generation: 1, CreationTimestamp: start,
@@ -67,13 +70,19 @@ func TestCacheTransform(t *testing.T) {
 				Finished: true, EndReason: "DeadlineExceeded", EndMessage: "Job was active longer than specified deadline", EndTime: done}}},
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},
-			want: &infrav1.TerraformCluster{ObjectMeta: withoutManagedFields, Status: tcStatus}},
+			want: &infrav1.TerraformCluster{ObjectMeta: asCachedObject, Status: tcStatus}},
 		"a TerraformMachine keeps the annotations CAPTF and Cluster API read": {
 			in: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{
 				"kubectl.kubernetes.io/last-applied-configuration": `{"spec":{}}`, "example.com/note": "big", "captf": "x",
 				infrav1.AnnotationApprovePlan: "1111111111111111", "cluster.x-k8s.io/paused": "", "clusterctl.cluster.x-k8s.io/block-move": ""}}},
 			want: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{
 				infrav1.AnnotationApprovePlan: "1111111111111111", "cluster.x-k8s.io/paused": "", "clusterctl.cluster.x-k8s.io/block-move": ""}}}},
+		"a TerraformMachine keeps no other captf.io or Cluster API annotation, and bounds what it keeps": {
+			in: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{
+				"captf.io/anything": strings.Repeat("x", 4096), "cluster.x-k8s.io/anything": "y", "machine.cluster.x-k8s.io/certificates-expiry": "2027",
+				"cluster.x-k8s.io/paused": strings.Repeat("p", 4096)}}},
+			want: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{
+				"cluster.x-k8s.io/paused": strings.Repeat("p", 1024)}}}},
 		"a TerraformMachine with only others' annotations keeps none": {
 			in:   &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{"example.com/note": "big"}}},
 			want: &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}}},

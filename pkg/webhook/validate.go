@@ -32,6 +32,7 @@ var (
 	planHash     = regexp.MustCompile(`^[0-9a-f]{16}$`)
 	moduleDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	backupStamp  = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}(-[0-9]+)?$`)
+	objectUID    = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
 // Envs the runner sets itself; a job policy may not override them.
@@ -537,6 +538,9 @@ func validateAnnotations(annotations map[string]string, gated bool, obj names.Ob
 			errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationRestoreState), v, fmt.Sprintf("must name one of this object's state backups (%s<yyyymmdd-hhmmss> or %s<yyyymmdd-hhmmss>); list them with: kubectl get secrets -l %s=%s,%s=%s",
 				backup, rescue, names.LabelSecretType, names.SecretTypeBackup, names.LabelObjectName, names.LabelValue(obj.Name))))
 		}
+	}
+	if v, ok := annotations[infrav1.AnnotationAdoptState]; ok && !objectUID.MatchString(v) {
+		errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationAdoptState), v, "must be the UID of the object that left the state, as the ProtectionInherited condition names it"))
 	}
 	if v, ok := annotations[infrav1.AnnotationAbandonInfrastructure]; ok && v != "true" && v != "false" {
 		errs = append(errs, field.Invalid(path.Key(infrav1.AnnotationAbandonInfrastructure), v, `must be "true" or "false"`))

@@ -134,6 +134,12 @@ func TestValidateTerraformCluster(t *testing.T) {
 		{name: "abandon value", change: func(tc *infrav1.TerraformCluster) {
 			tc.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "yes"}
 		}, want: "metadata.annotations[captf.io/abandon-infrastructure]: Invalid value: \"yes\": must be \"true\" or \"false\""},
+		{name: "adopt value", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationAdoptState: strings.Repeat("u", 2000)}
+		}, want: "metadata.annotations[captf.io/adopt-state]: Invalid value: \"uuuu"},
+		{name: "adopt value well formed", change: func(tc *infrav1.TerraformCluster) {
+			tc.Annotations = map[string]string{infrav1.AnnotationAdoptState: "0f3c1b2a-9d8e-4f7a-b6c5-1234567890ab"}
+		}},
 		{name: "endpoint changed once set",
 			old: func(tc *infrav1.TerraformCluster) {
 				tc.Spec.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "a", Port: 6443}

@@ -32,9 +32,11 @@ func TestLargeObjectsCannotExhaustTheManager(t *testing.T) {
 		// No Cluster of that name: the manager caches and reports the
 		// machine, and runs nothing for it.
 		// Annotations the API server admits up to 256 KiB; the manager
-		// caches only the ones it reads.
+		// caches only the ones it reads. This one is in CAPTF's own prefix,
+		// which a cache that kept captf.io/* held whole (any other key is
+		// left out alike: TestCacheTransform).
 		tm := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{capi.ClusterNameLabel: "nowhere"},
-			Annotations: map[string]string{"example.com/notes": strings.Repeat("n", 250<<10)}}}
+			Annotations: map[string]string{"captf.io/notes": strings.Repeat("n", 250<<10)}}}
 		tm.Spec.Module.Inline = "#" + strings.Repeat("m", 65535) // the CRD's bound
 		tm.Spec.Variables = []infrav1.Variable{{Name: "blob", Value: &runtime.RawExtension{Raw: []byte(strconv.Quote(strings.Repeat("v", valueBytes-2)))}}}
 		return tm

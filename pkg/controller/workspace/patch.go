@@ -2,12 +2,14 @@ package workspace
 
 import (
 	"encoding/json"
-	"maps"
 	"reflect"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 )
 
 // mergePatch is the JSON merge patch (RFC 7386) that turns base's metadata
@@ -80,23 +82,40 @@ func isObject(v any) bool {
 	return ok
 }
 
+// cachedAnnotations are the annotations of a Terraform* object the
+// controllers read: the caches keep these and no other.
+var cachedAnnotations = map[string]bool{
+	infrav1.AnnotationApprovePlan: true, infrav1.AnnotationApproveDestructivePlan: true, infrav1.AnnotationApproveModule: true,
+	infrav1.AnnotationRestoreState: true, infrav1.AnnotationAbandonInfrastructure: true, infrav1.AnnotationAdoptState: true,
+	capi.PausedAnnotation: true, capi.ManagedByAnnotation: true, capi.BlockMoveAnnotation: true,
+}
+
+// maxCachedAnnotation bounds a kept annotation's value in the caches. No
+// value the controllers act on is longer (the webhook refuses longer
+// approvals and backup names); a longer one, admitted before the webhook
+// checked it, is kept cut, so that it still counts as present and still
+// matches nothing.
+const maxCachedAnnotation = 1024
+
 // CachedAnnotations are the annotations of a Terraform* object the caches
-// keep: CAPTF's own and Cluster API's, the only ones the controllers read.
-// The rest can be large (kubectl's last-applied-configuration repeats the
-// whole object; any writer may add up to 256 KiB) and would take the
+// keep: those the controllers read, each bounded. The rest can be large
+// (kubectl's last-applied-configuration repeats the whole object; any
+// writer may add up to 256 KiB, under any key) and would take the
 // manager's memory for nothing; the controllers write objects by patch
 // (mergePatch), which leaves what the cache left out as it is.
 func CachedAnnotations(annotations map[string]string) map[string]string {
-	if len(annotations) == 0 {
-		return annotations
-	}
-	kept := maps.Clone(annotations)
-	maps.DeleteFunc(kept, func(key, _ string) bool {
-		prefix, _, ok := strings.Cut(key, "/")
-		return !ok || prefix != "captf.io" && prefix != "cluster.x-k8s.io" && !strings.HasSuffix(prefix, ".cluster.x-k8s.io")
-	})
-	if len(kept) == 0 {
-		return nil
+	var kept map[string]string
+	for k, v := range annotations {
+		if !cachedAnnotations[k] {
+			continue
+		}
+		if len(v) > maxCachedAnnotation {
+			v = strings.Clone(v[:maxCachedAnnotation]) // not a slice that holds the whole value
+		}
+		if kept == nil {
+			kept = map[string]string{}
+		}
+		kept[k] = v
 	}
 	return kept
 }
