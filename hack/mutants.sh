@@ -83,7 +83,7 @@ mutant run-inputs-after-job pkg/controller/workspace/start.go \
 
 # A state write that met another run's claim re-reads the state and
 # overwrites it: two runs would write one state.
-mutant conflict-reread-and-overwritten pkg/statestore/state.go \
+mutant conflict-reread-and-overwritten pkg/statestore/claim.go \
 	'		if apierrors.IsConflict(err) {
 			return ErrFenced
 		}' '		if apierrors.IsConflict(err) {
@@ -160,7 +160,7 @@ mutant runner-not-told-protect pkg/run/spec.go \
 	'func(s *Spec) bool { return len(s.Protect) > 0 }}' 'func(s *Spec) bool { return false }}'
 
 # A runner writes a ConfigMap other than its run's record.
-mutant runner-writes-any-configmap pkg/runnerapi/server.go \
+mutant runner-writes-any-configmap pkg/runnerapi/access.go \
 	'cm.Name != want {' 'cm.Name != want && false {'
 # The plugin approves a plan other than the one it showed.
 mutant plugin-approves-changed-plan pkg/plugin/plan.go \
@@ -247,7 +247,7 @@ mutant first-request-not-retried pkg/runner/runner.go \
 	'	err := retry.Transiently(ctx, func() (err error) {
 		inputs, err = r.Client' '	err := func(f func() error) error { return f() }(func() (err error) {
 		inputs, err = r.Client'
-mutant no-retry-after-header pkg/runnerapi/server.go \
+mutant no-retry-after-header pkg/runnerapi/proxy.go \
 	'w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))' ''
 # A new token is checked before it costs a TokenReview.
 mutant token-expiry-unchecked pkg/runnerapi/tokens.go \
@@ -256,7 +256,7 @@ mutant token-signature-unchecked pkg/runnerapi/tokens.go \
 	'if header.Algorithm != "RS256" || rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig) != nil {' 'if header.Algorithm != "RS256" {'
 mutant token-unknown-key-trusted pkg/runnerapi/tokens.go \
 	'return true, fmt.Errorf("%w: %q", errKeyNotKnown, header.KeyID)' 'return false, nil'
-mutant token-junk-spends-budget pkg/runnerapi/server.go \
+mutant token-junk-spends-budget pkg/runnerapi/authenticate.go \
 	'ns, verified, err := claimedNamespace(ctx, token, now, s.keys)' 'ns, verified, err := claimedNamespace(ctx, token, now, s.keys); err = nil'
 # Terraform gets one SIGTERM, however many reasons to stop come.
 mutant second-interrupt pkg/runner/runner.go \
@@ -271,9 +271,9 @@ mutant finalizer-any-verb pkg/webhook/admission.go \
 			}' 'if ok || true {
 				return nil, nil
 			}'
-mutant runner-drops-state-finalizer pkg/runnerapi/server.go \
+mutant runner-drops-state-finalizer pkg/runnerapi/access.go \
 	'&& !slices.Contains(sec.Finalizers, names.StateFinalizer) {' '&& false {'
-mutant runner-rewrites-protection pkg/runnerapi/server.go \
+mutant runner-rewrites-protection pkg/runnerapi/access.go \
 	'if head.Annotations[names.AnnotationProtection] != recorded {' 'if head.Annotations[names.AnnotationProtection] != recorded && false {'
 mutant protection-not-inherited pkg/controller/workspace/protection.go \
 	'if p != nil && p.UID != obj.GetUID() && !covers(r.Gate, p)' 'if false && p != nil'
@@ -298,9 +298,9 @@ mutant plugin-prints-controls pkg/plugin/printable.go \
 mutant plugin-drops-split-characters pkg/plugin/printable.go \
 	'p.pending = append([]byte(nil), data...)' 'p.pending = nil'
 # Issue 50, item 2: a drift check writes none of the state family.
-mutant drift-writes-state pkg/runnerapi/server.go \
+mutant drift-writes-state pkg/runnerapi/access.go \
 	'if id.ReadOnly && method != http.MethodGet && id.Object.HoldsState(name) {' 'if false {'
-mutant drift-creates-state pkg/runnerapi/server.go \
+mutant drift-creates-state pkg/runnerapi/access.go \
 	'if id.ReadOnly && id.Object.HoldsState(sec.Name) {' 'if false {'
 # Issue 50, item 6: heredoc lines, env from Secrets, one buffer a stream.
 mutant redact-no-heredoc-lines pkg/runner/redact.go \
@@ -427,17 +427,17 @@ mutant webhook-takes-command-env pkg/webhook/validate.go \
 
 # Only the runner writes: the module's code holds the pod's token, not the
 # Job's write key; an apply claims the state only once its plan may apply.
-mutant token-alone-writes pkg/runnerapi/server.go \
+mutant token-alone-writes pkg/runnerapi/access.go \
 	'if r.Method != http.MethodGet && !id.writes(r) {' 'if false {'
-mutant any-write-key-passes pkg/runnerapi/server.go \
-	'return id.WriteKey == "" || run.WriteKeyMatches(id.WriteKey, r.Header.Get(run.HeaderWriteKey))' 'return true'
+mutant any-write-key-passes pkg/runnerapi/access.go \
+	'return id.Keyless || run.WriteKeyMatches(id.WriteKey, r.Header.Get(run.HeaderWriteKey))' 'return true'
 mutant write-key-inherited pkg/runner/main.go \
 	'if err := os.Unsetenv(run.EnvWriteKey); err != nil {' 'if err := error(nil); err != nil {'
 mutant runner-dumpable pkg/runner/main.go \
 	'if err := undumpable(); err != nil {' 'if err := error(nil); err != nil {'
 mutant apply-claims-before-it-plans pkg/runner/runner.go \
 	'return r.Config.Operation == infrav1.OperationDrift || r.Config.Operation == infrav1.OperationApply' 'return r.Config.Operation == infrav1.OperationDrift'
-mutant planned-claim-takes-a-changed-state pkg/statestore/state.go \
+mutant planned-claim-takes-a-changed-state pkg/statestore/claim.go \
 	'if current.Annotations[AnnotationHolder] != holder || !sameState(planned, current) {' 'if false {'
 mutant job-without-write-key pkg/controller/workspace/jobs.go \
 	'return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})' 'return env'
@@ -445,7 +445,7 @@ mutant jobs-share-a-write-key pkg/controller/workspace/start.go \
 	'WriteKey: run.NewWriteKey()}' 'WriteKey: run.NewWriteKey()[:0] + "same"}'
 mutant args-expand-the-write-key pkg/controller/workspace/jobs.go \
 	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = strings.ReplaceAll(a, "$", "$")'
-mutant empty-write-key-writes pkg/runnerapi/server.go \
+mutant empty-write-key-writes pkg/runnerapi/access.go \
 	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'
 mutant swapped-plan-applies pkg/runner/runner.go \
 	'} else if sum != r.planSum {' '} else if sum != sum {'
