@@ -214,18 +214,18 @@ mutant capi-copy-shares-refs pkg/capi/object.go \
 	'		out.Spec.InfrastructureRef = &ref' '		_ = ref'
 # Jobs indexed in buckets of object UIDs: a bucket's other objects' Jobs
 # are not this object's.
-mutant jobs-of-the-whole-bucket pkg/controller/workspace/jobs.go \
+mutant jobs-of-the-whole-bucket pkg/runnerjob/job.go \
 	'if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {' 'if !ok || job.Namespace != obj.GetNamespace() {'
 mutant capi-informer-dynamic-lister pkg/manager/informers.go \
 	'		inf = capiInformer{inf, gvr}' '		_ = capiInformer{inf, gvr}'
 mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
 	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
 # A cached Job keeps its controller, why it failed, and an uncounted pod.
-mutant cached-job-without-controller pkg/controller/workspace/jobs.go \
+mutant cached-job-without-controller pkg/runnerjob/job.go \
 	'		c.Controller = JobController{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}' '		_ = owner'
-mutant cached-job-without-failure-message pkg/controller/workspace/jobs.go \
+mutant cached-job-without-failure-message pkg/runnerjob/job.go \
 	'				c.Status.EndMessage = cond.Message' ''
-mutant cached-job-without-uncounted-pod pkg/controller/workspace/jobs.go \
+mutant cached-job-without-uncounted-pod pkg/runnerjob/job.go \
 	'		c.Status.Uncounted = true' ''
 # The manager's caches: filtered as before, and no namespace index.
 mutant informers-with-namespace-index pkg/manager/informers.go \
@@ -284,7 +284,7 @@ mutant protection-covered-loosely pkg/controller/workspace/protection.go \
 mutant protection-adopted-by-any pkg/controller/workspace/protection.go \
 	'obj.GetAnnotations()[infrav1.AnnotationAdoptState] != string(p.UID)' 'obj.GetAnnotations()[infrav1.AnnotationAdoptState] == ""'
 mutant protection-recorded-under-a-job pkg/controller/workspace/protection.go \
-	'if slices.ContainsFunc(r.Jobs, func(j *CachedJob) bool { finished, _ := JobFinished(j); return !finished }) {' 'if false {'
+	'if slices.ContainsFunc(r.Jobs, func(j *runnerjob.Cached) bool { finished, _ := runnerjob.Finished(j); return !finished }) {' 'if false {'
 mutant protection-recorded-while-held pkg/controller/workspace/protection.go \
 	'		return true, nil
 	}
@@ -309,7 +309,7 @@ mutant redact-no-env pkg/runner/redact.go \
 	'name == s || isPattern && strings.HasPrefix(name, prefix)' 'name == s || isPattern && strings.HasPrefix(name, prefix) && false'
 mutant redact-streams-share-a-buffer pkg/runner/runner.go \
 	'ow, ew := r.redact.Writer(log), r.redact.Writer(log)' 'ow := r.redact.Writer(log); ew := ow'
-mutant env-from-secrets-untold pkg/controller/workspace/jobs.go \
+mutant env-from-secrets-untold pkg/runnerjob/job.go \
 	'sensitive = append(sensitive, e.Name)' 'plain = append(plain, e.Name)'
 # Issue 50, item 7: what one review may cost the webhook.
 mutant webhook-bounds-unchecked pkg/webhook/admission.go \
@@ -405,19 +405,19 @@ mutant patch-drops-every-annotation pkg/controller/workspace/patch.go \
 
 # Runs that only plan (drift checks, unapproved applies under Manual) run
 # as the plan ServiceAccount, checked as any runner's; approved ones do not.
-mutant plan-account-unused pkg/controller/workspace/access.go \
+mutant plan-account-unused pkg/runnerjob/account.go \
 	'if onlyPlans && jp.PlanServiceAccountName != "" {' 'if false {'
-mutant plan-account-not-for-unapproved-applies pkg/controller/workspace/access.go \
+mutant plan-account-not-for-unapproved-applies pkg/runnerjob/account.go \
 	'op == infrav1.OperationApply && gate == infrav1.ApprovalPolicyManual && approvedPlan == ""' 'false && approvedPlan == ""'
-mutant plan-account-for-approved-applies pkg/controller/workspace/access.go \
+mutant plan-account-for-approved-applies pkg/runnerjob/account.go \
 	'approvedPlan == "" && approvedDestructivePlan == ""' 'true'
 mutant plan-account-unchecked-for-applies pkg/controller/workspace/start.go \
-	'plans = onlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)' 'plans = false'
+	'plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)' 'plans = false'
 
 # The runner's own settings cannot come from an envFrom the writer edits.
 mutant runner-runs-any-binary pkg/runner/runner.go \
 	'return p, r.checkTerraform(p)' 'return p, nil'
-mutant runner-api-from-envfrom pkg/controller/workspace/jobs.go \
+mutant runner-api-from-envfrom pkg/runnerjob/job.go \
 	'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI}, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})' 'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})'
 
 mutant runner-takes-command-env pkg/runner/runner.go \
@@ -439,11 +439,11 @@ mutant apply-claims-before-it-plans pkg/runner/runner.go \
 	'return r.Config.Operation == infrav1.OperationDrift || r.Config.Operation == infrav1.OperationApply' 'return r.Config.Operation == infrav1.OperationDrift'
 mutant planned-claim-takes-a-changed-state pkg/statestore/claim.go \
 	'if current.Annotations[AnnotationHolder] != holder || !sameState(planned, current) {' 'if false {'
-mutant job-without-write-key pkg/controller/workspace/jobs.go \
+mutant job-without-write-key pkg/runnerjob/job.go \
 	'return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})' 'return env'
 mutant jobs-share-a-write-key pkg/controller/workspace/start.go \
 	'WriteKey: run.NewWriteKey()}' 'WriteKey: run.NewWriteKey()[:0] + "same"}'
-mutant args-expand-the-write-key pkg/controller/workspace/jobs.go \
+mutant args-expand-the-write-key pkg/runnerjob/job.go \
 	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = strings.ReplaceAll(a, "$", "$")'
 mutant empty-write-key-writes pkg/runnerapi/access.go \
 	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // jobsPerObject is what an object with drift checks on keeps once it has
@@ -33,9 +33,9 @@ func finishedJob(i int) *batchv1.Job {
 	if i%jobsPerObject == 0 {
 		op = infrav1.OperationApply
 	}
-	job := workspace.BuildJob(workspace.JobSpec{Owner: owner, OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
+	job := runnerjob.Build(runnerjob.Spec{Owner: owner, OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformMachine"),
 		Operation: op, InputsHash: "a339ee2449a91875", InputsBytes: 208, Attempt: i % jobsPerObject, Image: "captf:v0.1.0",
-		Policy: workspace.EffectivePolicy(nil, nil), Backups: 5, RunnerAPI: "https://captf-runner-api.captf-system.svc:9445"})
+		Policy: runnerjob.EffectivePolicy(nil, nil), Backups: 5, RunnerAPI: "https://captf-runner-api.captf-system.svc:9445"})
 	job.UID = types.UID(fmt.Sprintf("d76ae80b-94e3-43fa-a943-%012d", i))
 	job.ResourceVersion = fmt.Sprint(100000 + i)
 	job.Generation = 1
@@ -73,7 +73,7 @@ func BenchmarkJobCache(b *testing.B) {
 	perJob := heapPerObject(b, wire, func(data []byte) (any, error) {
 		job := &batchv1.Job{}
 		return job, job.Unmarshal(data)
-	}, cacheTransform(newSharedStrings(), workspace.CacheJob), workspace.JobIndexers)
+	}, cacheTransform(newSharedStrings(), runnerjob.Trim), runnerjob.Indexers)
 	b.ReportMetric(perJob, "B/job")
 }
 
@@ -123,7 +123,7 @@ func TestCachedJobForTheRunnerAPI(t *testing.T) {
 		t.Fatalf("a standby's cachedJob = %v, want none", got)
 	}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := indexer.Add(workspace.CacheJob(job.DeepCopy())); err != nil {
+	if err := indexer.Add(runnerjob.Trim(job.DeepCopy())); err != nil {
 		t.Fatal(err)
 	}
 	m.jobs.Store(&indexer)

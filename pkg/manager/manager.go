@@ -62,6 +62,7 @@ import (
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerapi"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/runnerpod"
 	"github.com/captf/captf/pkg/version"
 	"github.com/captf/captf/pkg/webhook"
@@ -318,7 +319,7 @@ type manager struct {
 	jobs atomic.Pointer[cache.Indexer]
 	// results are the leader's readers' results, which the runner API
 	// hands the results it forwards to; nil on a standby.
-	results atomic.Pointer[workspace.Results]
+	results atomic.Pointer[runnerjob.Results]
 	// inputs are the run inputs the leader's controllers created, which
 	// the runner API serves once each; nil on a standby.
 	inputs atomic.Pointer[workspace.RunInputs]
@@ -346,7 +347,7 @@ func (m *manager) cachedJob(namespace, name string) *batchv1.Job {
 		return nil
 	}
 	obj, ok, _ := (*jobs).GetByKey(namespace + "/" + name)
-	j, _ := obj.(*workspace.CachedJob)
+	j, _ := obj.(*runnerjob.Cached)
 	if !ok || j == nil {
 		return nil
 	}
@@ -511,7 +512,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	// never cached, so memory does not grow with state size.
 	managedByCAPTF := func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }
 	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(cacheTransform(shared, workspace.CacheJob)), informers.WithTweakListOptions(managedByCAPTF))
+		informers.WithTransform(cacheTransform(shared, runnerjob.Trim)), informers.WithTweakListOptions(managedByCAPTF))
 	RegisterInformers(cc.CAPTFInformers, cc.KubeInformers, o.Namespace, filter, managedByCAPTF)
 	cc.CAPIInformers = newCAPIFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter, shared)
 	// The metadata of state heads and durable inputs: what the checks
@@ -528,7 +529,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 		return cc, workspace.Config{}, nil, err
 	}
 	api := workspace.RunnerAPI{URL: o.RunnerAPIURL, CAFile: filepath.Join(o.WebhookCertDir, "ca.crt")}
-	slots := workspace.NewJobSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, m.clock)
+	slots := runnerjob.NewSlots(o.MaxConcurrentJobs, o.MaxConcurrentJobsPerNS, m.clock)
 	if slots != nil {
 		if err := slots.Watch(cc.KubeInformers.Batch().V1().Jobs().Informer()); err != nil {
 			return cc, workspace.Config{}, nil, err
@@ -536,7 +537,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	}
 	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, ProviderMirrorImage: o.ProviderMirrorImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &workspace.Results{Kube: cc.Kube}, RunInputs: &workspace.RunInputs{}, Records: &workspace.APIRunRecords{Meta: meta}}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &runnerjob.Results{Kube: cc.Kube}, RunInputs: &workspace.RunInputs{}, Records: &workspace.APIRunRecords{Meta: meta}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())
@@ -696,7 +697,7 @@ func cacheTransform(shared *intern.Pool, trim func(any) any) cache.TransformFunc
 		case *workspace.StateSecretMeta:
 			o.Namespace, o.Kind = shared.String(o.Namespace), shared.String(o.Kind)
 			return o, nil
-		case *workspace.CachedJob:
+		case *runnerjob.Cached:
 			o.Namespace, o.Operation = shared.String(o.Namespace), infrav1.Operation(shared.String(string(o.Operation)))
 			o.Controller.APIVersion, o.Controller.Kind = shared.String(o.Controller.APIVersion), shared.String(o.Controller.Kind)
 			o.Status.EndReason = shared.String(o.Status.EndReason)

@@ -15,6 +15,7 @@ import (
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/intern"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // TestCacheTransform: what the informers cache keeps every field CAPTF
@@ -46,10 +47,10 @@ func TestCacheTransform(t *testing.T) {
 		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
 			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"},
 			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods"}}}
-	cachedJob := &workspace.CachedJob{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", CreationTimestamp: start,
-		Controller: workspace.JobController{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1"},
+	cachedJob := &runnerjob.Cached{Name: "tfm-m-drift-h-1", Namespace: "tenant", UID: "j1", ResourceVersion: "7", CreationTimestamp: start,
+		Controller: runnerjob.JobController{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformMachine", Name: "m", UID: "u1"},
 		ObjectUID:  "u1", Operation: infrav1.OperationDrift, InputsHash: "h", Attempt: 1, ApprovedPlan: "p", InputsBytes: 100,
-		Status: workspace.CachedJobStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1,
+		Status: runnerjob.CachedStatus{StartTime: &start, CompletionTime: &done, Succeeded: 1,
 			Finished: true, Complete: true, EndReason: "CompletionsReached", EndTime: done}}
 	tcStatus := infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{
 		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Applied", Message: "applied"}}}}
@@ -58,15 +59,15 @@ func TestCacheTransform(t *testing.T) {
 		in   any
 		want any
 	}{
-		"a Job keeps what CAPTF reads of it": {trim: workspace.CacheJob,
+		"a Job keeps what CAPTF reads of it": {trim: runnerjob.Trim,
 			in: &batchv1.Job{ObjectMeta: jobMeta, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: "runner", Image: "captf"}}}}}, Status: jobStatus},
 			want: cachedJob},
-		"a failed Job keeps why, and its terminating pods": {trim: workspace.CacheJob,
+		"a failed Job keeps why, and its terminating pods": {trim: runnerjob.Trim,
 			in: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "tenant"}, Status: batchv1.JobStatus{Failed: 1, Terminating: &two, Conditions: []batchv1.JobCondition{
 				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"},
 				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastProbeTime: done, LastTransitionTime: done, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}},
-			want: &workspace.CachedJob{Name: "f", Namespace: "tenant", Status: workspace.CachedJobStatus{Failed: 1, Terminating: 2,
+			want: &runnerjob.Cached{Name: "f", Namespace: "tenant", Status: runnerjob.CachedStatus{Failed: 1, Terminating: 2,
 				Finished: true, EndReason: "DeadlineExceeded", EndMessage: "Job was active longer than specified deadline", EndTime: done}}},
 		"a TerraformCluster keeps its spec and status": {
 			in:   &infrav1.TerraformCluster{ObjectMeta: meta(), Status: tcStatus},

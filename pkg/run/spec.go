@@ -15,7 +15,7 @@ import (
 )
 
 // Spec is what a Job tells its runner, as the container's flags: Args
-// writes them for the manager's BuildJob, AddFlags and Complete read them
+// writes them for the manager's runnerjob.Build, AddFlags and Complete read them
 // in `captf runner`. One list, so the two cannot drift apart.
 type Spec struct {
 	Namespace string

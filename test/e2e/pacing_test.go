@@ -19,6 +19,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // TestMaxConcurrentJobs: with --max-concurrent-jobs=1, three clusters
@@ -41,7 +42,7 @@ func TestMaxConcurrentJobs(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		active := 0
 		for _, j := range e.jobs("") {
-			if finished, _ := workspace.JobFinished(workspace.CachedJobFrom(&j)); !finished {
+			if finished, _ := runnerjob.Finished(runnerjob.CachedFrom(&j)); !finished {
 				active++
 			}
 		}
@@ -49,7 +50,7 @@ func TestMaxConcurrentJobs(t *testing.T) {
 		ready := 0
 		for _, name := range names {
 			tc := e.get(name)
-			if c := condition(tc, infrav1.ConditionReady); c != nil && c.Reason == workspace.ReasonWaitingForJobSlot {
+			if c := condition(tc, infrav1.ConditionReady); c != nil && c.Reason == runnerjob.ReasonWaitingForJobSlot {
 				sawWaiting = true
 			}
 			if isReady(tc) {
@@ -110,7 +111,7 @@ func TestDriftYieldsToApply(t *testing.T) {
 	e.create(e.localCloud("late", e.newCluster("late", false), map[string]any{"instances": 1}))
 	e.waitFor("late", 15*time.Second, "waiting for the slot", func(tc *infrav1.TerraformCluster) bool {
 		c := condition(tc, infrav1.ConditionReady)
-		return c != nil && c.Reason == workspace.ReasonWaitingForJobSlot
+		return c != nil && c.Reason == runnerjob.ReasonWaitingForJobSlot
 	})
 	if !isReady(e.get("long")) {
 		e.waitFor("long", time.Minute, "Ready", isReady)

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/webhook"
 	"github.com/captf/captf/test/framework"
 )
@@ -332,9 +332,9 @@ func TestNetworkPolicy(t *testing.T) {
 		}
 	}
 
-	job := workspace.BuildJob(workspace.JobSpec{Owner: &metav1.ObjectMeta{Name: "prod", Namespace: "team-a", UID: "uid"},
+	job := runnerjob.Build(runnerjob.Spec{Owner: &metav1.ObjectMeta{Name: "prod", Namespace: "team-a", UID: "uid"},
 		OwnerGVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster"), Operation: infrav1.OperationApply, InputsHash: "h",
-		Policy: workspace.EffectivePolicy(nil, nil)})
+		Policy: runnerjob.EffectivePolicy(nil, nil)})
 	if sel, err := metav1.LabelSelectorAsSelector(&egress.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(job.Spec.Template.Labels)) {
 		t.Errorf("the sample selects %v, not runner pods (%v)", egress.Spec.PodSelector, job.Spec.Template.Labels)
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/controller/workspace"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -21,20 +21,20 @@ const ControllerName = "jobmetrics"
 // Controller observes finished runner Jobs.
 type Controller struct {
 	results resultReader
-	jobs    cache.Indexer // of workspace.CachedJob
+	jobs    cache.Indexer // of runnerjob.Cached
 	loop    *controller.Loop
 	// finished keeps each Job seen finishing until it is counted: a clean
 	// drift check's Job may be deleted before (workspace cleanupHistory).
-	finished sync.Map // cache.ObjectName → *workspace.CachedJob
+	finished sync.Map // cache.ObjectName → *runnerjob.Cached
 }
 
 // NewController watches the runner Jobs the manager's factory caches, and
 // reads their results with results.
-func NewController(ctx context.Context, cc controller.Context, results *workspace.Results) (*Controller, error) {
+func NewController(ctx context.Context, cc controller.Context, results *runnerjob.Results) (*Controller, error) {
 	jobs := cc.KubeInformers.Batch().V1().Jobs()
 	loop := controller.NewLoop(ctx, ControllerName, cc)
 	if results == nil {
-		results = &workspace.Results{Kube: cc.Kube}
+		results = &runnerjob.Results{Kube: cc.Kube}
 	}
 	c := &Controller{results: results, jobs: jobs.Informer().GetIndexer(), loop: loop}
 	loop.Sync = c.sync
@@ -55,15 +55,15 @@ func (c *Controller) HasSynced() bool { return c.loop.HasSynced() }
 // counts: Jobs that finished before this manager started, seen as adds,
 // were counted by the one before (or are lost with its counters).
 func (c *Controller) updateJob(old, cur any) {
-	o, ok1 := old.(*workspace.CachedJob)
-	j, ok2 := cur.(*workspace.CachedJob)
+	o, ok1 := old.(*runnerjob.Cached)
+	j, ok2 := cur.(*runnerjob.Cached)
 	if !ok1 || !ok2 || j.Operation == "" {
 		return
 	}
-	if was, _ := workspace.JobFinished(o); was {
+	if was, _ := runnerjob.Finished(o); was {
 		return
 	}
-	if now, _ := workspace.JobFinished(j); now {
+	if now, _ := runnerjob.Finished(j); now {
 		key := j.Key()
 		c.finished.Store(key, j)
 		c.loop.Queue.Add(key)

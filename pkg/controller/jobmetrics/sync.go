@@ -12,14 +12,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // resultReader reads the result a runner wrote for a Job: the engine's
-// workspace.Results, which answers from the result the object's controller
+// runnerjob.Results, which answers from the result the object's controller
 // read when it can.
 type resultReader interface {
 	Read(ctx context.Context, namespace, name string, job types.UID) (*run.Result, error)
@@ -28,21 +28,21 @@ type resultReader interface {
 // sync counts one finished Job. An error (the result could not be read)
 // retries it; nothing is counted before the result is read.
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
-	var job *workspace.CachedJob
+	var job *runnerjob.Cached
 	if seen, ok := c.finished.Load(key); ok {
-		job = seen.(*workspace.CachedJob)
+		job = seen.(*runnerjob.Cached)
 	} else {
 		obj, exists, err := c.jobs.GetByKey(key.String())
 		if err != nil {
 			return err
 		}
-		if job, _ = obj.(*workspace.CachedJob); !exists || job == nil {
+		if job, _ = obj.(*runnerjob.Cached); !exists || job == nil {
 			klog.FromContext(ctx).V(4).Info("Finished Job deleted before it was counted", "job", key)
 			return nil
 		}
 	}
 	owner := job.Controller
-	if owner == (workspace.JobController{}) {
+	if owner == (runnerjob.JobController{}) {
 		c.finished.Delete(key)
 		return nil
 	}
@@ -57,13 +57,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 
 // result reads what the runner reported; nil when it reported nothing (a
 // pod killed early) or something unreadable.
-func (c *Controller) result(ctx context.Context, job *workspace.CachedJob, owner workspace.JobController) (*run.Result, error) {
+func (c *Controller) result(ctx context.Context, job *runnerjob.Cached, owner runnerjob.JobController) (*run.Result, error) {
 	n := names.ObjectOf(owner.Kind, owner.Name)
 	res, err := c.results.Read(ctx, job.Namespace, n.Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
-	if errors.Is(err, workspace.ErrUnreadableResult) {
+	if errors.Is(err, runnerjob.ErrUnreadableResult) {
 		klog.FromContext(ctx).Info("Unreadable result", "job", klog.KObj(job), "err", err)
 		return nil, nil
 	}
@@ -74,9 +74,9 @@ func (c *Controller) result(ctx context.Context, job *workspace.CachedJob, owner
 }
 
 // observe counts a finished Job of an object of kind.
-func observe(job *workspace.CachedJob, kind string, res *run.Result) {
+func observe(job *runnerjob.Cached, kind string, res *run.Result) {
 	op := string(job.Operation)
-	finished, succeeded := workspace.JobFinished(job)
+	finished, succeeded := runnerjob.Finished(job)
 	if !finished {
 		return
 	}
@@ -97,7 +97,7 @@ func observe(job *workspace.CachedJob, kind string, res *run.Result) {
 		start = res.Started.Time
 		metrics.JobQueue.WithLabelValues(kind, op).Observe(nonNegative(start.Sub(job.CreationTimestamp.Time)))
 	}
-	metrics.JobDuration.WithLabelValues(kind, op, result).Observe(nonNegative(workspace.FinishTime(job).Sub(start)))
+	metrics.JobDuration.WithLabelValues(kind, op, result).Observe(nonNegative(runnerjob.FinishTime(job).Sub(start)))
 	if res == nil {
 		return
 	}
@@ -115,7 +115,7 @@ func observe(job *workspace.CachedJob, kind string, res *run.Result) {
 	}
 }
 
-func failedReason(job *workspace.CachedJob) string {
+func failedReason(job *runnerjob.Cached) string {
 	if st := job.Status; st.Finished && !st.Complete {
 		return st.EndReason
 	}

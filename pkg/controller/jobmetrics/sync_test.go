@@ -18,10 +18,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/captf/captf/pkg/controller"
-	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 var created = time.Unix(1_000_000, 0)
@@ -39,7 +39,7 @@ func finishedJob(name, kind, op string, conditionType batchv1.JobConditionType, 
 
 type results map[string]*run.Result
 
-// Read answers as workspace.Results does.
+// Read answers as runnerjob.Results does.
 func (r results) Read(_ context.Context, _, name string, _ types.UID) (*run.Result, error) {
 	res, ok := r[name]
 	if !ok {
@@ -63,7 +63,7 @@ func TestSync(t *testing.T) {
 	}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, j := range jobs {
-		if err := indexer.Add(workspace.CacheJob(j)); err != nil {
+		if err := indexer.Add(runnerjob.Trim(j)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestSync(t *testing.T) {
 }
 
 // TestResultReadOnce: the Job metrics count a result the object's
-// controller read (the manager gives both one workspace.Results) without
+// controller read (the manager gives both one runnerjob.Results) without
 // reading it again.
 func TestResultReadOnce(t *testing.T) {
 	ctx := context.Background()
@@ -125,12 +125,12 @@ func TestResultReadOnce(t *testing.T) {
 	name := names.Object{Kind: "tfm", Name: "obj"}.Result(job.Name)
 	b, _ := json.Marshal(run.Result{Outcome: run.OutcomeSucceeded, BackupsMade: 1})
 	kube := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Data: map[string][]byte{run.KeyResult: b}})
-	shared := &workspace.Results{Kube: kube}
+	shared := &runnerjob.Results{Kube: kube}
 	if _, err := shared.Read(ctx, "ns", name, job.UID); err != nil { // the TerraformMachine controller's read
 		t.Fatal(err)
 	}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := indexer.Add(workspace.CacheJob(job)); err != nil {
+	if err := indexer.Add(runnerjob.Trim(job)); err != nil {
 		t.Fatal(err)
 	}
 	c := &Controller{results: shared, jobs: indexer}
@@ -193,7 +193,7 @@ func TestUpdateJob(t *testing.T) {
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())
 			defer q.ShutDown()
 			c := &Controller{loop: &controller.Loop{Queue: q}}
-			c.updateJob(workspace.CacheJob(tc.old), workspace.CacheJob(tc.cur))
+			c.updateJob(runnerjob.Trim(tc.old), runnerjob.Trim(tc.cur))
 			if q.Len() != tc.want {
 				t.Errorf("queued %d, want %d", q.Len(), tc.want)
 			}
@@ -210,9 +210,9 @@ func TestCountedWhenDeletedAtOnce(t *testing.T) {
 	done := finishedJob("gone", "TerraformCluster", "drift", batchv1.JobComplete, "", time.Minute)
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())
 	defer q.ShutDown()
-	c := &Controller{results: &workspace.Results{Kube: k8sfake.NewClientset()}, jobs: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+	c := &Controller{results: &runnerjob.Results{Kube: k8sfake.NewClientset()}, jobs: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		loop: &controller.Loop{Queue: q}}
-	c.updateJob(workspace.CacheJob(running), workspace.CacheJob(done)) // then deleted: not in the indexer
+	c.updateJob(runnerjob.Trim(running), runnerjob.Trim(done)) // then deleted: not in the indexer
 	labels := map[string]string{"kind": "TerraformCluster", "operation": "drift", "result": "succeeded"}
 	before, _ := histogram(t, "captf_job_duration_seconds", labels)
 	if err := c.sync(ctx, cache.MetaObjectToName(done)); err != nil {

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -14,9 +13,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // RunnerAccess keeps the captf-runner ServiceAccount in each namespace the
@@ -91,7 +92,7 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 	}
 	labels := map[string]string{names.LabelManagedBy: names.ManagedByValue}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: names.RunnerServiceAccount, Namespace: namespace, Labels: labels},
-		AutomountServiceAccountToken: ptr(false)}
+		AutomountServiceAccountToken: ptr.To(false)}
 	if _, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, sa.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		if _, err := a.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, sa.Name, err)
@@ -123,45 +124,24 @@ func (a *RunnerAccess) Ensure(ctx context.Context, namespace string) error {
 // spec.jobs.serviceAccountName names a ServiceAccount without the label.
 const ReasonRunnerServiceAccountNotAllowed = "RunnerServiceAccountNotAllowed"
 
-// runnerServiceAccount is the ServiceAccount a Job runs as, and the field
-// that names it: a Job that only plans may run as a read-only identity of
-// its own.
-func runnerServiceAccount(jp infrav1.JobPolicy, onlyPlans bool) serviceAccount {
-	if onlyPlans && jp.PlanServiceAccountName != "" {
-		return serviceAccount{"spec.jobs.planServiceAccountName", jp.PlanServiceAccountName}
-	}
-	return serviceAccount{"spec.jobs.serviceAccountName", cmp.Or(jp.ServiceAccountName, names.RunnerServiceAccount)}
-}
-
-// onlyPlans tells whether a Job of op can change nothing in the cloud: a
-// drift check, or an apply under Manual whose Job holds no approval, so
-// that its runner applies no plan that changes anything (it waits). Such
-// a Job's module code needs no right to change the cloud.
-func onlyPlans(op infrav1.Operation, gate infrav1.ApprovalPolicy, approvedPlan, approvedDestructivePlan string) bool {
-	return op == infrav1.OperationDrift ||
-		op == infrav1.OperationApply && gate == infrav1.ApprovalPolicyManual && approvedPlan == "" && approvedDestructivePlan == ""
-}
-
-type serviceAccount struct{ field, name string }
-
 // CheckServiceAccount allows a runner ServiceAccount other than captf-runner
 // only when its namespace's owner labelled it captf.io/runner=true: without
 // that, anyone who may create a Terraform* object could run Terraform with
 // any ServiceAccount's rights.
-func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace string, sa serviceAccount) error {
-	if sa.name == names.RunnerServiceAccount {
+func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace string, sa runnerjob.ServiceAccount) error {
+	if sa.Name == names.RunnerServiceAccount {
 		return nil
 	}
-	got, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, sa.name, metav1.GetOptions{})
+	got, err := a.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, sa.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf("%s: ServiceAccount %s not found", sa.field, sa.name)}
+		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf("%s: ServiceAccount %s not found", sa.Field, sa.Name)}
 	}
 	if err != nil {
 		return err
 	}
 	if got.Labels[infrav1.LabelRunnerServiceAccount] != "true" {
 		return &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: fmt.Sprintf(
-			"%s: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", sa.field, sa.name, infrav1.LabelRunnerServiceAccount)}
+			"%s: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", sa.Field, sa.Name, infrav1.LabelRunnerServiceAccount)}
 	}
 	return nil
 }

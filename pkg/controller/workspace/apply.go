@@ -16,33 +16,34 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Apply drives the apply of in. It returns the result and Job of an apply of
 // in that succeeded and is not in the status yet, for the caller to read the
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
-func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *CachedJob, error) {
-	if active := activeJob(r.Jobs); active != nil {
+func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
+	if active := runnerjob.Active(r.Jobs); active != nil {
 		return nil, nil, e.whileRunning(ctx, r, active, in.Hash)
 	}
 	if err := e.cleanupHistory(ctx, r); err != nil {
 		klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
 	}
 	st := r.Obj.WorkspaceStatus()
-	latest := latestJob(r.Jobs, infrav1.OperationApply, in.Hash)
+	latest := runnerjob.Latest(r.Jobs, infrav1.OperationApply, in.Hash)
 	// The state changed under the last apply (a restore, or drift to
 	// remediate): plan and apply again.
 	changed := e.stateChangedAfter(r)
 	if latest != nil && latest.CreationTimestamp.Time.Before(changed) {
-		if _, succeeded := JobFinished(latest); succeeded {
+		if _, succeeded := runnerjob.Finished(latest); succeeded {
 			return nil, nil, e.startApply(ctx, r, in, latest.Attempt+1)
 		}
 	}
 	// Other inputs were applied after the last Job of these (the spec went
 	// back to earlier inputs): that Job's plan and outputs are of another
 	// infrastructure than today's.
-	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
+	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !runnerjob.FinishTime(latest).After(st.LastAppliedTime.Time) {
 		return nil, nil, e.startApply(ctx, r, in, latest.Attempt+1)
 	}
 	if st.AppliedInputsHash == in.Hash {
@@ -60,12 +61,12 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
 	}
-	if _, succeeded := JobFinished(latest); !succeeded {
+	if _, succeeded := runnerjob.Finished(latest); !succeeded {
 		return nil, nil, e.applyFailed(ctx, r, latest, in)
 	}
 	// A re-apply of applied inputs is new when it finished after the
 	// applied time the status holds.
-	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !FinishTime(latest).After(st.LastAppliedTime.Time) {
+	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !runnerjob.FinishTime(latest).After(st.LastAppliedTime.Time) {
 		e.RecordJob(r, latest, run.OutcomeSucceeded, nil)
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
@@ -104,7 +105,7 @@ func (e *Engine) startApply(ctx context.Context, r *Sync, in *Inputs, attempt in
 // that come with its progress (its pod, Cluster API's status patches) read
 // no Secret or ConfigMap.
 func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
-	active := activeJob(r.Jobs)
+	active := runnerjob.Active(r.Jobs)
 	if active == nil || active.Operation == infrav1.OperationDrift {
 		return false, nil
 	}
@@ -113,7 +114,7 @@ func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
 
 // whileRunning reports the running Job; a drift check never holds up an
 // apply of other inputs: it is stopped.
-func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *CachedJob, hash string) error {
+func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *runnerjob.Cached, hash string) error {
 	op := active.Operation
 	if op == infrav1.OperationDrift && r.Obj.WorkspaceStatus().AppliedInputsHash != hash {
 		if err := e.JobControl.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
@@ -145,7 +146,7 @@ func (e *Engine) stateChangedAfter(r *Sync) time.Time {
 // applySucceeded reads the result of a successful apply Job: a plan held
 // for approval, a plan approved since (planned again), or outputs for the
 // caller.
-func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) (*run.Result, *CachedJob, error) {
+func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cached, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
 	res, err := e.readResult(ctx, r, job)
 	if errors.Is(err, errNoResult) {
 		// Nothing says what it applied or planned: plan again (an
@@ -182,7 +183,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *CachedJob, in
 
 // applyFailed reports a failed apply Job and retries it after a backoff,
 // unless its runner rescued a state that must be looked at first.
-func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *Inputs) error {
+func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *runnerjob.Cached, in *Inputs) error {
 	attempt, retry := e.failed(ctx, r, job, ReasonApplyFailed, "terraform failed")
 	if !retry {
 		return nil
@@ -194,7 +195,7 @@ func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *CachedJob, in *I
 // reason) and a warning when that is news. It returns the attempt that
 // retries the Job, and whether that is due now; never while the runner's
 // rescued state waits for a person.
-func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, what string) (int, bool) {
+func (e *Engine) failed(ctx context.Context, r *Sync, job *runnerjob.Cached, reason, what string) (int, bool) {
 	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
 	e.RecordJob(r, job, run.OutcomeFailed, res)
 	if e.holdForRescue(r, job, res) {
@@ -210,14 +211,14 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 	} else if now {
 		return job.Attempt + 1, true
 	}
-	msg := JobFailureMessage(job)
+	msg := runnerjob.FailureMessage(job)
 	if res != nil && res.Error != "" {
 		msg = fmt.Sprintf("%s in %s (Job %s): %s", what, res.Stage, job.Name, res.Error)
 		reason = cmp.Or(res.Reason, reason)
 	}
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 	attempt := job.Attempt + 1
-	if wait := Backoff(attempt) - e.Clock.Now().Sub(FinishTime(job)); wait > 0 {
+	if wait := runnerjob.Backoff(attempt) - e.Clock.Now().Sub(runnerjob.FinishTime(job)); wait > 0 {
 		r.Requeue = wait
 		return attempt, false
 	}
@@ -225,11 +226,11 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *CachedJob, reason, wh
 }
 
 // RecordApplied records a successful apply (or refresh) in the status.
-func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Result) {
+func (e *Engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res *run.Result) {
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
-		t := metav1.NewTime(FinishTime(job))
+		t := metav1.NewTime(runnerjob.FinishTime(job))
 		st.LastRefreshTime = &t
 		learnModule(st, res)
 		e.RecordJob(r, job, run.OutcomeSucceeded, res)
@@ -242,10 +243,10 @@ func (e *Engine) RecordApplied(r *Sync, hash string, job *CachedJob, res *run.Re
 	st.AppliedRecord, st.AppliedRecordDigest = res.Record, res.RecordDigest
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
-		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(FinishTime(job))}
+		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
 	}
 	msg := appliedMessage(st)
-	applied := metav1.NewTime(FinishTime(job))
+	applied := metav1.NewTime(runnerjob.FinishTime(job))
 	st.LastAppliedTime = &applied
 	provisioned := true
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
@@ -294,7 +295,7 @@ func (e *Engine) InvalidOutput(r *Sync, err error) {
 var errNoResult = errors.New("finished without a result")
 
 // readResult reads what the runner of job reported.
-func (e *Engine) readResult(ctx context.Context, r *Sync, job *CachedJob) (*run.Result, error) {
+func (e *Engine) readResult(ctx context.Context, r *Sync, job *runnerjob.Cached) (*run.Result, error) {
 	res, err := e.Results.Read(ctx, job.Namespace, e.Names(r.Obj).Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)

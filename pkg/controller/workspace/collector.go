@@ -5,13 +5,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // The series computed at each scrape from the leader's caches: a restarted
@@ -97,7 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		if slots := engines[0].Slots; slots != nil {
-			maps.Copy(waiting, slots.waiters(slots.clock.Now()))
+			maps.Copy(waiting, slots.Waiting())
 		}
 		for ko, n := range waiting {
 			gauge(ch, jobsWaitingDesc, float64(n), ko[0], ko[1])
@@ -149,7 +149,7 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 		gauge(ch, driftIntervalDesc, interval.Seconds(), kind, ns, name)
 	}
 
-	jobs := objectJobs(e.JobIndex, obj)
+	jobs := runnerjob.OfObject(e.JobIndex, obj)
 	lastSuccess := lastSuccessFromStatus(st)
 	seen := map[string]bool{}
 	inputsReported := false
@@ -158,12 +158,12 @@ func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
 			gauge(ch, inputsBytesDesc, float64(j.InputsBytes), kind, ns, name)
 			inputsReported = true
 		}
-		finished, succeeded := JobFinished(j)
+		finished, succeeded := runnerjob.Finished(j)
 		if !finished {
 			continue
 		}
-		if succeeded && FinishTime(j).After(lastSuccess) {
-			lastSuccess = FinishTime(j)
+		if succeeded && runnerjob.FinishTime(j).After(lastSuccess) {
+			lastSuccess = runnerjob.FinishTime(j)
 		}
 		op := string(j.Operation)
 		if !seen[op] {
@@ -207,18 +207,18 @@ func collectActiveJobs(ch chan<- prometheus.Metric, jobs cache.Indexer) {
 	type key struct{ kind, op string }
 	active := map[key]int{}
 	for _, o := range jobs.List() {
-		j, ok := o.(*CachedJob)
+		j, ok := o.(*runnerjob.Cached)
 		if !ok {
 			continue
 		}
-		if !runnerJob(j) || j.Operation == "" {
+		if !runnerjob.IsRunner(j) || j.Operation == "" {
 			continue
 		}
 		k := key{j.Controller.Kind, string(j.Operation)}
 		if _, ok := active[k]; !ok {
 			active[k] = 0
 		}
-		if finished, _ := JobFinished(j); !finished {
+		if finished, _ := runnerjob.Finished(j); !finished {
 			active[k]++
 		}
 	}

@@ -11,9 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 var t0 = time.Unix(1_000_000, 0)
@@ -30,7 +32,7 @@ func collectedJob(object, op string, age time.Duration, failed *bool, annotation
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: object + "-" + op + "-" + age.String(), Namespace: "ns",
 		CreationTimestamp: metav1.NewTime(t0.Add(-age)), Annotations: annotations,
 		Labels:          map[string]string{names.LabelObjectUID: object + "-uid", names.LabelOperation: op},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: object, UID: types.UID(object + "-uid"), Controller: ptr(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.SchemeGroupVersion.String(), Kind: "TerraformCluster", Name: object, UID: types.UID(object + "-uid"), Controller: ptr.To(true)}}}}
 	if failed != nil {
 		c := batchv1.JobComplete
 		if *failed {
@@ -75,7 +77,7 @@ func TestCollector(t *testing.T) {
 		}),
 		collectedCluster("lost", func(tc *infrav1.TerraformCluster) {
 			tc.Status.AppliedInputsHash = "h"
-			tc.Spec.Drift = &infrav1.DriftPolicy{Enabled: ptr(false)}
+			tc.Spec.Drift = &infrav1.DriftPolicy{Enabled: ptr.To(false)}
 			tc.DeletionTimestamp = &deleted
 			tc.Status.Conditions = []metav1.Condition{condition("Ready", ReasonStateMissing, metav1.ConditionFalse),
 				condition("StateMissing", ReasonStateMissing, metav1.ConditionTrue), condition("Drifted", ReasonDriftDetected, metav1.ConditionTrue)}
@@ -86,7 +88,7 @@ func TestCollector(t *testing.T) {
 		}
 	}
 	yes, no := true, false
-	jobs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, JobIndexers)
+	jobs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, runnerjob.Indexers)
 	for _, j := range []*batchv1.Job{
 		// healthy: a drift check that succeeded 5 minutes ago (newer than
 		// its status), and one running now.
@@ -100,7 +102,7 @@ func TestCollector(t *testing.T) {
 		collectedJob("lost", "destroy", 20*time.Minute, &yes, nil),
 		collectedJob("lost", "destroy", 10*time.Minute, &no, nil),
 	} {
-		if err := jobs.Add(CacheJob(j)); err != nil {
+		if err := jobs.Add(runnerjob.Trim(j)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Ready reasons of machines and pools: Cluster API's own.
@@ -105,8 +106,8 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	}
 	informer := objects.Informer()
 	jobs := cc.KubeInformers.Batch().V1().Jobs().Informer()
-	if _, ok := jobs.GetIndexer().GetIndexers()[JobsByObjectUID]; !ok {
-		if err := jobs.AddIndexers(JobIndexers); err != nil {
+	if _, ok := jobs.GetIndexer().GetIndexers()[runnerjob.ByObjectUID]; !ok {
+		if err := jobs.AddIndexers(runnerjob.Indexers); err != nil {
 			return nil, err
 		}
 	}
@@ -136,12 +137,12 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
-	c.engine = &Engine{Kube: cc.Kube, JobControl: &APIJobControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
+	c.engine = &Engine{Kube: cc.Kube, JobControl: &runnerjob.APIControl{Client: cc.Kube, FieldManager: fieldManager(kind.GVK)}, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage, ProviderMirrorImage: config.ProviderMirrorImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
 		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs}
 	if c.engine.Results == nil {
-		c.engine.Results = &Results{Kube: cc.Kube}
+		c.engine.Results = &runnerjob.Results{Kube: cc.Kube}
 	}
 	if config.Slots != nil {
 		config.Slots.OnFree(kind.GVK.Kind, func(o cache.ObjectName) { loop.Queue.Add(o) })

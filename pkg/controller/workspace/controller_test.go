@@ -30,6 +30,7 @@ import (
 	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/statestore"
 )
 
@@ -502,8 +503,8 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 		}
 		// Once the informer shows it, the controller waits for it: still one.
 		job := f.jobs.created[0].DeepCopy()
-		workspace.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(workspace.CacheJob(job), false)
-		if err := f.c.EngineForTest().JobIndex.Add(workspace.CacheJob(job)); err != nil {
+		workspace.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(runnerjob.Trim(job), false)
+		if err := f.c.EngineForTest().JobIndex.Add(runnerjob.Trim(job)); err != nil {
 			t.Fatal(err)
 		}
 		f.sync()
@@ -630,7 +631,7 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 		if !slices.Equal(f.jobs.deleted, []string{drift.Name}) || len(f.createdJobs()) != 0 {
 			t.Fatalf("with a check running and the spec changed: deleted %v, created %v; want the check deleted and no Job yet", f.jobs.deleted, jobNames(f.createdJobs()))
 		}
-		if err := f.c.EngineForTest().JobIndex.Delete(workspace.CacheJob(drift)); err != nil {
+		if err := f.c.EngineForTest().JobIndex.Delete(runnerjob.Trim(drift)); err != nil {
 			t.Fatal(err)
 		}
 		f.observe()
@@ -1110,7 +1111,7 @@ func TestCleanDriftChecksLeaveNoJob(t *testing.T) {
 		if c := f.condition(infrav1.ConditionDrifted); c == nil || c.Reason != workspace.ReasonNoDrift {
 			t.Fatalf("Drifted %+v, want NoDrift", c)
 		}
-		if err := f.c.EngineForTest().JobIndex.Delete(workspace.CacheJob(clean)); err != nil {
+		if err := f.c.EngineForTest().JobIndex.Delete(runnerjob.Trim(clean)); err != nil {
 			t.Fatal(err)
 		}
 		f.observe()

@@ -12,6 +12,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/statestore"
 )
 
@@ -25,7 +26,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
 		return e.deleteAbandoned(ctx, r)
 	}
-	if active := activeJob(r.Jobs); active != nil {
+	if active := runnerjob.Active(r.Jobs); active != nil {
 		e.RecordJob(r, active, "Running", nil)
 		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Waiting for Job %s to finish before destroying", active.Name))
 		return false, nil
@@ -39,7 +40,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 		return done, err
 	}
 	attempt := 0
-	if latest := latestJob(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
+	if latest := runnerjob.Latest(r.Jobs, infrav1.OperationDestroy, hash); latest != nil {
 		var retry bool
 		if attempt, retry = e.failed(ctx, r, latest, ReasonDestroyFailed, "terraform destroy failed"); !retry {
 			return false, nil
@@ -52,7 +53,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 // Job of it runs: a Job still running would write state after the abandon,
 // so it is stopped first, and its pod waited for.
 func (e *Engine) deleteAbandoned(ctx context.Context, r *Sync) (bool, error) {
-	if running := unfinishedJob(r.Jobs); running != nil {
+	if running := runnerjob.Unfinished(r.Jobs); running != nil {
 		if running.DeletionTimestamp == nil {
 			if err := e.JobControl.Delete(ctx, running, metav1.DeletePropagationForeground); err != nil {
 				return false, err
@@ -114,13 +115,13 @@ func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
 
 // destroySucceeded tells whether the newest destroy Job succeeded after
 // every apply.
-func destroySucceeded(jobs []*CachedJob) bool {
+func destroySucceeded(jobs []*runnerjob.Cached) bool {
 	for _, j := range jobs { // newest first
 		switch j.Operation {
 		case infrav1.OperationApply, infrav1.OperationRefresh:
 			return false
 		case infrav1.OperationDestroy:
-			_, succeeded := JobFinished(j)
+			_, succeeded := runnerjob.Finished(j)
 			return succeeded
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/metrics"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Reasons of the Drifted condition.
@@ -82,7 +83,7 @@ func driftCheckHash(appliedHash string, due time.Time) string {
 // finished instead would move the next one a whole interval on whenever a
 // check ran more than half an interval late (a backlog of Jobs, a cap):
 // that object would go two intervals unchecked.
-func driftDue(obj Object, latest *CachedJob, appliedHash string, interval time.Duration) (time.Time, bool) {
+func driftDue(obj Object, latest *runnerjob.Cached, appliedHash string, interval time.Duration) (time.Time, bool) {
 	st := obj.WorkspaceStatus()
 	checked, applied := st.LastDriftCheckTime, st.LastAppliedTime
 	if checked == nil || (applied != nil && applied.After(checked.Time)) {
@@ -129,13 +130,13 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	enabled, interval, _ := e.driftPolicy(obj)
-	if st.AppliedInputsHash != appliedHash || activeJob(r.Jobs) != nil {
+	if st.AppliedInputsHash != appliedHash || runnerjob.Active(r.Jobs) != nil {
 		return nil
 	}
 	latest := latestOp(r.Jobs, infrav1.OperationDrift)
 	if latest != nil {
-		if finished, _ := JobFinished(latest); finished {
-			if st.LastDriftCheckTime == nil || FinishTime(latest).After(st.LastDriftCheckTime.Time) {
+		if finished, _ := runnerjob.Finished(latest); finished {
+			if st.LastDriftCheckTime == nil || runnerjob.FinishTime(latest).After(st.LastDriftCheckTime.Time) {
 				if outputs := e.recordDrift(ctx, r, latest); len(outputs) > 0 {
 					// Only outputs moved: a refresh-only apply records them.
 					return e.start(ctx, r, infrav1.OperationRefresh, latest.InputsHash, 0, nil)
@@ -159,17 +160,17 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 
 // recordDrift turns a finished drift Job into the Drifted condition. It
 // returns the outputs that would change when no resource would.
-func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []string {
+func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *runnerjob.Cached) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
-	t := metav1.NewTime(FinishTime(job))
+	t := metav1.NewTime(runnerjob.FinishTime(job))
 	st.LastDriftCheckTime = &t
 	kind := e.GVK.Kind
 	res, err := e.readResult(ctx, r, job)
-	_, succeeded := JobFinished(job)
+	_, succeeded := runnerjob.Finished(job)
 	switch {
 	case err != nil || !succeeded || res.Plan == nil:
-		msg := JobFailureMessage(job)
+		msg := runnerjob.FailureMessage(job)
 		if res != nil && res.Error != "" {
 			msg = fmt.Sprintf("terraform failed in %s (Job %s): %s", res.Stage, job.Name, res.Error)
 		} else if err != nil {
@@ -199,22 +200,22 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *CachedJob) []str
 }
 
 // refreshResult returns the result of a refresh Job not yet in the status.
-func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *CachedJob, error) {
+func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *runnerjob.Cached, error) {
 	st := r.Obj.WorkspaceStatus()
 	job := latestOp(r.Jobs, infrav1.OperationRefresh)
 	if job == nil {
 		return nil, nil, nil
 	}
-	finished, succeeded := JobFinished(job)
-	if !finished || (st.LastRefreshTime != nil && !FinishTime(job).After(st.LastRefreshTime.Time)) {
+	finished, succeeded := runnerjob.Finished(job)
+	if !finished || (st.LastRefreshTime != nil && !runnerjob.FinishTime(job).After(st.LastRefreshTime.Time)) {
 		return nil, nil, nil
 	}
 	if !succeeded {
 		// Tried again after the next drift check finds outputs moved.
 		e.RecordJob(r, job, run.OutcomeFailed, nil)
-		t := metav1.NewTime(FinishTime(job))
+		t := metav1.NewTime(runnerjob.FinishTime(job))
 		st.LastRefreshTime = &t
-		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, JobFailureMessage(job))
+		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, runnerjob.FailureMessage(job))
 		return nil, nil, nil
 	}
 	res, err := e.readResult(ctx, r, job)
@@ -235,7 +236,7 @@ func (e *Engine) clearDrifted(obj Object) {
 }
 
 // latestOp is the newest Job of op: jobs are newest first.
-func latestOp(jobs []*CachedJob, op infrav1.Operation) *CachedJob {
+func latestOp(jobs []*runnerjob.Cached, op infrav1.Operation) *runnerjob.Cached {
 	for _, j := range jobs {
 		if j.Operation == op {
 			return j

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // TestDriftSchedule: each object checks at its own phase of the interval,
@@ -40,7 +41,7 @@ func TestDriftSchedule(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				created = created.Add(time.Duration(rng.Int64N(int64(interval * 9 / 10))))
 			}
-			job := &CachedJob{CreationTimestamp: metav1.NewTime(created), InputsHash: driftCheckHash("h", due)}
+			job := &runnerjob.Cached{CreationTimestamp: metav1.NewTime(created), InputsHash: driftCheckHash("h", due)}
 			if i%2 == 0 {
 				job = nil // a clean check's Job goes once its result is recorded
 			}
@@ -74,14 +75,14 @@ func TestDriftDue(t *testing.T) {
 	const interval = 10 * time.Minute
 	obj := &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{UID: "29b33912-8e3a-4907-b3a1-000000000042"}}
 	slot := driftSlot(obj, time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC), interval)
-	check := func(created, finished time.Duration) *CachedJob {
-		return &CachedJob{CreationTimestamp: metav1.NewTime(slot.Add(created)),
+	check := func(created, finished time.Duration) *runnerjob.Cached {
+		return &runnerjob.Cached{CreationTimestamp: metav1.NewTime(slot.Add(created)),
 			Operation: infrav1.OperationDrift, InputsHash: driftCheckHash("applied", slot)}
 	}
 	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(slot.Add(d)); return &t }
 	for name, tc := range map[string]struct {
 		applied, checked *metav1.Time
-		latest           *CachedJob
+		latest           *runnerjob.Cached
 		want             time.Duration // after slot
 	}{
 		"a check on time":                        {applied: at(-time.Hour), checked: at(20 * time.Second), latest: check(time.Second, 20*time.Second), want: interval},
@@ -93,7 +94,7 @@ func TestDriftDue(t *testing.T) {
 		"gone, its end timed before its slot": {applied: at(-time.Hour), checked: at(-20 * time.Second), want: interval},
 		"gone, finished after its next slot":  {applied: at(-time.Hour), checked: at(11 * time.Minute), want: 2 * interval},
 		"an apply since the last check":       {applied: at(6 * time.Minute), checked: at(20 * time.Second), latest: check(time.Second, 20*time.Second), want: 2 * interval},
-		"the newest Job checked other inputs": {applied: at(-time.Hour), checked: at(6 * time.Minute), latest: &CachedJob{CreationTimestamp: metav1.NewTime(slot), InputsHash: driftCheckHash("before", slot)}, want: interval},
+		"the newest Job checked other inputs": {applied: at(-time.Hour), checked: at(6 * time.Minute), latest: &runnerjob.Cached{CreationTimestamp: metav1.NewTime(slot), InputsHash: driftCheckHash("before", slot)}, want: interval},
 		"applied, never checked":              {applied: at(-4 * time.Minute), want: interval},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -1,7 +1,8 @@
-// Package engine is what every controller that runs Terraform shares:
-// rendering inputs into runner Jobs, one at a time, with deterministic names
-// and expectations; reading results; retries with backoff; destroy with the
-// durable inputs; abandon; and the conditions that report all of it.
+// Package workspace is the controller every Terraform* kind shares
+// (Controller[T], with its Engine): rendering inputs into runner Jobs, one
+// at a time, with deterministic names and expectations; reading results;
+// retries with backoff; destroy with the durable inputs; abandon; and the
+// conditions that report all of it. The Job itself is package runnerjob's.
 package workspace
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/runnerpod"
 )
 
@@ -77,7 +79,7 @@ type Config struct {
 	// Metrics, if set, reports every controller's objects at each scrape.
 	Metrics *Collector
 	// Slots, if set, caps the Jobs that run at once.
-	Slots *JobSlots
+	Slots *runnerjob.Slots
 	// BootstrapConfigs reads the bootstrap configs Machines name; nil:
 	// bootstrap data is read only from Secrets its Machine controls or
 	// that are labelled as bootstrap data.
@@ -86,7 +88,7 @@ type Config struct {
 	Records RunRecords
 	// Results reads runners' results, shared with the Job metrics; nil:
 	// the controller reads its own.
-	Results *Results
+	Results *runnerjob.Results
 	// RunInputs, if set, keeps the run inputs the controllers create for
 	// the runner API to serve.
 	RunInputs *RunInputs
@@ -95,7 +97,7 @@ type Config struct {
 // Engine runs Terraform for the objects of one kind.
 type Engine struct {
 	Kube         kubernetes.Interface
-	JobControl   JobControl
+	JobControl   runnerjob.Control
 	JobIndex     cache.Indexer
 	Recorder     record.EventRecorder
 	Expectations *controller.Expectations
@@ -117,11 +119,11 @@ type Engine struct {
 	// Clock is the time of every decision (backoff, drift, grace).
 	Clock clock.WithTicker
 	// Slots caps the Jobs that run at once; nil: no cap.
-	Slots *JobSlots
+	Slots *runnerjob.Slots
 	// BootstrapConfigs reads bootstrap configs (Config.BootstrapConfigs).
 	BootstrapConfigs BootstrapConfigReader
 	// Results reads runners' results (Config.Results).
-	Results *Results
+	Results *runnerjob.Results
 	// Records prunes run records (Config.Records); nil keeps them all.
 	Records RunRecords
 	// RunInputs keeps the run inputs created (Config.RunInputs); nil
@@ -133,8 +135,8 @@ type Engine struct {
 type Sync struct {
 	Obj    Object // a copy: safe to change
 	Key    cache.ObjectName
-	Policy Policy
-	Jobs   []*CachedJob // of this object, newest first
+	Policy runnerjob.Policy
+	Jobs   []*runnerjob.Cached // of this object, newest first
 	// Gate holds a TerraformCluster's approval policy and approvals; nil
 	// for machines and pools, which are never gated.
 	Gate *approval.Gate
@@ -170,9 +172,9 @@ func (r *Sync) requeueWithin(wait time.Duration) {
 // NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
 func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
-	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
-	r.Jobs = objectJobs(e.JobIndex, obj)
+	r.Jobs = runnerjob.OfObject(e.JobIndex, obj)
 	return r
 }
 

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // What the kind-agnostic fixture (controller_test.go) reaches inside a
@@ -26,7 +27,7 @@ func (c *Controller[T]) QueueForTest() workqueue.TypedRateLimitingInterface[cach
 }
 
 // UseForTest replaces the Job API and the event sink with fakes.
-func (c *Controller[T]) UseForTest(jobs JobControl, recorder record.EventRecorder) {
+func (c *Controller[T]) UseForTest(jobs runnerjob.Control, recorder record.EventRecorder) {
 	c.engine.JobControl, c.engine.Recorder = jobs, recorder
 }
 

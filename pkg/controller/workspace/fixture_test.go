@@ -39,6 +39,7 @@ import (
 	"github.com/captf/captf/pkg/manager"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/statestore"
 )
 
@@ -52,7 +53,7 @@ type testable interface {
 	DeleteObjectForTest(obj any)
 	HandleClusterForTest(obj any)
 	QueueForTest() workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	UseForTest(jobs workspace.JobControl, recorder record.EventRecorder)
+	UseForTest(jobs runnerjob.Control, recorder record.EventRecorder)
 }
 
 // kindCase is one kind as the fixture sets it up: an object named prod in
@@ -229,7 +230,7 @@ func (f *fakeJobControl) Create(_ context.Context, job *batchv1.Job) error {
 	return nil
 }
 
-func (f *fakeJobControl) Delete(_ context.Context, job *workspace.CachedJob, _ metav1.DeletionPropagation) error {
+func (f *fakeJobControl) Delete(_ context.Context, job *runnerjob.Cached, _ metav1.DeletionPropagation) error {
 	f.log.add("delete jobs " + job.Name)
 	f.deleted = append(f.deleted, job.Name)
 	return nil
@@ -510,7 +511,7 @@ func (f *fixture) endJob(res run.Result, succeeded bool) *batchv1.Job {
 func (f *fixture) observe(jobs ...*batchv1.Job) {
 	f.t.Helper()
 	for _, job := range jobs {
-		if err := f.c.EngineForTest().JobIndex.Update(workspace.CacheJob(job)); err != nil {
+		if err := f.c.EngineForTest().JobIndex.Update(runnerjob.Trim(job)); err != nil {
 			f.t.Fatal(err)
 		}
 		f.c.ExpectationsForTest().JobObserved(key, job.Name)

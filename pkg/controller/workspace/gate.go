@@ -10,6 +10,7 @@ import (
 	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Reasons of the approval conditions.
@@ -25,7 +26,7 @@ const (
 
 // reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
-func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *run.Plan) {
+func (e *Engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
 	obj, g := r.Obj, r.Gate
 	needed := approval.Gate{Policy: g.Policy}.Needed(plan)
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
@@ -48,7 +49,7 @@ func (e *Engine) reportBlocked(r *Sync, job *CachedJob, plan *run.Plan) {
 	st := obj.WorkspaceStatus()
 	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
 	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
-	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(FinishTime(job))}
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
 	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
 		// What is provisioned keeps serving while a change waits.
 		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change waits for approval (%s)", st.AppliedPlanHash, condType))
@@ -73,7 +74,7 @@ func (e *Engine) noPlanWaiting(r *Sync) {
 // of it, retry is true: run again now, without the failure's backoff. The
 // Job's label, not the result (which module code can write), says what
 // the Job was made with.
-func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold, retry bool) {
+func (e *Engine) protectedChange(r *Sync, job *runnerjob.Cached, res *run.Result) (hold, retry bool) {
 	if r.Gate == nil || res == nil || res.Reason != run.ReasonProtectedResourceChange || res.Plan == nil {
 		return false, false
 	}
@@ -83,7 +84,7 @@ func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold
 	}
 	obj, plan := r.Obj, res.Plan
 	st := obj.WorkspaceStatus()
-	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: res.Operation, Summary: plan.Summary, Time: metav1.NewTime(FinishTime(job))}
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: res.Operation, Summary: plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
 	what := "Plan " + plan.Hash
 	if res.Operation == infrav1.OperationDestroy {
 		what = "Destroying (plan " + plan.Hash + ")"
@@ -104,7 +105,7 @@ func (e *Engine) protectedChange(r *Sync, job *CachedJob, res *run.Result) (hold
 
 // moduleMessage says that a run found module code no approver accepted,
 // what to run to see and approve it, and that none of it ran.
-func (e *Engine) moduleMessage(r *Sync, job *CachedJob, code *run.ModuleCode) string {
+func (e *Engine) moduleMessage(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) string {
 	obj := r.Obj
 	kind := strings.ToLower(e.GVK.Kind)
 	was := "the code applied (" + strings.Join(r.Gate.Modules, ", ") + ")"
@@ -119,7 +120,7 @@ func (e *Engine) moduleMessage(r *Sync, job *CachedJob, code *run.ModuleCode) st
 // moduleWaits reports an apply that stopped before terraform planned,
 // for module code no approver accepted: PlanAwaitingApproval with reason
 // ModuleAwaitingApproval, the command that approves it.
-func (e *Engine) moduleWaits(r *Sync, job *CachedJob, code *run.ModuleCode) {
+func (e *Engine) moduleWaits(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) {
 	obj := r.Obj
 	msg := e.moduleMessage(r, job, code)
 	e.warnOnChange(obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionTrue, run.ReasonModuleAwaitingApproval, run.ReasonModuleAwaitingApproval, msg)
@@ -135,7 +136,7 @@ func (e *Engine) moduleWaits(r *Sync, job *CachedJob, code *run.ModuleCode) {
 // moduleHeld holds a failed destroy (or other run) that stopped for module
 // code no approver accepted, until an approver names its digest: retried
 // then at once, never on a backoff that would only stop again.
-func (e *Engine) moduleHeld(r *Sync, job *CachedJob, res *run.Result) (hold, retry bool) {
+func (e *Engine) moduleHeld(r *Sync, job *runnerjob.Cached, res *run.Result) (hold, retry bool) {
 	if r.Gate == nil || res == nil || res.Reason != run.ReasonModuleAwaitingApproval || res.Module == nil {
 		return false, false
 	}

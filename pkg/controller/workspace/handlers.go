@@ -7,6 +7,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // JobEventHandler maps runner Job events to the object of kind that owns the
@@ -16,7 +17,7 @@ func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInter
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		job, ok := obj.(*CachedJob)
+		job, ok := obj.(*runnerjob.Cached)
 		if !ok {
 			return
 		}
@@ -34,7 +35,7 @@ func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInter
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { handle(obj, true) },
 		UpdateFunc: func(old, cur any) {
-			if old.(*CachedJob).ResourceVersion != cur.(*CachedJob).ResourceVersion {
+			if old.(*runnerjob.Cached).ResourceVersion != cur.(*runnerjob.Cached).ResourceVersion {
 				handle(cur, false)
 			}
 		},

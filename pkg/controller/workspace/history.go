@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // deletePreviousRunSecrets deletes the run Secrets of the Job that ran op
@@ -19,7 +19,7 @@ import (
 // again. (The runner deletes its inputs itself when it is done; these are
 // what a killed runner left.) Each object so keeps at most the result of the
 // latest Job of each operation, not two Secrets per Job of its history.
-func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
+func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
 	for _, prev := range r.Jobs { // newest first
 		if prev.Name == job.Name || prev.Operation != job.Operation {
 			continue
@@ -30,7 +30,7 @@ func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *Cac
 }
 
 // deleteRunSecrets deletes the run inputs and the result of job.
-func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *CachedJob) {
+func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
 	n := e.Names(r.Obj)
 	e.RunInputs.Forget(job.Namespace, n.RunInputs(job.Name))
 	for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
@@ -59,7 +59,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	var errs []error
 	prune := false               // a Job with a record went: records may be over the limits
 	for _, job := range r.Jobs { // newest first
-		finished, succeeded := JobFinished(job)
+		finished, succeeded := runnerjob.Finished(job)
 		if !finished || job.DeletionTimestamp != nil {
 			continue
 		}
@@ -68,7 +68,7 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 			limit = r.Policy.SuccessfulJobsHistoryLimit
 		}
 		recordedCheck := succeeded && job.Operation == infrav1.OperationDrift &&
-			st.LastDriftCheckTime != nil && !FinishTime(job).After(st.LastDriftCheckTime.Time)
+			st.LastDriftCheckTime != nil && !runnerjob.FinishTime(job).After(st.LastDriftCheckTime.Time)
 		if recordedCheck {
 			limit = r.Policy.CleanDriftChecksKept
 			if drifted {
@@ -94,48 +94,4 @@ func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
 		e.pruneRecords(ctx, r)
 	}
 	return errors.Join(errs...)
-}
-
-// unfinishedJob is a Job that may still run a pod, being deleted or not.
-func unfinishedJob(jobs []*CachedJob) *CachedJob {
-	for _, j := range jobs {
-		if finished, _ := JobFinished(j); !finished {
-			return j
-		}
-	}
-	return nil
-}
-
-func activeJob(jobs []*CachedJob) *CachedJob {
-	for _, j := range jobs {
-		if finished, _ := JobFinished(j); !finished && j.DeletionTimestamp == nil {
-			return j
-		}
-	}
-	return nil
-}
-
-// latestJob is the newest attempt of op for hash.
-func latestJob(jobs []*CachedJob, op infrav1.Operation, hash string) *CachedJob {
-	var latest *CachedJob
-	for _, j := range jobs {
-		if j.Operation != op || j.InputsHash != hash {
-			continue
-		}
-		if latest == nil || j.Attempt > latest.Attempt {
-			latest = j
-		}
-	}
-	return latest
-}
-
-// FinishTime is when job finished (its creation while it runs).
-func FinishTime(job *CachedJob) time.Time {
-	if job.Status.CompletionTime != nil {
-		return job.Status.CompletionTime.Time
-	}
-	if job.Status.Finished {
-		return job.Status.EndTime.Time
-	}
-	return job.CreationTimestamp.Time
 }

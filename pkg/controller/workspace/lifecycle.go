@@ -10,6 +10,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Lifecycle is what a kind adds to the part of a sync every kind shares, in
@@ -60,7 +61,7 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 		if err := r.Update(ctx); err != nil {
 			return false, err
 		}
-	} else if unfinishedJob(r.Jobs) == nil && setBlockMove(obj, false) {
+	} else if runnerjob.Unfinished(r.Jobs) == nil && setBlockMove(obj, false) {
 		// clusterctl move, paused, waits for this: it runs even when
 		// paused, written by the sync's next update of the object (the
 		// provider ID of the apply that just ended, say) or at its end.

@@ -15,6 +15,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Reasons of ConditionProtectionInherited.
@@ -123,7 +124,7 @@ func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err e
 	}
 	// Not under a running Job: its runner writes the head at the version it
 	// read, and a write of ours in between would fence its state saves.
-	if slices.ContainsFunc(r.Jobs, func(j *CachedJob) bool { finished, _ := JobFinished(j); return !finished }) {
+	if slices.ContainsFunc(r.Jobs, func(j *runnerjob.Cached) bool { finished, _ := runnerjob.Finished(j); return !finished }) {
 		return true, nil
 	}
 	return true, e.protectState(ctx, obj, string(own))

@@ -15,6 +15,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // RunRecords lists and deletes run records (the ConfigMaps runners keep
@@ -115,6 +116,6 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 
 // mayHaveRecord tells whether the run of a Job the history drops kept a
 // record: all but drift checks that succeeded and found nothing do.
-func mayHaveRecord(job *CachedJob, succeeded, drifted bool) bool {
+func mayHaveRecord(job *runnerjob.Cached, succeeded, drifted bool) bool {
 	return job.Operation != infrav1.OperationDrift || !succeeded || drifted
 }

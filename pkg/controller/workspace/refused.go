@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // Reasons of a run Kubernetes refuses to start.
@@ -61,7 +62,7 @@ func (e *Engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
 // they are read only for a Job the Job controller has started (it tries its
 // pod as it does) and that has had no pod for podGrace since. A Job
 // controller that is merely behind (a burst of Jobs) costs no read.
-func (e *Engine) podRefused(ctx context.Context, r *Sync, job *CachedJob) (bool, error) {
+func (e *Engine) podRefused(ctx context.Context, r *Sync, job *runnerjob.Cached) (bool, error) {
 	st := job.Status
 	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || st.Terminating > 0 || st.Uncounted {
 		return false, nil

@@ -9,17 +9,18 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // holdForRescue stops the retries of a failed Job whose runner rescued the
 // state terraform could not save: the current state may lack what that run
 // created, and another run on it would create it a second time. A restore
 // after the Job (of the rescued state, or any backup) lets it go on.
-func (e *Engine) holdForRescue(r *Sync, job *CachedJob, res *run.Result) bool {
+func (e *Engine) holdForRescue(r *Sync, job *runnerjob.Cached, res *run.Result) bool {
 	if res == nil || res.RescuedState == "" {
 		return false
 	}
-	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(FinishTime(job)) {
+	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(runnerjob.FinishTime(job)) {
 		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored,
 			fmt.Sprintf("Backup %s was restored after Job %s rescued its state into %s", lr.Backup, job.Name, res.RescuedState))
 		return false

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/statestore"
 )
 
@@ -40,7 +41,7 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	if !ok {
 		return true, nil
 	}
-	if active := activeJob(r.Jobs); active != nil {
+	if active := runnerjob.Active(r.Jobs); active != nil {
 		SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionFalse, ReasonRestoreWaiting,
 			fmt.Sprintf("Restoring %s once Job %s finishes", backup, active.Name))
 		return false, nil

@@ -18,6 +18,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // start creates the run-inputs Secret (unless data is nil: destroy with the
@@ -50,9 +51,9 @@ func (e *Engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (e
 	}
 	plans := op == infrav1.OperationDrift
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
-		plans = onlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
+		plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
 	}
-	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerServiceAccount(r.Policy.JobPolicy, plans)); err != nil {
+	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerjob.ServiceAccountFor(r.Policy.JobPolicy, plans)); err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
 			e.InputError(r, ie)
@@ -70,7 +71,7 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	if err != nil {
 		return nil, err
 	}
-	spec := JobSpec{Owner: r.Obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
+	spec := runnerjob.Spec{Owner: r.Obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
 		Image: e.RunnerImage, ProviderMirrorImage: e.ProviderMirrorImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
 		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods,
 		WriteKey: run.NewWriteKey()}
@@ -85,7 +86,7 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	if g := r.Gate; g != nil && !(g.Unrecorded() && (data == nil || hash == r.Obj.WorkspaceStatus().AppliedInputsHash)) {
 		spec.ApprovedModules = g.RunnableModules()
 	}
-	return BuildJob(spec), nil
+	return runnerjob.Build(spec), nil
 }
 
 // createJob takes a slot for job, blocks clusterctl move, writes the run's
@@ -95,14 +96,14 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 	created := false // the Job exists: its slot is taken until it finishes
 	if e.Slots != nil {
 		key := cache.MetaObjectToName(job)
-		ok, why := e.Slots.take(r.Key, key, e.GVK.Kind, op, e.Clock.Now())
+		ok, why := e.Slots.Take(r.Key, key, e.GVK.Kind, op, e.Clock.Now())
 		if !ok {
 			e.waitForSlot(r, op, why)
 			return nil
 		}
 		defer func() {
 			if !created {
-				e.Slots.release(key)
+				e.Slots.Release(key)
 			}
 		}()
 	}
@@ -126,7 +127,7 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 		e.Expectations.JobObserved(r.Key, job.Name)
 		return e.terminating(r, err)
 	}
-	made := CachedJobFrom(job)
+	made := runnerjob.CachedFrom(job)
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Ours: the name is deterministic. The informer will show it.
@@ -155,9 +156,9 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 // a drift check or refresh waits without a word (the object is as Ready as
 // it was).
 func (e *Engine) waitForSlot(r *Sync, op infrav1.Operation, why string) {
-	r.Requeue = slotRetry
+	r.Requeue = runnerjob.SlotRetry
 	if op == infrav1.OperationApply || op == infrav1.OperationDestroy {
-		e.SetReady(r, metav1.ConditionFalse, ReasonWaitingForJobSlot, fmt.Sprintf("The %s Job waits for a slot: %s", op, why))
+		e.SetReady(r, metav1.ConditionFalse, runnerjob.ReasonWaitingForJobSlot, fmt.Sprintf("The %s Job waits for a slot: %s", op, why))
 	}
 }
 

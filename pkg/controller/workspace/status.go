@@ -9,6 +9,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // stopped sets Ready False for what stops every Job of the object until a
@@ -55,7 +56,7 @@ func (e *Engine) setApplying(r *Sync, message string) {
 }
 
 // RecordJob notes the latest Job of its operation in the status.
-func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string, res *run.Result) {
+func (e *Engine) RecordJob(r *Sync, job *runnerjob.Cached, outcome string, res *run.Result) {
 	st := r.Obj.WorkspaceStatus()
 	ref := infrav1.JobReference{Operation: job.Operation, Name: job.Name, Outcome: outcome}
 	if res != nil {
@@ -63,8 +64,8 @@ func (e *Engine) RecordJob(r *Sync, job *CachedJob, outcome string, res *run.Res
 	}
 	// Times are recorded once the Job is done: a running Job's status
 	// changes must not cost a status write each.
-	if finished, _ := JobFinished(job); finished {
-		t := metav1.NewTime(FinishTime(job))
+	if finished, _ := runnerjob.Finished(job); finished {
+		t := metav1.NewTime(runnerjob.FinishTime(job))
 		ref.StartTime, ref.CompletionTime = job.Status.StartTime, &t
 	}
 	for i := range st.LastJobs {

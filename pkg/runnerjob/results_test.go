@@ -1,4 +1,4 @@
-package workspace_test
+package runnerjob_test
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // TestResults: a Job's result is read from the API once, however many read
@@ -29,7 +29,7 @@ import (
 func TestResults(t *testing.T) {
 	ctx := context.Background()
 	kube := k8sfake.NewClientset()
-	results := &workspace.Results{Kube: kube}
+	results := &runnerjob.Results{Kube: kube}
 	gets := func() int {
 		n := 0
 		for _, a := range kube.Actions() {
@@ -71,7 +71,7 @@ func TestResults(t *testing.T) {
 
 	write("r-2", []byte("not json"))
 	for range 2 {
-		if _, err := results.Read(ctx, "ns", "r-2", "job-2"); !errors.Is(err, workspace.ErrUnreadableResult) {
+		if _, err := results.Read(ctx, "ns", "r-2", "job-2"); !errors.Is(err, runnerjob.ErrUnreadableResult) {
 			t.Fatalf("an unreadable result: %v, want ErrUnreadableResult", err)
 		}
 	}
@@ -123,7 +123,7 @@ func TestResultsReadAtOnce(t *testing.T) {
 		<-answer // the API takes its time
 		return false, nil, nil
 	})
-	results := &workspace.Results{Kube: kube}
+	results := &runnerjob.Results{Kube: kube}
 	var wg sync.WaitGroup
 	read := func() {
 		defer wg.Done()
@@ -167,7 +167,7 @@ func TestResultsWritten(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			kube := k8sfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "r-1", Namespace: "ns"}, Data: result("Stored")})
-			results := &workspace.Results{Kube: kube}
+			results := &runnerjob.Results{Kube: kube}
 			for _, data := range tc.written {
 				results.Wrote("job-1", data)
 			}

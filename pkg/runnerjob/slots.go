@@ -1,4 +1,4 @@
-package workspace
+package runnerjob
 
 import (
 	"fmt"
@@ -16,25 +16,25 @@ import (
 // --max-concurrent-jobs (or its per-namespace cap) Jobs run.
 const ReasonWaitingForJobSlot = "WaitingForJobSlot"
 
-// slotRetry is how often an object waiting for a Job slot tries again;
+// SlotRetry is how often an object waiting for a Job slot tries again;
 // waiterTTL how long a waiting apply or destroy holds drift checks and
 // refreshes back without trying again (its object gone, say).
 const (
-	slotRetry = 5 * time.Second
-	waiterTTL = 6 * slotRetry
+	SlotRetry = 5 * time.Second
+	waiterTTL = 6 * SlotRetry
 )
 
-// runnerJob tells whether job is a Terraform* object's (its controller):
+// IsRunner tells whether job is a Terraform* object's (its controller):
 // the label that selects the cache is anyone's to write, and a tenant's
 // labelled Jobs that never end would take everyone's slots. A controller
 // reference to an object that does not exist is no way around it: the
 // garbage collector deletes such a Job.
-func runnerJob(job *CachedJob) bool {
+func IsRunner(job *Cached) bool {
 	owner := job.Controller
 	return owner.APIVersion == infrav1.SchemeGroupVersion.String() && strings.HasPrefix(owner.Kind, "Terraform")
 }
 
-// JobSlots caps the runner Jobs that run at once, in all and per
+// Slots caps the runner Jobs that run at once, in all and per
 // namespace (0: no cap). It counts the Jobs the Job informer shows
 // unfinished and those created since, so that workers creating Jobs at
 // the same moment cannot overshoot. Drift checks and refreshes yield: none
@@ -42,7 +42,7 @@ func runnerJob(job *CachedJob) bool {
 // namespace counts toward the global one with at most its own cap: Jobs a
 // tenant makes itself, controlled by its own objects, cannot take the
 // other namespaces' slots.
-type JobSlots struct {
+type Slots struct {
 	Max, MaxPerNamespace int
 
 	mu          sync.Mutex
@@ -69,10 +69,10 @@ type waiter struct {
 }
 
 // OnFree has wake sync the waiting objects of kind when a slot frees:
-// objects that wait poll only every slotRetry, and those whose own events
+// objects that wait poll only every SlotRetry, and those whose own events
 // come when a Job ends (the one that ended, a drift check falling due)
 // would take every slot first.
-func (s *JobSlots) OnFree(kind string, wake func(cache.ObjectName)) {
+func (s *Slots) OnFree(kind string, wake func(cache.ObjectName)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.wake == nil {
@@ -81,26 +81,26 @@ func (s *JobSlots) OnFree(kind string, wake func(cache.ObjectName)) {
 	s.wake[kind] = wake
 }
 
-// NewJobSlots makes the caps; nil when there are none.
-func NewJobSlots(max, maxPerNamespace int, clk clock.PassiveClock) *JobSlots {
+// NewSlots makes the caps; nil when there are none.
+func NewSlots(max, maxPerNamespace int, clk clock.PassiveClock) *Slots {
 	if max <= 0 && maxPerNamespace <= 0 {
 		return nil
 	}
-	return &JobSlots{Max: max, MaxPerNamespace: maxPerNamespace, active: map[cache.ObjectName]bool{},
+	return &Slots{Max: max, MaxPerNamespace: maxPerNamespace, active: map[cache.ObjectName]bool{},
 		inNamespace: map[string]int{}, waiting: map[cache.ObjectName]waiter{}, clock: clk}
 }
 
 // Watch keeps the count of unfinished Jobs from the Job informer.
-func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
+func (s *Slots) Watch(jobs cache.SharedIndexInformer) error {
 	_, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.observe,
 		UpdateFunc: func(_, cur any) { s.observe(cur) },
 		DeleteFunc: func(obj any) {
-			if job, ok := obj.(*CachedJob); ok {
-				s.release(job.Key())
+			if job, ok := obj.(*Cached); ok {
+				s.Release(job.Key())
 			} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				if name, err := cache.ParseObjectName(tomb.Key); err == nil {
-					s.release(name)
+					s.Release(name)
 				}
 			}
 		},
@@ -108,14 +108,14 @@ func (s *JobSlots) Watch(jobs cache.SharedIndexInformer) error {
 	return err
 }
 
-func (s *JobSlots) observe(obj any) {
-	job, ok := obj.(*CachedJob)
-	if !ok || !runnerJob(job) {
+func (s *Slots) observe(obj any) {
+	job, ok := obj.(*Cached)
+	if !ok || !IsRunner(job) {
 		return
 	}
 	key := job.Key()
-	if finished, _ := JobFinished(job); finished {
-		s.release(key)
+	if finished, _ := Finished(job); finished {
+		s.Release(key)
 		return
 	}
 	s.mu.Lock()
@@ -123,7 +123,7 @@ func (s *JobSlots) observe(obj any) {
 	s.add(key)
 }
 
-func (s *JobSlots) add(key cache.ObjectName) {
+func (s *Slots) add(key cache.ObjectName) {
 	if !s.active[key] {
 		s.active[key] = true
 		if s.MaxPerNamespace <= 0 || s.inNamespace[key.Namespace] < s.MaxPerNamespace {
@@ -133,9 +133,9 @@ func (s *JobSlots) add(key cache.ObjectName) {
 	}
 }
 
-// release frees the slot of a Job that finished, went, or was never made,
+// Release frees the slot of a Job that finished, went, or was never made,
 // and wakes the object it goes to.
-func (s *JobSlots) release(key cache.ObjectName) {
+func (s *Slots) Release(key cache.ObjectName) {
 	s.mu.Lock()
 	var wake func()
 	defer func() {
@@ -161,8 +161,8 @@ func (s *JobSlots) release(key cache.ObjectName) {
 	}
 }
 
-// take gives object's Job a slot, or says why it must wait.
-func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Operation, now time.Time) (bool, string) {
+// Take gives object's Job a slot, or says why it must wait.
+func (s *Slots) Take(object, job cache.ObjectName, kind string, op infrav1.Operation, now time.Time) (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.prune(now)
@@ -213,11 +213,11 @@ func (s *JobSlots) take(object, job cache.ObjectName, kind string, op infrav1.Op
 // next is the waiter a slot that frees goes to: an apply or destroy
 // before a drift check or refresh, then the one waiting longest; among
 // those refused for the global cap that still ask.
-func (s *JobSlots) next(now time.Time) (cache.ObjectName, bool) {
+func (s *Slots) next(now time.Time) (cache.ObjectName, bool) {
 	var best cache.ObjectName
 	found := false
 	for key, w := range s.waiting {
-		if !w.global || now.Sub(w.last) > slotRetry+time.Second {
+		if !w.global || now.Sub(w.last) > SlotRetry+time.Second {
 			continue
 		}
 		if b := s.waiting[best]; !found || w.urgent && !b.urgent || w.urgent == b.urgent && w.since.Before(b.since) {
@@ -227,7 +227,7 @@ func (s *JobSlots) next(now time.Time) (cache.ObjectName, bool) {
 	return best, found
 }
 
-func (s *JobSlots) unwait(object cache.ObjectName) {
+func (s *Slots) unwait(object cache.ObjectName) {
 	if w, ok := s.waiting[object]; ok {
 		delete(s.waiting, object)
 		if w.urgent {
@@ -237,8 +237,8 @@ func (s *JobSlots) unwait(object cache.ObjectName) {
 }
 
 // prune drops the waiters that stopped asking, at most once a second:
-// take runs for every waiting object every slotRetry.
-func (s *JobSlots) prune(now time.Time) {
+// take runs for every waiting object every SlotRetry.
+func (s *Slots) prune(now time.Time) {
 	if now.Sub(s.pruned) < time.Second {
 		return
 	}
@@ -250,8 +250,11 @@ func (s *JobSlots) prune(now time.Time) {
 	}
 }
 
+// Waiting counts the objects waiting for a slot, by kind and operation.
+func (s *Slots) Waiting() map[[2]string]int { return s.waiters(s.clock.Now()) }
+
 // waiters counts the objects waiting now, by kind and operation.
-func (s *JobSlots) waiters(now time.Time) map[[2]string]int {
+func (s *Slots) waiters(now time.Time) map[[2]string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.prune(now)

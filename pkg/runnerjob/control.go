@@ -1,4 +1,4 @@
-package workspace
+package runnerjob
 
 import (
 	"context"
@@ -9,30 +9,30 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// JobControl creates and deletes runner Jobs: the engine's side effects on
+// Control creates and deletes runner Jobs: the engine's side effects on
 // Jobs, behind an interface so unit tests see what it would do (the role of
 // kube-controller-manager's PodControlInterface).
-type JobControl interface {
+type Control interface {
 	// Create creates job; one that already exists is an AlreadyExists error.
 	Create(ctx context.Context, job *batchv1.Job) error
 	// Delete deletes job; one already gone is no error.
-	Delete(ctx context.Context, job *CachedJob, propagation metav1.DeletionPropagation) error
+	Delete(ctx context.Context, job *Cached, propagation metav1.DeletionPropagation) error
 }
 
-// APIJobControl is the JobControl of the API server.
-type APIJobControl struct {
+// APIControl is the Control of the API server.
+type APIControl struct {
 	Client       kubernetes.Interface
 	FieldManager string
 }
 
 // Create creates job.
-func (c *APIJobControl) Create(ctx context.Context, job *batchv1.Job) error {
+func (c *APIControl) Create(ctx context.Context, job *batchv1.Job) error {
 	_, err := c.Client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: c.FieldManager})
 	return err
 }
 
 // Delete deletes job and, with propagation, its pods.
-func (c *APIJobControl) Delete(ctx context.Context, job *CachedJob, propagation metav1.DeletionPropagation) error {
+func (c *APIControl) Delete(ctx context.Context, job *Cached, propagation metav1.DeletionPropagation) error {
 	err := c.Client.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &propagation})
 	if apierrors.IsNotFound(err) {
 		return nil

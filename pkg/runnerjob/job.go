@@ -1,4 +1,10 @@
-package workspace
+// Package runnerjob is the runner Job: how it is built (Build, Spec,
+// Policy, the ServiceAccount it runs as), what the caches keep of it
+// (Cached, Trim, Indexers), the one seam that creates and deletes it
+// (Control), the slots that pace Jobs (Slots), which of an object's Jobs
+// counts (Active, Latest, Unfinished) and what a Job's runner reported
+// (Results). It holds no controller: the controllers and the manager use it.
+package runnerjob
 
 import (
 	"cmp"
@@ -92,8 +98,8 @@ func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
 	return p
 }
 
-// JobSpec is what one runner Job does.
-type JobSpec struct {
+// Spec is what one runner Job does.
+type Spec struct {
 	Owner      metav1.Object
 	OwnerGVK   schema.GroupVersionKind
 	Operation  infrav1.Operation
@@ -137,16 +143,16 @@ const runnerTokenSeconds = 600
 // RunnerCommand is the runner's entrypoint in the image.
 const RunnerCommand = "/captf"
 
-// BuildJob makes the runner Job. Its pod meets the Pod Security level of
+// Build makes the runner Job. Its pod meets the Pod Security level of
 // s.RunnerPods once the policy passed its Check.
-func BuildJob(s JobSpec) *batchv1.Job {
+func Build(s Spec) *batchv1.Job {
 	obj := names.ObjectOf(s.OwnerGVK.Kind, s.Owner.GetName())
 	name := obj.Job(string(s.Owner.GetUID()), string(s.Operation), s.InputsHash, s.Attempt)
 	labels := names.ObjectLabels(s.OwnerGVK.Kind, s.Owner.GetName(), s.Owner.GetUID())
 	labels[names.LabelOperation] = string(s.Operation)
 	labels[names.LabelInputsHash] = s.InputsHash
 	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)
-	sa := runnerServiceAccount(s.Policy.JobPolicy, onlyPlans(s.Operation, s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan)).name
+	sa := ServiceAccountFor(s.Policy.JobPolicy, OnlyPlans(s.Operation, s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan)).Name
 	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
 	if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); s.Gate != "" && approved != "" {
 		labels[names.LabelApprovedPlan] = approved
@@ -217,7 +223,7 @@ func BuildJob(s JobSpec) *batchv1.Job {
 }
 
 // runnerSpec is what the Job named name tells its runner.
-func runnerSpec(s JobSpec, name string) run.Spec {
+func runnerSpec(s Spec, name string) run.Spec {
 	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
 		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: run.JobWorkDir,
 		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
@@ -272,7 +278,7 @@ func escapeExpansion(args []string) []string {
 
 // runnerEnv is the runner container's environment: its pod, where the
 // runner API is and the CA that signs it, then the user's.
-func runnerEnv(s JobSpec) []corev1.EnvVar {
+func runnerEnv(s Spec) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
@@ -287,21 +293,21 @@ func runnerEnv(s JobSpec) []corev1.EnvVar {
 	return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})
 }
 
-// JobFinished returns whether job is done and whether it succeeded.
-func JobFinished(job *CachedJob) (finished, succeeded bool) {
+// Finished returns whether job is done and whether it succeeded.
+func Finished(job *Cached) (finished, succeeded bool) {
 	return job.Status.Finished, job.Status.Finished && job.Status.Complete
 }
 
-// JobFailureMessage says why a finished Job failed.
-func JobFailureMessage(job *CachedJob) string {
+// FailureMessage says why a finished Job failed.
+func FailureMessage(job *Cached) string {
 	if st := job.Status; st.Finished && !st.Complete {
 		return fmt.Sprintf("Job %s failed: %s: %s", job.Name, st.EndReason, st.EndMessage)
 	}
 	return "Job " + job.Name + " failed"
 }
 
-// SortJobs orders Jobs newest first.
-func SortJobs(jobs []*CachedJob) {
+// Sort orders Jobs newest first.
+func Sort(jobs []*Cached) {
 	sort.Slice(jobs, func(i, j int) bool {
 		ti, tj := jobs[i].CreationTimestamp, jobs[j].CreationTimestamp
 		if !ti.Equal(&tj) {
@@ -323,13 +329,13 @@ func Backoff(failures int) time.Duration {
 
 func ptr[T any](v T) *T { return &v }
 
-// CachedJob is what the Job informer keeps of a runner Job: what CAPTF
+// Cached is what the Job informer keeps of a runner Job: what CAPTF
 // reads of it. A finished Job's metadata and status took 2.1 KB in the
 // cache (its label and annotation maps, two conditions with their
 // messages); with a whole ObjectMeta and the Job's status type 1.1 KB,
 // now 0.8 KB (BenchmarkJobCache), and a fleet with drift checks keeps up
 // to six Jobs an object.
-type CachedJob struct {
+type Cached struct {
 	// No labels, annotations, finalizers or other owners: the fields below
 	// say what CAPTF reads of those.
 	Name, Namespace   string
@@ -350,7 +356,7 @@ type CachedJob struct {
 	WriteKey     string            // run.WriteKeyOf its pod template
 	Keyed        bool              // it has a write key entry, maybe empty
 
-	Status CachedJobStatus
+	Status CachedStatus
 }
 
 // JobController is a Job's controller reference.
@@ -359,9 +365,9 @@ type JobController struct {
 	UID                    types.UID
 }
 
-// CachedJobStatus is what CAPTF reads of a Job's status: its pod counts,
+// CachedStatus is what CAPTF reads of a Job's status: its pod counts,
 // start and completion, and the condition that ended it.
-type CachedJobStatus struct {
+type CachedStatus struct {
 	StartTime, CompletionTime              *metav1.Time
 	Active, Succeeded, Failed, Terminating int32
 	// Uncounted: a pod ended that the Job controller has not counted yet.
@@ -380,9 +386,9 @@ type CachedJobStatus struct {
 // GetName, GetNamespace and GetObjectMeta are what logs (klog.KObj) and a
 // cache (meta.Accessor) read; GetObjectMeta makes the metadata on each
 // call: a cache takes it once an event.
-func (j *CachedJob) GetName() string      { return j.Name }
-func (j *CachedJob) GetNamespace() string { return j.Namespace }
-func (j *CachedJob) GetObjectMeta() metav1.Object {
+func (j *Cached) GetName() string      { return j.Name }
+func (j *Cached) GetNamespace() string { return j.Namespace }
+func (j *Cached) GetObjectMeta() metav1.Object {
 	m := &metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID, ResourceVersion: j.ResourceVersion,
 		CreationTimestamp: j.CreationTimestamp, DeletionTimestamp: j.DeletionTimestamp}
 	if ref, ok := j.ControllerRef(); ok {
@@ -392,12 +398,12 @@ func (j *CachedJob) GetObjectMeta() metav1.Object {
 }
 
 // Key is the Job's cache key.
-func (j *CachedJob) Key() cache.ObjectName {
+func (j *Cached) Key() cache.ObjectName {
 	return cache.ObjectName{Namespace: j.Namespace, Name: j.Name}
 }
 
 // ControllerRef is the Job's controller reference, if it has one.
-func (j *CachedJob) ControllerRef() (metav1.OwnerReference, bool) {
+func (j *Cached) ControllerRef() (metav1.OwnerReference, bool) {
 	c := j.Controller
 	if c == (JobController{}) {
 		return metav1.OwnerReference{}, false
@@ -405,18 +411,18 @@ func (j *CachedJob) ControllerRef() (metav1.OwnerReference, bool) {
 	return metav1.OwnerReference{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: c.UID, Controller: ptr(true)}, true
 }
 
-// CacheJob is the Job informer's transform: a Job becomes a CachedJob.
-func CacheJob(obj any) any {
+// Trim is the Job informer's transform: a Job becomes a Cached.
+func Trim(obj any) any {
 	if job, ok := obj.(*batchv1.Job); ok {
-		return CachedJobFrom(job)
+		return CachedFrom(job)
 	}
 	return obj
 }
 
-// CachedJobFrom is what the cache keeps of job.
-func CachedJobFrom(job *batchv1.Job) *CachedJob {
+// CachedFrom is what the cache keeps of job.
+func CachedFrom(job *batchv1.Job) *Cached {
 	labels := job.Labels
-	c := &CachedJob{Name: job.Name, Namespace: job.Namespace, UID: job.UID, ResourceVersion: job.ResourceVersion,
+	c := &Cached{Name: job.Name, Namespace: job.Namespace, UID: job.UID, ResourceVersion: job.ResourceVersion,
 		CreationTimestamp: job.CreationTimestamp, DeletionTimestamp: job.DeletionTimestamp,
 		ObjectUID: types.UID(labels[names.LabelObjectUID]), Operation: infrav1.Operation(labels[names.LabelOperation]),
 		InputsHash: labels[names.LabelInputsHash], ApprovedPlan: labels[names.LabelApprovedPlan], Protect: labels[names.LabelProtect]}
@@ -430,7 +436,7 @@ func CachedJobFrom(job *batchv1.Job) *CachedJob {
 	c.WriteKey, c.Keyed = run.WriteKeyOf(&job.Spec.Template.Spec)
 	c.InputsBytes = atoi32(job.Annotations[names.AnnotationInputsBytes])
 	st := job.Status
-	c.Status = CachedJobStatus{StartTime: st.StartTime, CompletionTime: st.CompletionTime, Active: st.Active, Succeeded: st.Succeeded, Failed: st.Failed}
+	c.Status = CachedStatus{StartTime: st.StartTime, CompletionTime: st.CompletionTime, Active: st.Active, Succeeded: st.Succeeded, Failed: st.Failed}
 	if st.Terminating != nil && *st.Terminating > 0 {
 		c.Status.Terminating = *st.Terminating
 	}
@@ -459,15 +465,15 @@ func atoi32(s string) int32 {
 	return int32(n)
 }
 
-// objectJobs are the cached Jobs of obj, newest first: those its label
+// OfObject are the cached Jobs of obj, newest first: those its label
 // names, in its namespace and controlled by it. The label alone is anyone's
 // to write: a Job in another namespace naming this object's UID (with a
 // result Secret of its own there) would otherwise be read as its run.
-func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
-	var jobs []*CachedJob
-	objs, _ := index.ByIndex(JobsByObjectUID, uidBucket(obj.GetUID())) // an error: no such index, no Jobs
+func OfObject(index cache.Indexer, obj metav1.Object) []*Cached {
+	var jobs []*Cached
+	objs, _ := index.ByIndex(ByObjectUID, uidBucket(obj.GetUID())) // an error: no such index, no Jobs
 	for _, o := range objs {
-		job, ok := o.(*CachedJob)
+		job, ok := o.(*Cached)
 		if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {
 			continue
 		}
@@ -476,17 +482,17 @@ func objectJobs(index cache.Indexer, obj metav1.Object) []*CachedJob {
 		}
 		jobs = append(jobs, job)
 	}
-	SortJobs(jobs)
+	Sort(jobs)
 	return jobs
 }
 
-// JobsByObjectUID indexes runner Jobs by the UID of their Terraform*
+// ByObjectUID indexes runner Jobs by the UID of their Terraform*
 // object, in 4,096 buckets (uidBucket). An index holds a set for each of
 // its values: one per object took about 250 B an object, most of a Go map
 // for one or two Jobs. A lookup copies its bucket's Jobs, and the metrics
 // collector looks up every object's at each scrape: 4,096 buckets keep
 // that to a few Jobs a lookup at 10,000 objects (256 made it 40).
-const JobsByObjectUID = "captf-object-uid-bucket"
+const ByObjectUID = "captf-object-uid-bucket"
 
 // uidBucket is the bucket of the object of uid: the UID's first three
 // characters, hexadecimal digits for a UID the API server gave.
@@ -497,9 +503,9 @@ func uidBucket(uid types.UID) string {
 	return string(uid[:3])
 }
 
-// JobIndexers are the indexers the controllers need on the Job informer.
-var JobIndexers = cache.Indexers{JobsByObjectUID: func(obj any) ([]string, error) {
-	job, ok := obj.(*CachedJob)
+// Indexers are the indexers the controllers need on the Job informer.
+var Indexers = cache.Indexers{ByObjectUID: func(obj any) ([]string, error) {
+	job, ok := obj.(*Cached)
 	if !ok {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-package workspace
+package runnerjob
 
 import (
 	"testing"
@@ -34,7 +34,7 @@ func TestJobSlots(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		max, perNS  int
-		before      func(*JobSlots)
+		before      func(*Slots)
 		steps       []step
 		wantWaiting int
 	}{
@@ -48,31 +48,31 @@ func TestJobSlots(t *testing.T) {
 			{job("a", "j2"), obj("o2"), infrav1.OperationDestroy, false},
 			{job("b", "j3"), obj("o3"), infrav1.OperationApply, true},
 		}, wantWaiting: 1},
-		{name: "a finished Job frees its slot", max: 1, before: func(s *JobSlots) {
+		{name: "a finished Job frees its slot", max: 1, before: func(s *Slots) {
 			running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", OwnerReferences: runnerOwner}}
-			s.observe(CacheJob(running))
+			s.observe(Trim(running))
 			done := running.DeepCopy()
 			done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			s.observe(CacheJob(done))
+			s.observe(Trim(done))
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 		}},
-		{name: "a running Job seen takes a slot", max: 1, before: func(s *JobSlots) {
-			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", OwnerReferences: runnerOwner}}))
+		{name: "a running Job seen takes a slot", max: 1, before: func(s *Slots) {
+			s.observe(Trim(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", OwnerReferences: runnerOwner}}))
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, false},
 		}, wantWaiting: 1},
-		{name: "a labelled Job no Terraform* object controls takes none", max: 1, before: func(s *JobSlots) {
-			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "forged"}}))
-			s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "other-owner", OwnerReferences: []metav1.OwnerReference{
+		{name: "a labelled Job no Terraform* object controls takes none", max: 1, before: func(s *Slots) {
+			s.observe(Trim(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "forged"}}))
+			s.observe(Trim(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "other-owner", OwnerReferences: []metav1.OwnerReference{
 				{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "x", UID: "x", Controller: ptr(true)}}}}))
 		}, steps: []step{
 			{job("a", "j1"), obj("o1"), infrav1.OperationApply, true},
 		}},
-		{name: "a namespace counts toward the global cap with at most its own cap", max: 3, perNS: 1, before: func(s *JobSlots) {
+		{name: "a namespace counts toward the global cap with at most its own cap", max: 3, perNS: 1, before: func(s *Slots) {
 			// A tenant's own Jobs, controlled by its own object, never ending.
 			for _, name := range []string{"t1", "t2", "t3", "t4"} {
-				s.observe(CacheJob(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, OwnerReferences: runnerOwner}}))
+				s.observe(Trim(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, OwnerReferences: runnerOwner}}))
 			}
 		}, steps: []step{
 			{job("tenant", "j0"), obj("o0"), infrav1.OperationApply, false},
@@ -87,12 +87,12 @@ func TestJobSlots(t *testing.T) {
 		}, wantWaiting: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewJobSlots(tc.max, tc.perNS, clock.RealClock{})
+			s := NewSlots(tc.max, tc.perNS, clock.RealClock{})
 			if tc.before != nil {
 				tc.before(s)
 			}
 			for i, st := range tc.steps {
-				if got, why := s.take(st.object, st.take, "TerraformCluster", st.op, now); got != st.want {
+				if got, why := s.Take(st.object, st.take, "TerraformCluster", st.op, now); got != st.want {
 					t.Errorf("step %d: take %v = %v (%s), want %v", i, st.take, got, why, st.want)
 				}
 			}
@@ -107,34 +107,34 @@ func TestJobSlots(t *testing.T) {
 	}
 
 	// Drift checks wait while an apply does, and go once it has its slot.
-	s := NewJobSlots(1, 0, clock.RealClock{})
-	s.take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
-	if ok, _ := s.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); ok {
+	s := NewSlots(1, 0, clock.RealClock{})
+	s.Take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
+	if ok, _ := s.Take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); ok {
 		t.Fatal("a second apply got the only slot")
 	}
-	s.release(job("a", "j1"))
-	if ok, why := s.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now); ok {
+	s.Release(job("a", "j1"))
+	if ok, why := s.Take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now); ok {
 		t.Errorf("a drift check went before the waiting apply")
 	} else if why == "" {
 		t.Error("no reason given")
 	}
-	if ok, _ := s.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); !ok {
+	if ok, _ := s.Take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now); !ok {
 		t.Fatal("the waiting apply did not get the free slot")
 	}
-	s.release(job("a", "j2"))
-	if ok, _ := s.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now); !ok {
+	s.Release(job("a", "j2"))
+	if ok, _ := s.Take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now); !ok {
 		t.Error("the drift check still waits with no apply waiting")
 	}
 	// A waiting apply that stops asking holds nothing back for long.
-	s2 := NewJobSlots(1, 0, clock.RealClock{})
-	s2.take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
-	s2.take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now)
-	s2.release(job("a", "j1"))
-	if ok, _ := s2.take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now.Add(waiterTTL+time.Second)); !ok {
+	s2 := NewSlots(1, 0, clock.RealClock{})
+	s2.Take(obj("o1"), job("a", "j1"), "TerraformCluster", infrav1.OperationApply, now)
+	s2.Take(obj("o2"), job("a", "j2"), "TerraformCluster", infrav1.OperationApply, now)
+	s2.Release(job("a", "j1"))
+	if ok, _ := s2.Take(obj("o3"), job("a", "j3"), "TerraformCluster", infrav1.OperationDrift, now.Add(waiterTTL+time.Second)); !ok {
 		t.Error("an apply that stopped waiting still holds drift checks back")
 	}
-	if NewJobSlots(0, 0, clock.RealClock{}) != nil {
-		t.Error("no caps should mean no JobSlots")
+	if NewSlots(0, 0, clock.RealClock{}) != nil {
+		t.Error("no caps should mean no Slots")
 	}
 }
 
@@ -148,12 +148,12 @@ func TestFreedSlotGoesToTheLongestWaiter(t *testing.T) {
 	job := func(name string) cache.ObjectName { return cache.ObjectName{Namespace: "a", Name: name + "-job"} }
 	drift := infrav1.OperationDrift
 	clk := testingclock.NewFakePassiveClock(t0)
-	s := NewJobSlots(1, 0, clk)
+	s := NewSlots(1, 0, clk)
 	now := t0
 	var woken []string
 	s.OnFree("TerraformCluster", func(o cache.ObjectName) { woken = append(woken, o.Name) })
 	take := func(name string, op infrav1.Operation) bool {
-		ok, _ := s.take(obj(name), job(name), "TerraformCluster", op, now)
+		ok, _ := s.Take(obj(name), job(name), "TerraformCluster", op, now)
 		return ok
 	}
 	if !take("b", drift) {
@@ -165,7 +165,7 @@ func TestFreedSlotGoesToTheLongestWaiter(t *testing.T) {
 	}
 	now = now.Add(time.Second)
 	clk.SetTime(now)
-	s.release(job("b"))
+	s.Release(job("b"))
 	if len(woken) != 1 || woken[0] != "a" {
 		t.Fatalf("woken %v when the slot freed, want a", woken)
 	}
@@ -181,13 +181,13 @@ func TestFreedSlotGoesToTheLongestWaiter(t *testing.T) {
 	if take("d", infrav1.OperationApply) {
 		t.Fatal("an apply got a slot that is taken")
 	}
-	s.release(job("a"))
+	s.Release(job("a"))
 	if !take("d", infrav1.OperationApply) {
 		t.Error("the waiting apply did not go before the older drift check")
 	}
 	// A waiter that stopped asking holds nothing.
-	s.release(job("d"))
-	now = now.Add(2 * slotRetry)
+	s.Release(job("d"))
+	now = now.Add(2 * SlotRetry)
 	if !take("e", drift) {
 		t.Error("a slot stayed held for waiters that stopped asking")
 	}
