@@ -79,8 +79,9 @@ generate: ## Regenerate clients, listers, informers, deepcopy and CRDs
 	./hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Fail on stale generated code or CRDs, gofmt, vet or go.mod drift
+verify: ## Fail on stale generated code or CRDs, gofmt, vet, go.mod drift or a mutant whose text is gone
 	./hack/verify-codegen.sh
+	./hack/mutants.sh --check
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

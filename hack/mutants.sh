@@ -5,6 +5,11 @@
 #
 #   hack/mutants.sh            every mutant
 #   hack/mutants.sh NAME...    only these
+#   hack/mutants.sh --check    only that every mutant's text is still found
+#                              once (seconds; make verify runs it, so a
+#                              mutant cannot go stale unseen)
+#   hack/mutants.sh --since REV  the mutants of files changed since REV
+#                              (before a landing: all of them take hours)
 #
 # A mutant is one or more literal replacements in one file, each of a text
 # found there exactly once. One whose text is no longer found is reported
@@ -12,6 +17,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+check=false
+changed=
+case ${1:-} in
+--check)
+	check=true
+	shift
+	;;
+--since)
+	changed=" $(git diff --name-only "$2" -- pkg cmd | tr '\n' ' ') "
+	shift 2
+	;;
+esac
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/captf-mutants.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 git ls-files -z --cached --others --exclude-standard | grep -zv '^bin/' | xargs -0 cp --parents -t "$scratch"
@@ -29,6 +46,9 @@ mutant() {
 	if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then
 		return
 	fi
+	if [[ -n $changed && $changed != *" $file "* ]]; then
+		return
+	fi
 	total=$((total + 1))
 	cp "$file" "$file.orig"
 	while (($#)); do
@@ -40,6 +60,11 @@ mutant() {
 		fi
 		shift 2
 	done
+	if $check; then
+		caught=$((caught + 1))
+		mv "$file.orig" "$file"
+		return
+	fi
 	local out
 	if out=$(go test -trimpath ./pkg/... ./cmd/... 2>&1); then
 		echo "MISSED  $name ($file)"
@@ -98,7 +123,7 @@ mutant conflict-reread-and-overwritten pkg/statestore/claim.go \
 # An approval of the plan applied last passed on: it would approve any later
 # plan that hashes alike.
 mutant gate-keeps-applied-approval pkg/approval/approval.go \
-	'if v := annotations[key]; v != appliedPlan {' 'if v := annotations[key]; v != appliedPlan || true {'
+	'if v := annotations[key]; v != st.AppliedPlanHash {' 'if v := annotations[key]; v != st.AppliedPlanHash || true {'
 
 # Inputs whose values the runner must keep out of logs and outputs.
 mutant secret-variable-not-sensitive pkg/controller/workspace/inputs.go \
@@ -172,11 +197,17 @@ mutant record-keeps-marked-values pkg/runner/record.go \
 # A restore: provider IDs under a running Cluster, or by anyone before its
 # Cluster exists; a machine restored with provider IDs but no state applies.
 mutant restore-into-running-cluster pkg/webhook/admission.go \
-	'			if paused || !found {' '			if paused || !found || true {'
+	'	return paused || !found, nil' '	return paused || !found || true, nil'
 mutant restore-without-move-right pkg/webhook/admission.go \
-	'		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; ok && cluster != "" {' '		if cluster := obj.GetLabels()[capi.ClusterNameLabel]; (ok || true) && cluster != "" {'
+	'	if err != nil || !ok {
+		return false, err
+	}
+	found, paused' '	if err != nil || !ok && false {
+		return false, err
+	}
+	found, paused'
 mutant provider-ids-mean-nothing pkg/controller/workspace/state.go \
-	' || hasProviderIDs(obj) {' ' {'
+	' || heldIDs(obj) {' ' {'
 mutant restored-results-left pkg/controller/workspace/state.go \
 	'				if len(s.OwnerReferences) == 0 {' '				if false {'
 mutant restored-inputs-left pkg/controller/workspace/state.go \
@@ -194,7 +225,7 @@ mutant waiting-since-unreported pkg/controller/workspace/collector.go \
 
 # What the state Secrets' cache keeps must decide as the Secret would.
 mutant state-meta-always-protected pkg/controller/workspace/state.go \
-	'Protected: slices.Contains(m.GetFinalizers(), names.StateFinalizer)}' 'Protected: true}'
+	'Protected: slices.Contains(m.GetFinalizers(), names.StateFinalizer),' 'Protected: true,'
 mutant state-meta-names-nothing pkg/controller/workspace/state.go \
 	's.ObjectName, s.NamesObject = annotations[names.AnnotationObjectName]' 's.ObjectName = annotations[names.AnnotationObjectName]'
 # Run inputs handed over: to the run of their own object only, and once.
@@ -229,11 +260,11 @@ mutant cached-job-without-uncounted-pod pkg/runnerjob/job.go \
 	'		c.Status.Uncounted = true' ''
 # The manager's caches: filtered as before, and no namespace index.
 mutant informers-with-namespace-index pkg/manager/informers.go \
-	'var noIndexes = cache.Indexers{}' 'var noIndexes = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}'
+	'func noIndexes() cache.Indexers { return cache.Indexers{} }' 'func noIndexes() cache.Indexers { return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc} }'
 mutant captf-informers-unfiltered pkg/manager/informers.go \
-	'return newInformer(c, namespace, resync, noIndexes, captfTweak)' 'return newInformer(c, namespace, resync, noIndexes, nil)'
+	'return newInformer(c, namespace, resync, noIndexes(), captfTweak)' 'return newInformer(c, namespace, resync, noIndexes(), nil)'
 mutant capi-informers-unfiltered pkg/manager/informers.go \
-	'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, f.tweak)' 'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes, nil)'
+	'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes(), f.tweak)' 'NewFilteredDynamicInformer(f.client, gvr, f.namespace, f.resync, noIndexes(), nil)'
 # An owner counts only when its infrastructureRef names the object.
 mutant owner-not-named pkg/capi/capi.go \
 	'if named, ok := k.InfrastructureRef(owner, objGroup, objKind); ok && named.Name == obj.GetName() {' 'if true {'
@@ -456,7 +487,72 @@ mutant cached-job-drops-operation pkg/manager/manager.go \
 mutant cached-job-drops-write-key pkg/manager/manager.go \
 	'if j.Keyed {' 'if false {'
 
-echo "$total mutants, $caught caught"
+# Issue 51, item 6: guards that had no mutant.
+# An approval of one plan frees another.
+mutant gate-approves-any-destructive-plan pkg/approval/approval.go \
+	'if g.ApprovedDestructivePlan == plan.Hash {' 'if g.ApprovedDestructivePlan != "" {'
+mutant gate-approves-any-plan pkg/approval/approval.go \
+	'if g.ApprovedPlan == plan.Hash || g.ApprovedDestructivePlan == plan.Hash {' 'if g.ApprovedPlan != "" || g.ApprovedDestructivePlan == plan.Hash {'
+# Anyone sets a provider ID, changes one once set, or moves an object that
+# holds them to another Cluster.
+mutant provider-id-by-anyone pkg/webhook/admission.go \
+	'if h.ManagerUser != "" && user == h.ManagerUser {' 'if user != "" {'
+mutant provider-id-mutable pkg/providerid/providerid.go \
+	'if old != nil && old.Spec.ProviderID != "" && obj.Spec.ProviderID != old.Spec.ProviderID {' 'if false {'
+mutant relabel-allowed pkg/providerid/providerid.go \
+	'return len(held) > 0 && was != "" && obj.GetLabels()[capi.ClusterNameLabel] != was' 'return len(held) > 0 && was != "" && false'
+mutant relabel-by-anyone pkg/webhook/admission.go \
+	'providerid.Relabels(old, obj) && (h.ManagerUser == "" || req.UserInfo.Username != h.ManagerUser) {' 'providerid.Relabels(old, obj) && false {'
+# A write that sets provider IDs is not the manager's to make alone; an
+# output that is no provider ID is written; one instance held twice.
+mutant provider-ids-set-unseen pkg/providerid/providerid.go \
+	'return !slices.Equal(was, ids)' 'return len(was) == 0 && len(ids) > 0'
+mutant provider-id-any-form pkg/providerid/providerid.go \
+	'if scheme, rest, ok := strings.Cut(id, "://"); !ok || scheme == "" || rest == "" {' 'if scheme, rest, ok := strings.Cut(id, "://"); !ok && scheme == "" && rest == "" {'
+mutant provider-id-held-twice pkg/providerid/providerid.go \
+	'if o.GetUID() != obj.GetUID() {' 'if o.GetUID() != obj.GetUID() && false {'
+# The Job handler never tells the expectations a Job was seen: the next Job
+# of the object waits out the expectations' timeout.
+mutant job-never-observed pkg/controller/workspace/handlers.go \
+	'		if added {
+			expectations.JobObserved(key, job.Name)
+		}' '		_ = added'
+# The version a sync wrote is not remembered: a sync on the cache before it
+# writes again what is written.
+mutant written-version-not-recorded pkg/controller/workspace/controller.go \
+	'	obj.SetGeneration(updated.GetGeneration())
+	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())' '	obj.SetGeneration(updated.GetGeneration())'
+mutant written-status-not-recorded pkg/controller/workspace/controller.go \
+	'		return err
+	}
+	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())
+	return nil
+}
+' '		return err
+	}
+	_ = updated
+	return nil
+}
+'
+# A run claims a state another object, or an abandoned one, left.
+mutant state-of-another-object-claimed pkg/statestore/claim.go \
+	'if name != s.Object.Name || head.Labels[names.LabelKind] != s.Object.Kind {' 'if false {'
+mutant abandoned-state-claimed pkg/statestore/claim.go \
+	'	if head.Labels[names.LabelAbandoned] == "true" {
+		// A former' '	if false {
+		// A former'
+# A Job created before clusterctl's block-move annotation is written: a
+# move may copy a state the Job is changing.
+mutant job-before-block-move pkg/controller/workspace/start.go \
+	'	if err := e.blockMove(ctx, r); err != nil {
+		return err
+	}' ''
+
+if $check; then
+	echo "$total mutants, $((total - caught)) stale"
+else
+	echo "$total mutants, $caught caught"
+fi
 if ((${#missed[@]})); then
 	printf 'not caught: %s\n' "${missed[@]}"
 	exit 1

@@ -34,6 +34,8 @@ func TestNeeded(t *testing.T) {
 		{"the destructive approval of another plan", replace, infrav1.ApprovalPolicyDestructive, "", "fedcba9876543210", infrav1.AnnotationApproveDestructivePlan},
 		{"manual policy stops any change", add, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
 		{"manual policy with its approval", add, infrav1.ApprovalPolicyManual, h, "", ""},
+		{"manual policy, the approval of another plan", add, infrav1.ApprovalPolicyManual, "fedcba9876543210", "", infrav1.AnnotationApprovePlan},
+		{"manual policy, the destructive approval of another plan", add, infrav1.ApprovalPolicyManual, "", "fedcba9876543210", infrav1.AnnotationApprovePlan},
 		{"manual policy, a replacement needs the destructive approval", replace, infrav1.ApprovalPolicyManual, h, "", infrav1.AnnotationApproveDestructivePlan},
 		{"no changes apply under any policy", none, infrav1.ApprovalPolicyManual, "", "", ""},
 		{"a forget is destructive", forget, infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApproveDestructivePlan},

@@ -749,6 +749,8 @@ func TestClaimRequests(t *testing.T) {
 	}
 	other := empty()
 	other.Annotations[names.AnnotationObjectName] = "another"
+	abandoned := empty() // a former object of this name let it go
+	abandoned.Labels[names.LabelAbandoned] = "true"
 	tests := map[string]struct {
 		new      bool
 		existing *corev1.Secret
@@ -762,6 +764,7 @@ func TestClaimRequests(t *testing.T) {
 		"an object applied before: read, then claimed":                    {existing: empty(), want: []string{"get", "update"}},
 		"new, but a first apply that failed left one":                     {new: true, existing: empty(), want: []string{"create", "get", "update"}},
 		"new, but another object's is there: refused":                     {new: true, existing: other, want: []string{"create", "get"}, wantErr: ErrOtherOwner},
+		"an abandoned state of this name: refused":                        {existing: abandoned, want: []string{"get"}, wantErr: ErrOtherOwner},
 		"not known to be new, and none there: read first":                 {want: []string{"get", "create"}},
 	}
 	for name, tc := range tests {

@@ -26,6 +26,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/fairshare"
 	"github.com/captf/captf/pkg/metrics"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/runnerpod"
 )
 
@@ -297,25 +298,11 @@ func (h *Handler) decide(ctx context.Context, kind string, req *admissionv1.Admi
 		errs, err = validate(req, ValidateTerraformMachinePoolTemplate)
 	case "TerraformMachine":
 		errs, err = validate(req, func(obj, old *infrav1.TerraformMachine) field.ErrorList {
-			errs := ValidateTerraformMachine(obj, old)
-			if old == nil && obj.Spec.ProviderID != "" || old != nil && obj.Spec.ProviderID != old.Spec.ProviderID {
-				errs = append(errs, h.checkIdentity(ctx, req, obj, field.NewPath("spec", "providerID"))...)
-			}
-			if old != nil {
-				errs = append(errs, h.checkRelabel(req, obj, old, old.Spec.ProviderID != "")...)
-			}
-			return errs
+			return append(ValidateTerraformMachine(obj, old), h.checkProviderIDs(ctx, req, obj, old)...)
 		})
 	case "TerraformMachinePool":
 		errs, err = validate(req, func(obj, old *infrav1.TerraformMachinePool) field.ErrorList {
-			errs := ValidateTerraformMachinePool(obj, old)
-			if old == nil && len(obj.Spec.ProviderIDList) > 0 || old != nil && !slices.Equal(obj.Spec.ProviderIDList, old.Spec.ProviderIDList) {
-				errs = append(errs, h.checkIdentity(ctx, req, obj, field.NewPath("spec", "providerIDList"))...)
-			}
-			if old != nil {
-				errs = append(errs, h.checkRelabel(req, obj, old, len(old.Spec.ProviderIDList) > 0)...)
-			}
-			return errs
+			return append(ValidateTerraformMachinePool(obj, old), h.checkProviderIDs(ctx, req, obj, old)...)
 		})
 	default:
 		return nil, errors.New("unknown kind " + kind)
@@ -551,20 +538,25 @@ func resourceOf(req *admissionv1.AdmissionRequest) string {
 // Cluster: what clusterctl move does.
 const MoveVerb = "move"
 
-// checkRelabel refuses, to anyone but the manager, a change of the
-// cluster-name label of an object that holds provider IDs: it would hand
-// the instances to another Cluster. Setting the label an object did not
-// have is Cluster API's own first step, and stays open.
-func (h *Handler) checkRelabel(req *admissionv1.AdmissionRequest, obj, old metav1.Object, heldIDs bool) field.ErrorList {
-	was := old.GetLabels()[capi.ClusterNameLabel]
-	if !heldIDs || was == "" || obj.GetLabels()[capi.ClusterNameLabel] == was {
-		return nil
+// checkProviderIDs refuses, to anyone but the manager, a write that sets
+// or changes provider IDs (checkIdentity: restores and moves aside) or
+// that moves an object holding them to another Cluster
+// (providerid.Relabels).
+func (h *Handler) checkProviderIDs(ctx context.Context, req *admissionv1.AdmissionRequest, obj, old metav1.Object) field.ErrorList {
+	var errs field.ErrorList
+	var was any // nil on a create (old is then a nil pointer, not a nil any)
+	if req.Operation != admissionv1.Create {
+		was = old
 	}
-	if h.ManagerUser != "" && req.UserInfo.Username == h.ManagerUser {
-		return nil
+	if providerid.Sets(was, obj) {
+		_, path := providerid.Held(obj)
+		errs = append(errs, h.checkIdentity(ctx, req, obj, path)...)
 	}
-	return field.ErrorList{field.Forbidden(field.NewPath("metadata", "labels").Key(capi.ClusterNameLabel),
-		"the object holds provider IDs: it stays with its Cluster")}
+	if was != nil && providerid.Relabels(old, obj) && (h.ManagerUser == "" || req.UserInfo.Username != h.ManagerUser) {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "labels").Key(capi.ClusterNameLabel),
+			"the object holds provider IDs: it stays with its Cluster"))
+	}
+	return errs
 }
 
 // objectSpec is what the webhook reads of any kind's spec, or of a

@@ -17,6 +17,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -68,9 +69,7 @@ func ValidateTerraformMachine(obj, old *infrav1.TerraformMachine) field.ErrorLis
 		oldWS = &old.Spec.WorkspaceSpec
 	}
 	errs = append(errs, validateInline(&obj.Spec.WorkspaceSpec, oldWS, nil, nil, field.NewPath("spec"))...)
-	if old != nil && old.Spec.ProviderID != "" && obj.Spec.ProviderID != old.Spec.ProviderID {
-		errs = append(errs, field.Forbidden(field.NewPath("spec", "providerID"), "is immutable once set"))
-	}
+	errs = append(errs, providerid.CheckImmutable(old, obj)...)
 	return errs
 }
 
@@ -84,7 +83,7 @@ func ValidateTerraformMachinePool(obj, old *infrav1.TerraformMachinePool) field.
 		oldWS = &old.Spec.WorkspaceSpec
 	}
 	errs = append(errs, validateInline(&obj.Spec.WorkspaceSpec, oldWS, nil, nil, field.NewPath("spec"))...)
-	errs = append(errs, validateProviderIDs(obj.Spec.ProviderIDList, field.NewPath("spec", "providerIDList"))...)
+	errs = append(errs, providerid.ValidateList(obj.Spec.ProviderIDList, field.NewPath("spec", "providerIDList"))...)
 	return errs
 }
 
@@ -187,7 +186,7 @@ func validateClusterSpec(spec *infrav1.TerraformClusterSpec, path *field.Path) f
 func validateMachineSpec(spec *infrav1.TerraformMachineSpec, path *field.Path) field.ErrorList {
 	errs := validateWorkspace(&spec.WorkspaceSpec, path)
 	if spec.ProviderID != "" {
-		errs = append(errs, validateProviderID(spec.ProviderID, path.Child("providerID"))...)
+		errs = append(errs, providerid.Validate(spec.ProviderID, path.Child("providerID"))...)
 	}
 	return errs
 }
@@ -208,26 +207,6 @@ func validateTemplateMeta(m *infrav1.TemplateMeta, path *field.Path) field.Error
 		}
 	}
 	return errs
-}
-
-func validateProviderIDs(ids []string, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	seen := map[string]bool{}
-	for i, id := range ids {
-		errs = append(errs, validateProviderID(id, path.Index(i))...)
-		if seen[id] {
-			errs = append(errs, field.Duplicate(path.Index(i), id))
-		}
-		seen[id] = true
-	}
-	return errs
-}
-
-func validateProviderID(id string, path *field.Path) field.ErrorList {
-	if scheme, rest, ok := strings.Cut(id, "://"); !ok || scheme == "" || rest == "" {
-		return field.ErrorList{field.Invalid(path, id, "must look like <provider>://<id>")}
-	}
-	return nil
 }
 
 // MaxInlineBytes bounds what an object holds inline: its variables' values

@@ -23,11 +23,12 @@ func TestReadMachineOutputs(t *testing.T) {
 		wantErr   string
 	}{
 		"all outputs":             {outputs: out("provider_id", `"aws:///a/i-1"`, "addresses", `[{"type":"InternalIP","address":"10.0.0.1"}]`, "failure_domain", `"a"`), wantID: "aws:///a/i-1", wantAddrs: 1},
-		"plain addresses":         {outputs: out("provider_id", `"x"`, "addresses", `["10.0.0.1","10.0.0.2"]`), wantID: "x", wantAddrs: 2},
+		"plain addresses":         {outputs: out("provider_id", `"p://x"`, "addresses", `["10.0.0.1","10.0.0.2"]`), wantID: "p://x", wantAddrs: 2},
 		"no provider_id":          {outputs: out("addresses", `[]`), wantErr: "has no provider_id output"},
 		"empty provider_id":       {outputs: out("provider_id", `""`), wantErr: "want a non-empty string"},
-		"unknown address type":    {outputs: out("provider_id", `"x"`, "addresses", `[{"type":"Public","address":"1.2.3.4"}]`), wantErr: `address type "Public"`},
-		"failure_domain not text": {outputs: out("provider_id", `"x"`, "failure_domain", `1`), wantErr: "want a string"},
+		"provider_id not an ID":   {outputs: out("provider_id", `"i-0123"`), wantErr: `output provider_id = "i-0123": must look like <provider>://<id>`},
+		"unknown address type":    {outputs: out("provider_id", `"p://x"`, "addresses", `[{"type":"Public","address":"1.2.3.4"}]`), wantErr: `address type "Public"`},
+		"failure_domain not text": {outputs: out("provider_id", `"p://x"`, "failure_domain", `1`), wantErr: "want a string"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -83,6 +84,9 @@ func readMachineOutputs(outputs map[string]run.Output) (string, []infrav1.Machin
 	}
 	if err := json.Unmarshal(o.Value, &providerID); err != nil || providerID == "" {
 		return "", nil, "", fmt.Errorf("output %s = %s: want a non-empty string", OutputProviderID, o.Value)
+	}
+	if why := providerid.Invalid(providerID); why != "" {
+		return "", nil, "", fmt.Errorf("output %s = %q: %s", OutputProviderID, providerID, why)
 	}
 	var addresses []infrav1.MachineAddress
 	if o, ok := outputs[OutputAddresses]; ok {

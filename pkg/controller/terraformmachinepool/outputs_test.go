@@ -20,6 +20,7 @@ func TestReadProviderIDs(t *testing.T) {
 		"no output":       {outputs: map[string]run.Output{}, wantErr: "has no provider_ids output"},
 		"not a list":      {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`"p://1"`)}}, wantErr: "want a list of strings"},
 		"an empty string": {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`["p://1",""]`)}}, wantErr: "an empty provider ID"},
+		"not an ID":       {outputs: map[string]run.Output{"provider_ids": {Value: json.RawMessage(`["p://1","i-2"]`)}}, wantErr: `output provider_ids has "i-2": must look like <provider>://<id>`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -77,6 +78,9 @@ func readProviderIDs(outputs map[string]run.Output) ([]string, error) {
 	for _, id := range ids {
 		if id == "" {
 			return nil, fmt.Errorf("output %s has an empty provider ID", OutputProviderIDs)
+		}
+		if why := providerid.Invalid(id); why != "" {
+			return nil, fmt.Errorf("output %s has %q: %s", OutputProviderIDs, id, why)
 		}
 	}
 	return ids, nil

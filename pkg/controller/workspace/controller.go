@@ -26,6 +26,7 @@ import (
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -325,7 +326,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		c.engine.InvalidOutput(s, err)
 		return nil
 	}
-	claim := func(ids ...string) error { return claimedElsewhere(c.providerIDs, obj, ids) }
+	claim := func(ids ...string) error { return providerid.HeldElsewhere(c.providerIDs, obj, ids) }
 	specChanged, err := c.kind.Outputs(obj, res.Outputs, claim)
 	if err != nil {
 		c.engine.InvalidOutput(s, err)

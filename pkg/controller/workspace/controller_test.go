@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
@@ -512,6 +513,89 @@ func TestNoSecondJobOnALaggingCache(t *testing.T) {
 			t.Fatalf("Job creates: %q, want 1", creates)
 		}
 	})
+}
+
+// TestNoSecondWriteOnALaggingCache: the Job handler tells the
+// expectations the Job it shows was created; and a sync on a cache that
+// does not show the controller's own last write yet (its Job seen, the
+// object not) writes nothing again, neither the object nor its status,
+// whichever of the two the last write was.
+func TestNoSecondWriteOnALaggingCache(t *testing.T) {
+	refuseStatus := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("changed"))
+		}
+		return false, nil, nil
+	}
+	tests := map[string]struct {
+		mutate   func(k kindCase) func(workspace.Object)
+		refuse   k8stesting.ReactionFunc
+		wantJob  bool
+		wantLast string
+	}{
+		"the object, then its status":    {wantJob: true, wantLast: "update {res}/status"},
+		"the object; its status refused": {refuse: refuseStatus, wantJob: true, wantLast: "patch {res}"},
+		"only the status (paused)": {mutate: func(k kindCase) func(workspace.Object) {
+			return func(o workspace.Object) {
+				o.SetFinalizers([]string{k.finalizer})
+				o.SetAnnotations(map[string]string{capi.PausedAnnotation: ""})
+			}
+		}, wantLast: "update {res}/status"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			forKinds(t, func(t *testing.T, k kindCase) {
+				mutate := []func(workspace.Object){func(o workspace.Object) { o.SetResourceVersion("1") }}
+				if tc.mutate != nil {
+					mutate = append(mutate, tc.mutate(k))
+				}
+				f := newFixture(t, k, newObject(k, mutate...), k.capi, k.kube...)
+				// Each write gives the object a new resourceVersion, as the
+				// API server does.
+				rv := 1
+				newVersion := func(a k8stesting.Action) (bool, runtime.Object, error) {
+					_, _, _ = f.log.record(a) // handled here, before the log's reactor
+					handled, obj, err := k8stesting.ObjectReaction(f.captf.Tracker())(a)
+					if err != nil || !handled {
+						return handled, obj, err
+					}
+					rv++
+					obj.(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
+					return true, obj, f.captf.Tracker().Update(f.gvr(), obj, obj.(metav1.Object).GetNamespace())
+				}
+				f.captf.PrependReactor("patch", k.resource, newVersion)
+				f.captf.PrependReactor("update", k.resource, newVersion)
+				if tc.refuse != nil {
+					f.captf.PrependReactor("update", k.resource, tc.refuse)
+				}
+				_ = f.trySync()
+				writes, last := f.writes(), ""
+				for _, w := range writes {
+					if strings.Contains(w, " "+k.resource) {
+						last = w // the object's or its status's
+					}
+				}
+				if !strings.HasPrefix(last, f.expand(tc.wantLast)) {
+					t.Fatalf("the first sync wrote %q: want its last write of the object %q", writes, f.expand(tc.wantLast))
+				}
+				if tc.wantJob {
+					if f.c.ExpectationsForTest().Satisfied(key) {
+						t.Fatal("the expectations are satisfied before the Job was seen")
+					}
+					job := runnerjob.Trim(f.jobs.created[0].DeepCopy())
+					workspace.JobEventHandler(ktesting.NewLogger(t, ktesting.NewConfig()), k.kind, f.c.QueueForTest(), f.c.ExpectationsForTest()).OnAdd(job, false)
+					if !f.c.ExpectationsForTest().Satisfied(key) {
+						t.Fatal("the Job handler showed the Job it created, and the expectations still wait for it")
+					}
+					if err := f.c.EngineForTest().JobIndex.Add(job); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_ = f.trySync() // the object's cache still holds it as it was before
+				f.wantPrefixes("writes of a sync on the cache before the first sync's writes", f.writes()[len(writes):], nil)
+			})
+		})
+	}
 }
 
 // jobCreates are the attempts to create a Job among writes.

@@ -20,6 +20,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/statestore"
 )
 
@@ -227,23 +228,19 @@ func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bo
 // Secrets, and only its provider IDs then tell that instances exist.
 func (e *Engine) mayHaveInfrastructure(ctx context.Context, obj Object) (bool, error) {
 	st := obj.WorkspaceStatus()
-	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || hasProviderIDs(obj) {
+	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || heldIDs(obj) {
 		return true, nil
 	}
 	durable, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).DurableInputs(), false)
 	return durable != nil, err
 }
 
-// hasProviderIDs: only the manager, clusterctl move and a restore set
-// them (the webhook's identity rule), each for instances that exist.
-func hasProviderIDs(obj Object) bool {
-	switch o := obj.(type) {
-	case *infrav1.TerraformMachine:
-		return o.Spec.ProviderID != ""
-	case *infrav1.TerraformMachinePool:
-		return len(o.Spec.ProviderIDList) > 0
-	}
-	return false
+// heldIDs: only the manager, clusterctl move and a restore set provider
+// IDs (providerid.Sets, the webhook's identity rule), each for instances
+// that exist.
+func heldIDs(obj Object) bool {
+	ids, _ := providerid.Held(obj)
+	return len(ids) > 0
 }
 
 // checkState runs before every Job. It returns whether a Job may run and
