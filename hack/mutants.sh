@@ -290,7 +290,7 @@ mutant token-unknown-key-trusted pkg/runnerapi/tokens.go \
 mutant token-junk-spends-budget pkg/runnerapi/authenticate.go \
 	'ns, verified, err := claimedNamespace(ctx, token, now, s.keys)' 'ns, verified, err := claimedNamespace(ctx, token, now, s.keys); err = nil'
 # Terraform gets one SIGTERM, however many reasons to stop come.
-mutant second-interrupt pkg/runner/runner.go \
+mutant second-interrupt pkg/runner/terraform.go \
 	'r.child.Process != nil && r.interrupted != r.child {' 'r.child.Process != nil {'
 # Issue 50, item 1: CAPTF's finalizers and the protection a state was kept
 # under stay, whoever writes.
@@ -338,7 +338,7 @@ mutant redact-no-heredoc-lines pkg/runner/redact.go \
 	'secrets = append(secrets, strings.TrimSpace(line))' 'secrets = append(secrets, strings.TrimSpace(line)[:0])'
 mutant redact-no-env pkg/runner/redact.go \
 	'name == s || isPattern && strings.HasPrefix(name, prefix)' 'name == s || isPattern && strings.HasPrefix(name, prefix) && false'
-mutant redact-streams-share-a-buffer pkg/runner/runner.go \
+mutant redact-streams-share-a-buffer pkg/runner/terraform.go \
 	'ow, ew := r.redact.Writer(log), r.redact.Writer(log)' 'ow := r.redact.Writer(log); ew := ow'
 mutant env-from-secrets-untold pkg/runnerjob/job.go \
 	'sensitive = append(sensitive, e.Name)' 'plain = append(plain, e.Name)'
@@ -446,7 +446,7 @@ mutant plan-account-unchecked-for-applies pkg/controller/workspace/start.go \
 	'plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)' 'plans = false'
 
 # The runner's own settings cannot come from an envFrom the writer edits.
-mutant runner-runs-any-binary pkg/runner/runner.go \
+mutant runner-runs-any-binary pkg/runner/terraform.go \
 	'return p, r.checkTerraform(p)' 'return p, nil'
 mutant runner-api-from-envfrom pkg/runnerjob/job.go \
 	'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI}, corev1.EnvVar{Name: run.EnvRunnerAPICA, Value: s.RunnerAPICA})' 'env = append(env, corev1.EnvVar{Name: run.EnvRunnerAPI, Value: s.RunnerAPI})'
@@ -480,7 +480,7 @@ mutant empty-write-key-writes pkg/runnerapi/access.go \
 	'return id.Keyless || run.WriteKeyMatches' 'return id.WriteKey == "" || run.WriteKeyMatches'
 mutant swapped-plan-applies pkg/runner/runner.go \
 	'} else if sum != r.planSum {' '} else if sum != sum {'
-mutant lingering-programs-kept pkg/runner/runner.go \
+mutant lingering-programs-kept pkg/runner/terraform.go \
 	'_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)' ''
 mutant cached-job-drops-operation pkg/manager/manager.go \
 	'names.LabelOperation: string(j.Operation)}}}' '}}}'
@@ -506,7 +506,7 @@ mutant relabel-by-anyone pkg/webhook/admission.go \
 # A write that sets provider IDs is not the manager's to make alone; an
 # output that is no provider ID is written; one instance held twice.
 mutant provider-ids-set-unseen pkg/providerid/providerid.go \
-	'return !slices.Equal(was, ids)' 'return len(was) == 0 && len(ids) > 0'
+	'return !slices.Equal(was, ids)' 'return !slices.Equal(was, ids) && len(was) == 0'
 mutant provider-id-any-form pkg/providerid/providerid.go \
 	'if scheme, rest, ok := strings.Cut(id, "://"); !ok || scheme == "" || rest == "" {' 'if scheme, rest, ok := strings.Cut(id, "://"); !ok && scheme == "" && rest == "" {'
 mutant provider-id-held-twice pkg/providerid/providerid.go \
