@@ -230,7 +230,7 @@ mutant state-meta-names-nothing pkg/controller/workspace/state.go \
 	's.ObjectName, s.NamesObject = annotations[names.AnnotationObjectName]' 's.ObjectName = annotations[names.AnnotationObjectName]'
 # Run inputs handed over: to the run of their own object only, and once.
 mutant inputs-handed-to-any-object pkg/runnerapi/server.go \
-	'sec != nil && sec.Labels[names.LabelObjectUID] == string(id.ObjectRef.UID)' 'sec != nil'
+	'sec != nil && sec.Labels[names.LabelObjectUID] == string(id.ObjectRef.UID)' 'sec != nil && (sec.Labels[names.LabelObjectUID] == string(id.ObjectRef.UID) || true)'
 mutant inputs-handed-twice pkg/controller/workspace/handover.go \
 	'	k.forget(key)
 	return sec' '	return sec'
@@ -279,7 +279,7 @@ mutant first-request-not-retried pkg/runner/runner.go \
 		inputs, err = r.Client' '	err := func(f func() error) error { return f() }(func() (err error) {
 		inputs, err = r.Client'
 mutant no-retry-after-header pkg/runnerapi/proxy.go \
-	'w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))' ''
+	'w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))' '_ = strconv.Itoa'
 # A new token is checked before it costs a TokenReview.
 mutant token-expiry-unchecked pkg/runnerapi/tokens.go \
 	'case claims.Expiry == 0 || now.Unix() >= claims.Expiry:' 'case false:'
@@ -315,7 +315,7 @@ mutant protection-covered-loosely pkg/controller/workspace/protection.go \
 mutant protection-adopted-by-any pkg/controller/workspace/protection.go \
 	'obj.GetAnnotations()[infrav1.AnnotationAdoptState] != string(p.UID)' 'obj.GetAnnotations()[infrav1.AnnotationAdoptState] == ""'
 mutant protection-recorded-under-a-job pkg/controller/workspace/protection.go \
-	'if slices.ContainsFunc(r.Jobs, func(j *runnerjob.Cached) bool { finished, _ := runnerjob.Finished(j); return !finished }) {' 'if false {'
+	'if slices.ContainsFunc(r.Jobs, func(j *runnerjob.Cached) bool { finished, _ := runnerjob.Finished(j); return !finished }) {' 'if slices.ContainsFunc(r.Jobs, func(j *runnerjob.Cached) bool { finished, _ := runnerjob.Finished(j); return !finished }) && false {'
 mutant protection-recorded-while-held pkg/controller/workspace/protection.go \
 	'		return true, nil
 	}
