@@ -887,7 +887,10 @@ func (e *env) waitCreating(pod string) {
 // and is cut off; an administrator force-deletes its pod, the one act that
 // frees a lock whose holder may still run, and another run takes the lock
 // over. Once the stalled runner wakes it must write nothing and stop.
+// It is parallel: its 40 s are mostly waits (the stall, the takeover's
+// lock), and fit beside TestRunnerCutOffPastItsDeadline.
 func TestFencedRunner(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	e.startManager()
