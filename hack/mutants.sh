@@ -548,6 +548,11 @@ mutant job-before-block-move pkg/controller/workspace/start.go \
 		return err
 	}' ''
 
+# A condition quotes a module's output whole: past 32 KiB every status
+# write of the object fails.
+mutant condition-message-unbounded pkg/controller/workspace/status.go \
+	'if len(msg) <= maxConditionMessage {' 'if true {'
+
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"
 else

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -278,6 +279,44 @@ func TestApplyOutputs(t *testing.T) {
 		f.sync()
 		f.wantPrefixes("writes of a sync that changes nothing", f.writes(), nil)
 		f.wantPrefixes("events of a sync that changes nothing", f.drainEvents(), nil)
+	})
+}
+
+// TestLongOutputKeepsTheStatusWritable: a module that outputs a 40 KiB
+// provider ID (none at all: it has no scheme) gets InvalidOutput with the
+// message cut, under the 32 KiB the API server admits in a condition, and
+// one warning: a message quoting it whole would fail every status write.
+func TestLongOutputKeepsTheStatusWritable(t *testing.T) {
+	forKinds(t, func(t *testing.T, k kindCase) {
+		long := strings.Repeat("é", 20<<10) // 40 KiB, two bytes a rune
+		outputs := map[string]run.Output{}
+		for name, o := range k.outputs {
+			outputs[name] = o
+		}
+		switch k.kind {
+		case "TerraformMachine":
+			outputs["provider_id"] = run.Output{Value: json.RawMessage(strconv.Quote(long))}
+		case "TerraformMachinePool":
+			outputs["provider_ids"] = run.Output{Value: json.RawMessage("[" + strconv.Quote(long) + "]")}
+		default:
+			t.Skip("no provider IDs")
+		}
+		f := newFixture(t, k, newObject(k, withFinalizer(k)), k.capi, k.kube...)
+		f.sync()
+		f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: outputs})
+		f.sync()
+		c := f.condition(infrav1.ConditionReady)
+		if c == nil || c.Reason != workspace.ReasonInvalidOutput {
+			t.Fatalf("Ready = %+v, want InvalidOutput", c)
+		}
+		if len(c.Message) > 4<<10 || !utf8.ValidString(c.Message) || !strings.HasSuffix(c.Message, "…") {
+			t.Errorf("the message is %d bytes (valid UTF-8: %v), want at most 4 KiB, cut at a rune and marked", len(c.Message), utf8.ValidString(c.Message))
+		}
+		f.wantPrefixes("events", f.drainEvents(), []string{"Warning InvalidOutput"})
+		f.observe()
+		f.sync()
+		f.wantPrefixes("writes of the next sync", f.writes(), nil)
+		f.wantPrefixes("events of the next sync", f.drainEvents(), nil)
 	})
 }
 

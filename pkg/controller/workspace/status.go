@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,6 +35,7 @@ func (e *Engine) SetReady(r *Sync, status metav1.ConditionStatus, reason, messag
 // eventReason when that changed the condition: syncs repeat, events should
 // not.
 func (e *Engine) warnOnChange(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
+	msg = conditionMessage(msg) // compared as it is stored
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, condType); c == nil || c.Status != status || c.Reason != reason || c.Message != msg {
 		e.Recorder.Event(obj, corev1.EventTypeWarning, eventReason, msg)
 	}
@@ -43,7 +45,25 @@ func (e *Engine) warnOnChange(obj Object, condType string, status metav1.Conditi
 // SetCondition sets a condition of obj at its generation.
 func SetCondition(obj Object, t string, status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(&obj.WorkspaceStatus().Conditions, metav1.Condition{Type: t, Status: status,
-		Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration()})
+		Reason: reason, Message: conditionMessage(message), ObservedGeneration: obj.GetGeneration()})
+}
+
+// maxConditionMessage bounds a condition's message. Messages quote what
+// modules and users wrote (an output, a name, an error), which can be far
+// longer than the 32 KiB the API server admits in a condition: one that
+// long would fail every status write of the object.
+const maxConditionMessage = 4 << 10
+
+// conditionMessage is msg cut to maxConditionMessage bytes, at a rune.
+func conditionMessage(msg string) string {
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	cut := maxConditionMessage - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // setApplying keeps Ready True while a provisioned object takes a change.
