@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -20,11 +21,14 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/controller"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
 	infrainformers "github.com/captf/captf/pkg/generated/informers/externalversions/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/generated/informers/externalversions/internalinterfaces"
 	"github.com/captf/captf/pkg/intern"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/runnerjob"
 )
 
 // noIndexes: nothing in CAPTF lists a cache by namespace (it reads by key,
@@ -164,4 +168,48 @@ type capiInformer struct {
 
 func (i capiInformer) Lister() cache.GenericLister {
 	return cache.NewGenericLister(i.Informer().GetIndexer(), i.gvr.GroupResource())
+}
+
+// CacheFactories makes cc's informer factories from its clients and dyn,
+// as the manager caches (the unit tests' fixture makes its own with them):
+// the objects of namespace ("" all), those of watchFilter's instance only,
+// CAPTF's Jobs only, each trimmed to what the controllers read. It returns
+// the pool of strings the caches share.
+func CacheFactories(cc *controller.Context, dyn dynamic.Interface, namespace string, resync time.Duration, watchFilter string) *intern.Pool {
+	// --watch-filter: the objects of another instance (a canary, a tenant's
+	// own) are not even cached.
+	filter := func(lo *metav1.ListOptions) {
+		if watchFilter != "" {
+			lo.LabelSelector = capi.WatchFilterLabel + "=" + watchFilter
+		}
+	}
+	shared := newSharedStrings()
+	cc.CAPTFInformers = externalversions.NewSharedInformerFactoryWithOptions(cc.CAPTF, resync,
+		externalversions.WithNamespace(namespace), externalversions.WithTransform(cacheTransform(shared, nil)), externalversions.WithTweakListOptions(filter))
+	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
+	// never cached, so memory does not grow with state size.
+	managedByCAPTF := func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }
+	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, resync, informers.WithNamespace(namespace),
+		informers.WithTransform(cacheTransform(shared, runnerjob.Trim)), informers.WithTweakListOptions(managedByCAPTF))
+	RegisterInformers(cc.CAPTFInformers, cc.KubeInformers, namespace, filter, managedByCAPTF)
+	cc.CAPIInformers = newCAPIFactory(dyn, resync, namespaceOrAll(namespace), filter, shared)
+	return shared
+}
+
+// CacheTransform is what the informers of CacheFactories do to each
+// object they cache, for a test that puts objects into their stores: it
+// trims Jobs and Cluster API objects, then every object as the manager.
+func CacheTransform(shared *intern.Pool) func(any) (any, error) {
+	t := cacheTransform(shared, func(obj any) any {
+		switch o := obj.(type) {
+		case *batchv1.Job:
+			return runnerjob.Trim(o)
+		case *unstructured.Unstructured:
+			if k, ok := capi.KindOf(o.GetKind()); ok {
+				return k.Trim(o)
+			}
+		}
+		return obj
+	})
+	return func(obj any) (any, error) { return t(obj) }
 }

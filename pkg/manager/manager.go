@@ -32,7 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -55,7 +55,7 @@ import (
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
 	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
-	"github.com/captf/captf/pkg/generated/informers/externalversions"
+
 	"github.com/captf/captf/pkg/intern"
 	"github.com/captf/captf/pkg/logflags"
 	"github.com/captf/captf/pkg/metrics"
@@ -498,23 +498,7 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	if err != nil {
 		return cc, workspace.Config{}, nil, err
 	}
-	// --watch-filter: the objects of another instance (a canary, a tenant's
-	// own) are not even cached.
-	filter := func(lo *metav1.ListOptions) {
-		if o.WatchFilter != "" {
-			lo.LabelSelector = capi.WatchFilterLabel + "=" + o.WatchFilter
-		}
-	}
-	shared := newSharedStrings()
-	cc.CAPTFInformers = externalversions.NewSharedInformerFactoryWithOptions(cc.CAPTF, o.SyncPeriod,
-		externalversions.WithNamespace(o.Namespace), externalversions.WithTransform(cacheTransform(shared, nil)), externalversions.WithTweakListOptions(filter))
-	// Only what CAPTF made: Jobs by label. Secrets are read on demand and
-	// never cached, so memory does not grow with state size.
-	managedByCAPTF := func(lo *metav1.ListOptions) { lo.LabelSelector = names.LabelManagedBy + "=" + names.ManagedByValue }
-	cc.KubeInformers = informers.NewSharedInformerFactoryWithOptions(cc.Kube, o.SyncPeriod, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(cacheTransform(shared, runnerjob.Trim)), informers.WithTweakListOptions(managedByCAPTF))
-	RegisterInformers(cc.CAPTFInformers, cc.KubeInformers, o.Namespace, filter, managedByCAPTF)
-	cc.CAPIInformers = newCAPIFactory(dyn, o.SyncPeriod, namespaceOrAll(o.Namespace), filter, shared)
+	shared := CacheFactories(&cc, dyn, o.Namespace, o.SyncPeriod, o.WatchFilter)
 	// The metadata of state heads and durable inputs: what the checks
 	// before every Job read, without their data.
 	var own informerSet

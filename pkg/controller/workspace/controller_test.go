@@ -732,8 +732,7 @@ func TestDriftNeverHoldsUpAnApply(t *testing.T) {
 		if jobs := f.createdJobs(); len(jobs) != 0 {
 			t.Fatalf("a drift check before its time: %v", jobNames(jobs))
 		}
-		later := time.Now().Add(2 * time.Minute) // past the interval and its jitter
-		f.c.EngineForTest().Clock = testingclock.NewFakeClock(later)
+		f.clock.Step(2 * time.Minute) // past the interval and its jitter
 		f.sync()
 		jobs := f.createdJobs()
 		if len(jobs) != 1 || !strings.Contains(jobs[0].Name, "-drift-") {
@@ -820,8 +819,7 @@ func TestDocumentedReasons(t *testing.T) {
 	}
 	// later makes the engine's clock d ahead.
 	later := func(f *fixture, d time.Duration) {
-		t := time.Now().Add(d)
-		f.c.EngineForTest().Clock = testingclock.NewFakeClock(t)
+		f.clock.SetTime(time.Now().Add(d))
 	}
 	tests := map[string]struct {
 		mutate    func(workspace.Object)
@@ -1199,8 +1197,7 @@ func TestCleanDriftChecksLeaveNoJob(t *testing.T) {
 		apply := f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
 		f.sync()
 		f.observe()
-		clk := testingclock.NewFakeClock(time.Now())
-		f.c.EngineForTest().Clock = clk
+		clk := f.clock
 		n := names.Object{Kind: k.short, Name: "prod"}
 		// check runs the next drift check, on time, ending with plan.
 		check := func(plan *run.Plan) *batchv1.Job {
@@ -1258,7 +1255,8 @@ func TestANewObjectWaitsForItsOwnerQuietly(t *testing.T) {
 			o.SetOwnerReferences(nil)
 			o.SetCreationTimestamp(metav1.NewTime(clk.Now()))
 		}), nil, k.kube...)
-		f.c.EngineForTest().Clock = clk
+		f.clock.SetTime(clk.Now())
+		clk = f.clock
 		f.sync()
 		f.wantPrefixes("writes of a new object waiting for its owner", f.writes(), nil)
 		clk.Step(10 * time.Second)
@@ -1369,8 +1367,7 @@ func TestPlanServiceAccount(t *testing.T) {
 			f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeSucceeded, Plan: &run.Plan{Hash: "1111111111111111"}, Outputs: k.outputs})
 			f.sync()
 			f.observe()
-			clk := testingclock.NewFakeClock(time.Now())
-			f.c.EngineForTest().Clock = clk
+			clk := f.clock
 			start := clk.Now()
 			for len(f.createdJobs()) == 0 && f.readyReason() != workspace.ReasonRunnerServiceAccountNotAllowed && clk.Since(start) < 2*time.Minute {
 				clk.Step(5 * time.Second)

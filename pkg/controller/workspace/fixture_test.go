@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,15 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
@@ -282,6 +282,20 @@ type fixture struct {
 	log  *writeLog
 	// capiSources are the Cluster API objects put, before capi.Trim.
 	capiSources map[string]*unstructured.Unstructured
+	// clock is the controller's, its engine's, loop's and expectations'.
+	clock *testingclock.FakeClock
+	// transform is what the manager's informers do to what they cache.
+	transform func(any) (any, error)
+}
+
+// cached is a copy of obj as the manager's informers cache it.
+func (f *fixture) cached(obj runtime.Object) any {
+	f.t.Helper()
+	o, err := f.transform(obj.DeepCopyObject())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
 }
 
 // newFixture sets up kind k's controller with obj in its cache and the API,
@@ -293,12 +307,11 @@ func newFixture(t *testing.T, k kindCase, obj workspace.Object, capiObjects []*u
 	captf := fake.NewSimpleClientset(obj)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		capi.Cluster.Resource: "ClusterList", capi.Machine.Resource: "MachineList", capi.MachinePool.Resource: "MachinePoolList"})
-	cc := controller.Context{Kube: kube, CAPTF: captf,
-		KubeInformers:  informers.NewSharedInformerFactory(kube, 0),
-		CAPTFInformers: externalversions.NewSharedInformerFactory(captf, 0),
-		CAPIInformers:  dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)}
-	// The manager's caches, without the namespace index client-go adds.
-	manager.RegisterInformers(cc.CAPTFInformers, cc.KubeInformers, "", nil, nil)
+	// The manager's caches (their indexes, transforms and selectors) and
+	// one clock for the whole controller.
+	clk := testingclock.NewFakeClock(time.Now())
+	cc := controller.Context{Kube: kube, CAPTF: captf, Clock: clk}
+	transform := manager.CacheTransform(manager.CacheFactories(&cc, dyn, "", 0, ""))
 	c, err := k.newController(ctx, cc, workspace.Config{Access: &workspace.RunnerAccess{Client: kube}, RunnerImage: "captf:test", StateBackups: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -307,14 +320,14 @@ func newFixture(t *testing.T, k kindCase, obj workspace.Object, capiObjects []*u
 	kube.PrependReactor("*", "*", log.record)
 	captf.PrependReactor("*", "*", log.record)
 	f := &fixture{t: t, k: k, kube: kube, captf: captf, c: c, jobs: &fakeJobControl{log: log}, events: record.NewFakeRecorder(100),
-		capi: map[string]cache.Indexer{}, cc: cc, log: log}
+		capi: map[string]cache.Indexer{}, cc: cc, log: log, clock: clk, transform: transform}
 	c.UseForTest(f.jobs, f.events)
 	inf, err := cc.CAPTFInformers.ForResource(f.gvr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.objects = inf.Informer().GetIndexer()
-	if err := f.objects.Add(obj); err != nil {
+	if err := f.objects.Add(f.cached(obj)); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []schema.GroupVersionResource{capi.Cluster.Resource, capi.Machine.Resource, capi.MachinePool.Resource} {
@@ -344,7 +357,7 @@ func (f *fixture) putCAPI(u *unstructured.Unstructured) {
 		f.capiSources = map[string]*unstructured.Unstructured{}
 	}
 	f.capiSources[k.Resource.Resource+"/"+u.GetName()] = u.DeepCopy()
-	store, obj := f.capi[k.Resource.Resource], k.Trim(u.DeepCopy())
+	store, obj := f.capi[k.Resource.Resource], f.cached(u)
 	_, exists, err := store.Get(obj)
 	if err == nil {
 		if exists {
@@ -430,7 +443,7 @@ func (f *fixture) readyReason() string {
 // setCached puts obj into the informer's cache.
 func (f *fixture) setCached(obj workspace.Object) {
 	f.t.Helper()
-	if err := f.objects.Update(obj); err != nil {
+	if err := f.objects.Update(f.cached(obj)); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -481,8 +494,11 @@ func (f *fixture) endJob(res run.Result, succeeded bool) *batchv1.Job {
 		f.t.Fatal("no Job to finish")
 	}
 	job := f.jobs.created[len(f.jobs.created)-1].DeepCopy()
-	now := metav1.NewTime(f.c.EngineForTest().Clock.Now()) // the API server's clock, as the manager's
-	job.CreationTimestamp = metav1.NewTime(now.Add(-1))
+	// A run takes its time, on the API server's clock as the manager's.
+	created := metav1.NewTime(f.clock.Now())
+	f.clock.Step(time.Second)
+	now := metav1.NewTime(f.clock.Now())
+	job.CreationTimestamp = created
 	if succeeded {
 		job.Status.CompletionTime = &now
 		job.Status.Succeeded = 1
@@ -511,7 +527,7 @@ func (f *fixture) endJob(res run.Result, succeeded bool) *batchv1.Job {
 func (f *fixture) observe(jobs ...*batchv1.Job) {
 	f.t.Helper()
 	for _, job := range jobs {
-		if err := f.c.EngineForTest().JobIndex.Update(runnerjob.Trim(job)); err != nil {
+		if err := f.c.EngineForTest().JobIndex.Update(f.cached(job)); err != nil {
 			f.t.Fatal(err)
 		}
 		f.c.ExpectationsForTest().JobObserved(key, job.Name)

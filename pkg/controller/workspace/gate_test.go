@@ -9,7 +9,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	testingclock "k8s.io/utils/clock/testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
@@ -250,8 +249,7 @@ func TestModuleGate(t *testing.T) {
 		f.change(func(o workspace.Object) {
 			o.Workspace().Module.Inline = strings.TrimSuffix(o.Workspace().Module.Inline, "\n# changed")
 		})
-		clk := testingclock.NewFakeClock(time.Now())
-		f.c.EngineForTest().Clock = clk
+		clk := f.clock
 		for start := clk.Now(); len(f.createdJobs()) == 0 && clk.Since(start) < 2*time.Minute; {
 			clk.Step(5 * time.Second)
 			f.sync()
