@@ -24,54 +24,46 @@ import (
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
 func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
-	if active := runnerjob.Active(r.Jobs); active != nil {
-		return nil, nil, e.whileRunning(ctx, r, active, in.Hash)
-	}
-	if err := e.cleanupHistory(ctx, r); err != nil {
-		klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
-	}
 	st := r.Obj.WorkspaceStatus()
-	latest := runnerjob.Latest(r.Jobs, infrav1.OperationApply, in.Hash)
-	// The state changed under the last apply (a restore, or drift to
-	// remediate): plan and apply again.
-	changed := e.stateChangedAfter(r)
-	if latest != nil && latest.CreationTimestamp.Time.Before(changed) {
-		if _, succeeded := runnerjob.Finished(latest); succeeded {
-			return nil, nil, e.startApply(ctx, r, in, latest.Attempt+1)
+	f := applyFacts{Hash: in.Hash, Applied: st.AppliedInputsHash, StateChanged: e.stateChangedAfter(r),
+		Active: runnerjob.Active(r.Jobs), Latest: runnerjob.Latest(r.Jobs, infrav1.OperationApply, in.Hash)}
+	if st.LastAppliedTime != nil {
+		f.LastApplied = &st.LastAppliedTime.Time
+	}
+	d := decideApply(f)
+	if f.Active == nil {
+		if err := e.cleanupHistory(ctx, r); err != nil {
+			klog.FromContext(ctx).Error(err, "Cleaning up old Jobs")
 		}
 	}
-	// Other inputs were applied after the last Job of these (the spec went
-	// back to earlier inputs): that Job's plan and outputs are of another
-	// infrastructure than today's.
-	if latest != nil && st.AppliedInputsHash != in.Hash && st.LastAppliedTime != nil && !runnerjob.FinishTime(latest).After(st.LastAppliedTime.Time) {
-		return nil, nil, e.startApply(ctx, r, in, latest.Attempt+1)
-	}
-	if st.AppliedInputsHash == in.Hash {
+	if d.ReadRefresh {
 		// A refresh of the applied inputs: the caller reads its outputs.
 		if res, job, err := e.refreshResult(ctx, r); err != nil || res != nil {
 			return res, job, err
 		}
 	}
-	if latest == nil {
-		if st.AppliedInputsHash != in.Hash || (st.LastAppliedTime != nil && st.LastAppliedTime.Time.Before(changed)) {
-			return nil, nil, e.startApply(ctx, r, in, 0)
+	switch d.Action {
+	case applyStopDrift:
+		if err := e.JobControl.Delete(ctx, f.Active, metav1.DeletePropagationBackground); err != nil {
+			return nil, nil, err
 		}
-		// Applied, and its Jobs are gone from history (or the status came
-		// back with a restore).
+		klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(f.Active))
+		return nil, nil, nil
+	case applyReportRunning:
+		return nil, nil, e.reportRunning(ctx, r, f.Active)
+	case applyStart:
+		return nil, nil, e.startApply(ctx, r, in, d.Attempt)
+	case applyRecordUpToDate:
+		e.RecordJob(r, f.Latest, run.OutcomeSucceeded, nil)
+		fallthrough
+	case applyUpToDate:
 		e.upToDate(r)
 		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
+	case applyFailed:
+		return nil, nil, e.applyFailed(ctx, r, f.Latest, in)
+	default:
+		return e.applySucceeded(ctx, r, f.Latest, in)
 	}
-	if _, succeeded := runnerjob.Finished(latest); !succeeded {
-		return nil, nil, e.applyFailed(ctx, r, latest, in)
-	}
-	// A re-apply of applied inputs is new when it finished after the
-	// applied time the status holds.
-	if st.AppliedInputsHash == in.Hash && st.LastAppliedTime != nil && !runnerjob.FinishTime(latest).After(st.LastAppliedTime.Time) {
-		e.RecordJob(r, latest, run.OutcomeSucceeded, nil)
-		e.upToDate(r)
-		return nil, nil, e.CheckDrift(ctx, r, in.Hash)
-	}
-	return e.applySucceeded(ctx, r, latest, in)
 }
 
 // startApply starts an apply Job of in. A Job never runs inputs known
@@ -109,25 +101,16 @@ func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
 	if active == nil || active.Operation == infrav1.OperationDrift {
 		return false, nil
 	}
-	return true, e.whileRunning(ctx, r, active, "")
+	return true, e.reportRunning(ctx, r, active)
 }
 
-// whileRunning reports the running Job; a drift check never holds up an
-// apply of other inputs: it is stopped.
-func (e *Engine) whileRunning(ctx context.Context, r *Sync, active *runnerjob.Cached, hash string) error {
-	op := active.Operation
-	if op == infrav1.OperationDrift && r.Obj.WorkspaceStatus().AppliedInputsHash != hash {
-		if err := e.JobControl.Delete(ctx, active, metav1.DeletePropagationBackground); err != nil {
-			return err
-		}
-		klog.FromContext(ctx).V(2).Info("Stopped a drift check for an apply", "job", klog.KObj(active))
-		return nil
-	}
+// reportRunning reports the running Job.
+func (e *Engine) reportRunning(ctx context.Context, r *Sync, active *runnerjob.Cached) error {
 	e.RecordJob(r, active, "Running", nil)
 	if refused, err := e.podRefused(ctx, r, active); err != nil || refused {
 		return err
 	}
-	if op == infrav1.OperationApply {
+	if active.Operation == infrav1.OperationApply {
 		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", active.Name))
 	}
 	return nil
@@ -157,27 +140,25 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cac
 	if err != nil {
 		return nil, nil, err
 	}
-	if res.Outcome == run.OutcomeBlocked && res.Reason == run.ReasonModuleAwaitingApproval && res.Module != nil {
-		e.RecordJob(r, job, run.OutcomeBlocked, res)
-		if r.Gate == nil || r.Gate.ModuleRunnable(res.Module.Digest) {
-			e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonModuleApproved, "The module's code %s is approved: planning with it", res.Module.Digest)
-			return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
-		}
-		e.moduleWaits(r, job, res.Module)
-		return nil, nil, nil
-	}
-	if res.Outcome != run.OutcomeBlocked || res.Plan == nil {
+	switch decideResult(res, r.Gate) {
+	case resultOutputs:
 		e.noPlanWaiting(r)
 		return res, job, nil
-	}
-	e.RecordJob(r, job, run.OutcomeBlocked, res)
-	if g := r.Gate; g != nil && g.Needed(res.Plan) == "" {
-		// Approved: plan again, and apply only if the plan is still the
-		// approved one.
+	case resultModuleApproved:
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
+		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonModuleApproved, "The module's code %s is approved: planning with it", res.Module.Digest)
+		return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
+	case resultPlanApproved:
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
 		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanApproved, "Plan %s is approved: planning again to apply exactly it", res.Plan.Hash)
 		return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
+	case resultModuleWaits:
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
+		e.moduleWaits(r, job, res.Module)
+	default:
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
+		e.reportBlocked(r, job, res.Plan)
 	}
-	e.reportBlocked(r, job, res.Plan)
 	return nil, nil, nil
 }
 

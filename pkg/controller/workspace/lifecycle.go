@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,10 +24,6 @@ type Lifecycle struct {
 	Render func() (*Inputs, error)
 }
 
-// ownerGrace is how long a new object waits for its owner before its
-// status says so.
-const ownerGrace = 10 * time.Second
-
 // Wait is why an object waits: a Ready reason and message.
 type Wait struct{ Reason, Message string }
 
@@ -37,47 +32,41 @@ type Wait struct{ Reason, Message string }
 // caller goes on with its own work.
 func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, error) {
 	obj := r.Obj
-	deleting := obj.GetDeletionTimestamp() != nil
-	if l.OwnerMissing != nil && !deleting {
-		// Cluster API makes a machine, then its Machine, which takes it
-		// as its own at once: a new machine's wait is not reported (a
-		// status write each) unless it lasts.
-		if age := e.Clock.Since(obj.GetCreationTimestamp().Time); age < ownerGrace && len(obj.WorkspaceStatus().Conditions) == 0 {
-			r.NoStatus = true
-			r.requeueWithin(min(ownerGrace-age, ownerGrace)) // a clock behind the API server's: age < 0
-			return false, nil
-		}
+	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
+	_, moveBlocked := obj.GetAnnotations()[capi.BlockMoveAnnotation]
+	d := decideLifecycle(lifecycleFacts{Deleting: obj.GetDeletionTimestamp() != nil, OwnerMissing: l.OwnerMissing != nil,
+		Age: e.Clock.Since(obj.GetCreationTimestamp().Time), Reported: len(obj.WorkspaceStatus().Conditions) > 0,
+		HasFinalizer: HoldsFinalizer(obj, l.Finalizer), Paused: paused, JobMayRun: runnerjob.Unfinished(r.Jobs) != nil, MoveBlocked: moveBlocked})
+	switch {
+	case d.QuietFor > 0:
+		r.NoStatus = true
+		r.requeueWithin(d.QuietFor)
+		return false, nil
+	case d.OwnerMissing:
 		e.SetReady(r, metav1.ConditionFalse, l.OwnerMissing.Reason, l.OwnerMissing.Message)
 		return false, nil
-	}
-	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
-	if !deleting && !slices.Contains(obj.GetFinalizers(), l.Finalizer) {
+	case d.AddFinalizer:
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
-		if !paused {
-			// A first apply follows: block clusterctl move in the same
-			// write.
+		if d.BlockMove {
 			setBlockMove(obj, true)
 		}
 		if err := r.Update(ctx); err != nil {
 			return false, err
 		}
-	} else if runnerjob.Unfinished(r.Jobs) == nil && setBlockMove(obj, false) {
-		// clusterctl move, paused, waits for this: it runs even when
-		// paused, written by the sync's next update of the object (the
-		// provider ID of the apply that just ended, say) or at its end.
-		r.Unwritten = true
+	case d.UnblockMove:
+		// Written by the sync's next update of the object (the provider
+		// ID of the apply that just ended, say) or at its end.
+		r.Unwritten = setBlockMove(obj, false) || r.Unwritten
 	}
-	// Pause comes before deletion: clusterctl move pauses, then deletes and
-	// strips finalizers; that must never destroy anything.
-	if paused {
+	if d.Paused {
 		SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionTrue, ReasonPaused, why)
 		return false, nil
 	}
 	SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
-	if !deleting {
+	if d.Go {
 		return e.restore(ctx, r)
 	}
-	if !HoldsFinalizer(obj, l.Finalizer) {
+	if !d.Destroy {
 		return false, nil
 	}
 	// A state restored while deleting is what the destroy needs when the

@@ -1,0 +1,134 @@
+package workspace
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
+)
+
+var decidedAt = time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+
+// job is an apply Job of attempt created at created; ended, when not
+// zero, is when it finished, succeeded or not.
+func job(op infrav1.Operation, attempt int, created time.Time, ended time.Time, succeeded bool) *runnerjob.Cached {
+	j := &runnerjob.Cached{Name: "j", Operation: op, Attempt: attempt, CreationTimestamp: metav1.NewTime(created)}
+	if !ended.IsZero() {
+		j.Status.Finished, j.Status.Complete = true, succeeded
+		j.Status.EndTime = metav1.NewTime(ended)
+		if succeeded {
+			end := metav1.NewTime(ended)
+			j.Status.CompletionTime = &end
+		}
+	}
+	return j
+}
+
+func at(d time.Duration) *time.Time { t := decidedAt.Add(d); return &t }
+
+func TestDecideApply(t *testing.T) {
+	ok := job(infrav1.OperationApply, 2, decidedAt, decidedAt.Add(time.Minute), true)
+	failed := job(infrav1.OperationApply, 2, decidedAt, decidedAt.Add(time.Minute), false)
+	tests := map[string]struct {
+		f    applyFacts
+		want applyDecision
+	}{
+		"new inputs, no Job": {applyFacts{Hash: "b", Applied: "a"}, applyDecision{Action: applyStart}},
+		"never applied":      {applyFacts{Hash: "a"}, applyDecision{Action: applyStart}},
+		"applied, its Jobs gone from history": {applyFacts{Hash: "a", Applied: "a", LastApplied: at(0)},
+			applyDecision{Action: applyUpToDate, ReadRefresh: true}},
+		"applied, then the state was restored": {applyFacts{Hash: "a", Applied: "a", LastApplied: at(0), StateChanged: decidedAt.Add(time.Hour)},
+			applyDecision{Action: applyStart, ReadRefresh: true}},
+		"an apply runs": {applyFacts{Hash: "b", Applied: "a", Active: job(infrav1.OperationApply, 0, decidedAt, time.Time{}, false)},
+			applyDecision{Action: applyReportRunning}},
+		"a drift check runs, the inputs changed": {applyFacts{Hash: "b", Applied: "a", Active: job(infrav1.OperationDrift, 0, decidedAt, time.Time{}, false)},
+			applyDecision{Action: applyStopDrift}},
+		"a drift check of the applied inputs runs": {applyFacts{Hash: "a", Applied: "a", Active: job(infrav1.OperationDrift, 0, decidedAt, time.Time{}, false)},
+			applyDecision{Action: applyReportRunning}},
+		"the apply succeeded":             {applyFacts{Hash: "b", Applied: "a", LastApplied: at(-time.Hour), Latest: ok}, applyDecision{Action: applySucceeded}},
+		"the apply failed":                {applyFacts{Hash: "b", Applied: "a", LastApplied: at(-time.Hour), Latest: failed}, applyDecision{Action: applyFailed}},
+		"the apply of the applied inputs": {applyFacts{Hash: "a", Applied: "a", LastApplied: at(-time.Hour), Latest: ok}, applyDecision{Action: applySucceeded, ReadRefresh: true}},
+		"the applied Job, recorded": {applyFacts{Hash: "a", Applied: "a", LastApplied: at(time.Minute), Latest: ok},
+			applyDecision{Action: applyRecordUpToDate, ReadRefresh: true}},
+		"the state changed after the apply succeeded": {applyFacts{Hash: "a", Applied: "a", LastApplied: at(time.Minute), StateChanged: decidedAt.Add(time.Hour), Latest: ok},
+			applyDecision{Action: applyStart, Attempt: 3}},
+		"the state changed after an apply that failed": {applyFacts{Hash: "b", Applied: "a", LastApplied: at(-time.Hour), StateChanged: decidedAt.Add(time.Hour), Latest: failed},
+			applyDecision{Action: applyFailed}},
+		"the spec went back to inputs applied before others": {applyFacts{Hash: "b", Applied: "a", LastApplied: at(time.Hour), Latest: ok},
+			applyDecision{Action: applyStart, Attempt: 3}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := decideApply(tc.f); got != tc.want {
+				t.Errorf("decideApply = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideResult(t *testing.T) {
+	plan := &run.Plan{Hash: "1111111111111111", Summary: infrav1.PlanSummary{Change: 1}}
+	destructive := &run.Plan{Hash: "2222222222222222", Summary: infrav1.PlanSummary{Destroy: 1}}
+	module := &run.ModuleCode{Digest: "sha256:new"}
+	blocked := func(p *run.Plan) *run.Result { return &run.Result{Outcome: run.OutcomeBlocked, Plan: p} }
+	moduleWaits := &run.Result{Outcome: run.OutcomeBlocked, Reason: run.ReasonModuleAwaitingApproval, Module: module}
+	tests := map[string]struct {
+		res  *run.Result
+		gate *approval.Gate
+		want resultAction
+	}{
+		"applied":                       {&run.Result{Outcome: run.OutcomeSucceeded, Plan: plan}, nil, resultOutputs},
+		"applied under a gate":          {&run.Result{Outcome: run.OutcomeSucceeded, Plan: plan}, &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, resultOutputs},
+		"a plan waits":                  {blocked(plan), &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, resultPlanWaits},
+		"a plan approved since":         {blocked(plan), &approval.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: plan.Hash}, resultPlanApproved},
+		"another plan approved":         {blocked(plan), &approval.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: destructive.Hash}, resultPlanWaits},
+		"a destructive plan waits":      {blocked(destructive), &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedPlan: destructive.Hash}, resultPlanWaits},
+		"a destructive plan approved":   {blocked(destructive), &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: destructive.Hash}, resultPlanApproved},
+		"a blocked result, no plan":     {blocked(nil), &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, resultOutputs},
+		"code waits":                    {moduleWaits, &approval.Gate{Policy: infrav1.ApprovalPolicyManual, Modules: []string{"sha256:old"}}, resultModuleWaits},
+		"code approved since":           {moduleWaits, &approval.Gate{Policy: infrav1.ApprovalPolicyManual, Modules: []string{"sha256:old"}, ApprovedModule: module.Digest}, resultModuleApproved},
+		"code of an object never gated": {moduleWaits, nil, resultModuleApproved},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := decideResult(tc.res, tc.gate); got != tc.want {
+				t.Errorf("decideResult = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideLifecycle(t *testing.T) {
+	tests := map[string]struct {
+		f    lifecycleFacts
+		want lifecycleDecision
+	}{
+		"a new object without its owner waits quietly": {lifecycleFacts{OwnerMissing: true, Age: 3 * time.Second},
+			lifecycleDecision{QuietFor: 7 * time.Second}},
+		"a clock behind the API server's": {lifecycleFacts{OwnerMissing: true, Age: -time.Minute},
+			lifecycleDecision{QuietFor: ownerGrace}},
+		"an owner missing for long":              {lifecycleFacts{OwnerMissing: true, Age: time.Minute}, lifecycleDecision{OwnerMissing: true}},
+		"an owner missing, reported already":     {lifecycleFacts{OwnerMissing: true, Age: time.Second, Reported: true}, lifecycleDecision{OwnerMissing: true}},
+		"a deletion does not wait for an owner":  {lifecycleFacts{OwnerMissing: true, Deleting: true, HasFinalizer: true}, lifecycleDecision{Destroy: true}},
+		"the first sync":                         {lifecycleFacts{}, lifecycleDecision{AddFinalizer: true, BlockMove: true, Go: true}},
+		"the first sync, paused":                 {lifecycleFacts{Paused: true}, lifecycleDecision{AddFinalizer: true, Paused: true}},
+		"no Job runs: move unblocked":            {lifecycleFacts{HasFinalizer: true, MoveBlocked: true}, lifecycleDecision{UnblockMove: true, Go: true}},
+		"no Job runs, paused: move unblocked":    {lifecycleFacts{HasFinalizer: true, MoveBlocked: true, Paused: true}, lifecycleDecision{UnblockMove: true, Paused: true}},
+		"a Job may run: move stays blocked":      {lifecycleFacts{HasFinalizer: true, MoveBlocked: true, JobMayRun: true}, lifecycleDecision{Go: true}},
+		"deleting":                               {lifecycleFacts{Deleting: true, HasFinalizer: true}, lifecycleDecision{Destroy: true}},
+		"deleting while paused destroys nothing": {lifecycleFacts{Deleting: true, HasFinalizer: true, Paused: true}, lifecycleDecision{Paused: true}},
+		"deleting, the finalizer gone":           {lifecycleFacts{Deleting: true}, lifecycleDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := decideLifecycle(tc.f); got != tc.want {
+				t.Errorf("decideLifecycle = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
