@@ -163,11 +163,11 @@ mutant resync-keeps-rendered-inputs pkg/controller/workspace/controller.go \
 
 # The spec's module or variables, the owner's inputs or its bootstrap data
 # Secret's name changed, and the remembered hash still answers.
-mutant rendered-from-misses-spec pkg/controller/workspace/controller.go \
+mutant rendered-from-misses-spec pkg/controller/workspace/inputs.go \
 	'obj.Workspace(), inputs, bootstrap)' 'nil, inputs, bootstrap)'
-mutant rendered-from-misses-owner pkg/controller/workspace/controller.go \
+mutant rendered-from-misses-owner pkg/controller/workspace/inputs.go \
 	'obj.Workspace(), inputs, bootstrap)' 'obj.Workspace(), nil, bootstrap)'
-mutant rendered-from-misses-bootstrap-secret pkg/controller/workspace/controller.go \
+mutant rendered-from-misses-bootstrap-secret pkg/controller/workspace/inputs.go \
 	'obj.Workspace(), inputs, bootstrap)' 'obj.Workspace(), inputs, bootstrap[:0])'
 
 # The block-move annotation's removal is left unwritten when nothing else

@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -256,40 +255,6 @@ func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 	return err
 }
 
-// newSync finds what obj's sync reads besides obj: its owner, its Cluster,
-// the Cluster's TerraformCluster, and its Jobs. cached is obj as the cache
-// holds it, never written to.
-func (c *Controller[T]) newSync(cached, obj T) *Sync {
-	owner := c.kind.Owner.OwnerOf(obj, c.kind.GVK.Group, c.kind.GVK.Kind, c.owners)
-	cluster, tc := owner, (*infrav1.TerraformCluster)(nil)
-	if c.belongsToCluster() {
-		var fallback string
-		if owner != nil {
-			fallback = c.kind.Owner.ClusterName(owner)
-		}
-		cluster, tc = clusterOf(obj, fallback, c.clusters, c.tcs)
-	}
-	var defaults *infrav1.JobPolicy
-	if tc != nil && tc.Spec.Defaults != nil {
-		defaults = tc.Spec.Defaults.Jobs
-	}
-	s := c.engine.NewSync(obj, defaults)
-	s.Owner, s.Cluster, s.TerraformCluster = owner, cluster, tc
-	base := cached // what the API server holds, as far as this sync knows
-	s.Update = func(ctx context.Context) error {
-		err := c.update(ctx, base, obj)
-		if err == nil {
-			base = obj.DeepCopyObject().(T)
-		}
-		s.Unwritten = s.Unwritten && err != nil
-		return err
-	}
-	if c.kind.Gate != nil {
-		s.Gate = c.kind.Gate(obj)
-	}
-	return s
-}
-
 func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 	l := Lifecycle{Finalizer: c.kind.Finalizer, Render: func() (*Inputs, error) { return c.render(ctx, s) }}
 	if s.Owner == nil {
@@ -364,71 +329,6 @@ func (c *Controller[T]) waiting(s *Sync) (string, string) {
 			c.kind.Owner.Kind, strings.Join(c.kind.Owner.BootstrapDataSecretPath, "."))
 	}
 	return "", ""
-}
-
-// currentInputs are the object's inputs as far as Apply needs them to
-// tell whether they are applied: the hash of the last render while nothing
-// it was rendered from changed but what Secrets and ConfigMaps hold
-// (renderedInputs), else a render.
-func (c *Controller[T]) currentInputs(ctx context.Context, s *Sync) (*Inputs, error) {
-	inputs, from, err := c.renderedFrom(s)
-	if err != nil {
-		return nil, err
-	}
-	if hash, ok := c.rendered.lookup(cache.MetaObjectToName(s.Obj), from); ok {
-		return &Inputs{Hash: hash, HashOnly: true, render: func() (*Inputs, error) { return c.render(ctx, s) }}, nil
-	}
-	return c.renderOf(ctx, s, inputs, from)
-}
-
-// renderedFrom is CAPTF's inputs of the object short of the bootstrap data
-// (docs/inputs.md: its own, the kind's and the cluster's exports), and the
-// digest renderedInputs tells renders apart by.
-func (c *Controller[T]) renderedFrom(s *Sync) (map[string]any, [sha256.Size]byte, error) {
-	obj := s.Obj
-	inputs := map[string]any{
-		"captf_cluster_name": obj.GetLabels()[capi.ClusterNameLabel],
-		"captf_namespace":    obj.GetNamespace(),
-		"captf_name":         obj.GetName(),
-		"captf_kind":         c.kind.GVK.Kind,
-	}
-	if s.Cluster != nil {
-		inputs["captf_cluster_name"] = s.Cluster.GetName()
-	}
-	if c.belongsToCluster() {
-		inputs["captf_cluster_exports"] = exports(s.TerraformCluster)
-	}
-	bootstrap := ""
-	if s.Owner != nil && c.kind.Inputs != nil {
-		c.kind.Inputs(s.Owner, inputs)
-		bootstrap = c.kind.Owner.BootstrapData(s.Owner)
-	}
-	from, err := renderedFrom(string(obj.GetUID()), obj.Workspace(), inputs, bootstrap)
-	return inputs, from, err
-}
-
-// render makes the object's inputs: CAPTF's, the bootstrap data and the
-// user's variables, and remembers their hash.
-func (c *Controller[T]) render(ctx context.Context, s *Sync) (*Inputs, error) {
-	inputs, from, err := c.renderedFrom(s)
-	if err != nil {
-		return nil, err
-	}
-	return c.renderOf(ctx, s, inputs, from)
-}
-
-func (c *Controller[T]) renderOf(ctx context.Context, s *Sync, inputs map[string]any, from [sha256.Size]byte) (*Inputs, error) {
-	if s.Owner != nil && c.kind.Inputs != nil && c.kind.Owner.BootstrapData(s.Owner) != "" {
-		if err := bootstrapInputs(ctx, c.engine.Kube, c.engine.BootstrapConfigs, c.kind.Owner, s.Owner, inputs); err != nil {
-			return nil, err
-		}
-	}
-	in, err := Render(ctx, c.engine.Kube, s.Obj.GetNamespace(), *s.Obj.Workspace(), inputs)
-	if err != nil {
-		return nil, err
-	}
-	c.rendered.remember(cache.MetaObjectToName(s.Obj), from, in.Hash)
-	return in, nil
 }
 
 // update writes what the sync changed of obj's metadata and spec since

@@ -169,15 +169,6 @@ func (r *Sync) requeueWithin(wait time.Duration) {
 	}
 }
 
-// NewSync starts a sync of obj; clusterDefaults is the cluster's
-// spec.defaults.jobs for machines and pools, nil for clusters.
-func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
-	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
-		ReapplyAfter: e.remediationTime(obj)}
-	r.Jobs = runnerjob.OfObject(e.JobIndex, obj)
-	return r
-}
-
 // Names names the object's Secrets, Lease and Jobs.
 func (e *Engine) Names(obj metav1.Object) names.Object {
 	return names.ObjectOf(e.GVK.Kind, obj.GetName())
