@@ -97,12 +97,12 @@ mutant second-job-created pkg/controller/workspace/start.go \
 # exist.
 mutant run-inputs-after-job pkg/controller/workspace/start.go \
 	'	if data != nil {
-		if err := e.createRunInputs(ctx, r.Obj, job, data); err != nil {' '	if false {
-		if err := e.createRunInputs(ctx, r.Obj, job, data); err != nil {' \
+		if err := e.createRunInputs(ctx, r, job, data); err != nil {' '	if false {
+		if err := e.createRunInputs(ctx, r, job, data); err != nil {' \
 	'	err := e.JobControl.Create(ctx, job)
 ' '	err := e.JobControl.Create(ctx, job)
 	if data != nil {
-		_ = e.createRunInputs(ctx, r.Obj, job, data)
+		_ = e.createRunInputs(ctx, r, job, data)
 	}
 '
 
@@ -206,7 +206,7 @@ mutant restore-without-move-right pkg/webhook/admission.go \
 		return false, err
 	}
 	found, paused'
-mutant provider-ids-mean-nothing pkg/controller/workspace/state.go \
+mutant provider-ids-mean-nothing pkg/controller/workspace/gather.go \
 	' || heldIDs(obj) {' ' {'
 mutant restored-results-left pkg/controller/workspace/state.go \
 	'				if len(s.OwnerReferences) == 0 {' '				if false {'
@@ -442,7 +442,7 @@ mutant plan-account-not-for-unapproved-applies pkg/runnerjob/account.go \
 	'op == infrav1.OperationApply && gate == infrav1.ApprovalPolicyManual && approvedPlan == ""' 'false && approvedPlan == ""'
 mutant plan-account-for-approved-applies pkg/runnerjob/account.go \
 	'approvedPlan == "" && approvedDestructivePlan == ""' 'true'
-mutant plan-account-unchecked-for-applies pkg/controller/workspace/start.go \
+mutant plan-account-unchecked-for-applies pkg/controller/workspace/gather.go \
 	'plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)' 'plans = false'
 
 # The runner's own settings cannot come from an envFrom the writer edits.

@@ -277,7 +277,7 @@ var errNoResult = errors.New("finished without a result")
 
 // readResult reads what the runner of job reported.
 func (e *Engine) readResult(ctx context.Context, r *Sync, job *runnerjob.Cached) (*run.Result, error) {
-	res, err := e.Results.Read(ctx, job.Namespace, e.Names(r.Obj).Result(job.Name), job.UID)
+	res, err := e.Results.Read(ctx, job.Namespace, r.Names.Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)
 	}

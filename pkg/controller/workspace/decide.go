@@ -1,10 +1,14 @@
 package workspace
 
 import (
+	"fmt"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -223,5 +227,118 @@ func decideLifecycle(f lifecycleFacts) lifecycleDecision {
 	case f.HasFinalizer:
 		d.Destroy = true
 	}
+	return d
+}
+
+// stateFacts is what the state check before every Job decides on.
+type stateFacts struct {
+	// Kind, Namespace and Name are the object's; Label its kind as the
+	// state's labels write it; State the name of its state's head.
+	Kind, Label, Namespace, Name, State string
+	// Applied: the object's infrastructure may exist.
+	Applied bool
+	// Head is the metadata of the state's head Secret; nil: there is none.
+	Head *StateSecretMeta
+	// MissingReported: StateMissing is in the status and not False.
+	MissingReported bool
+}
+
+// startFacts is what decides whether a Job may start: the checks every
+// Job passes, in this order.
+type startFacts struct {
+	// Rescued is StateRescued when True: a rescued state waits for a
+	// restore. LastRestore: the status's.
+	Rescued     *metav1.Condition
+	LastRestore *infrav1.StateRestore
+	// PodRules: how the runner pod breaks the operator's rules, if it does.
+	PodRules string
+	// Account: why the runner's ServiceAccount may not run it, if not.
+	Account *InputError
+	State   stateFacts
+}
+
+// startStop is what keeps a Job from starting.
+type startStop int
+
+const (
+	startGo startStop = iota
+	// startRescueWaits: Ready says the rescue's message, no new event.
+	startRescueWaits
+	// startInputError: the user must fix an input (Reason, Message).
+	startInputError
+	// startStateRefused: the state is another object's, or abandoned:
+	// a warning (Reason, Message), and nothing runs until a person acts.
+	startStateRefused
+	// startStateMissing: the object was applied and its state is gone.
+	startStateMissing
+)
+
+// startDecision is what the checks before a Job found.
+type startDecision struct {
+	Stop            startStop
+	Reason, Message string
+	// RescueRestored, when set, is StateRescued's message once a restore
+	// came after the rescue: the Job may start.
+	RescueRestored string
+	// ProtectState: the state's Secrets lack CAPTF's protection (written
+	// by a release that let garbage collection take them, or restored by
+	// a tool that reset their metadata); put it back first.
+	ProtectState bool
+	// StatePresent: StateMissing goes False.
+	StatePresent bool
+	// ExpectState: the runner must find a state (the object was applied).
+	ExpectState bool
+}
+
+// decideStart makes the checks every Job passes before it is created: no
+// rescued state waits, the runner pod keeps the operator's rules, its
+// ServiceAccount may run it, the state is as the object expects.
+func decideStart(f startFacts) startDecision {
+	var d startDecision
+	if c := f.Rescued; c != nil {
+		if lr := f.LastRestore; lr != nil && lr.Time.After(c.LastTransitionTime.Time) {
+			d.RescueRestored = fmt.Sprintf("Backup %s was restored after the state was rescued", lr.Backup)
+		} else {
+			return startDecision{Stop: startRescueWaits, Reason: ReasonStateRescued, Message: c.Message}
+		}
+	}
+	if f.PodRules != "" {
+		d.Stop, d.Reason = startInputError, ReasonRunnerPodNotAllowed
+		d.Message = "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + f.PodRules
+		return d
+	}
+	if f.Account != nil {
+		d.Stop, d.Reason, d.Message = startInputError, f.Account.Reason, f.Account.Message
+		return d
+	}
+	s := decideState(f.State)
+	s.RescueRestored = d.RescueRestored
+	return s
+}
+
+// decideState is the check of the state before every Job. A missing state
+// of an applied object stops everything: an apply would create every
+// resource a second time, a destroy would destroy nothing and drop the
+// finalizer.
+func decideState(f stateFacts) startDecision {
+	if head := f.Head; head != nil {
+		if head.NamesObject && (head.ObjectName != f.Name || head.Kind != f.Label) {
+			return startDecision{Stop: startStateRefused, Reason: ReasonStateOwnedByOther, Message: fmt.Sprintf(
+				"State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
+				f.State, head.Kind, head.ObjectName)}
+		}
+		if head.Abandoned {
+			return startDecision{Stop: startStateRefused, Reason: ReasonStateAbandoned, Message: fmt.Sprintf(
+				"State Secret %s is the abandoned state of a former %s of this name: CAPTF does not take it up on its own, as it describes infrastructure left in place on purpose. "+
+					"To manage that infrastructure with this object: kubectl label secrets -n %s -l %s=%s,%s=%s %s-. To start afresh instead, save and delete those Secrets.",
+				f.State, f.Kind, f.Namespace, names.LabelKind, f.Label, names.LabelObjectName, names.LabelValue(f.Name), names.LabelAbandoned)}
+		}
+	}
+	d := startDecision{ProtectState: f.Head != nil && (f.Head.Owned || !f.Head.Protected)}
+	if f.Applied && (f.Head == nil || !f.Head.HasState) {
+		d.Stop = startStateMissing
+		return d
+	}
+	d.StatePresent, d.ExpectState = f.MissingReported, f.Applied
 	return d
 }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +129,123 @@ func TestDecideLifecycle(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := decideLifecycle(tc.f); got != tc.want {
 				t.Errorf("decideLifecycle = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideStart(t *testing.T) {
+	rescued := &metav1.Condition{Type: infrav1.ConditionStateRescued, Status: metav1.ConditionTrue, Message: "rescued into b-3", LastTransitionTime: metav1.NewTime(decidedAt)}
+	restored := func(d time.Duration) *infrav1.StateRestore {
+		return &infrav1.StateRestore{Backup: "b-3", Time: metav1.NewTime(decidedAt.Add(d))}
+	}
+	state := func(change func(*StateSecretMeta)) *StateSecretMeta {
+		m := &StateSecretMeta{Kind: "tm", ObjectName: "m", NamesObject: true, HasState: true, Protected: true}
+		if change != nil {
+			change(m)
+		}
+		return m
+	}
+	facts := func(change func(*startFacts)) startFacts {
+		f := startFacts{State: stateFacts{Kind: "TerraformMachine", Label: "tm", Namespace: "ns", Name: "m", State: "captf-tm-m-state"}}
+		change(&f)
+		return f
+	}
+	tests := map[string]struct {
+		f    startFacts
+		want startDecision
+	}{
+		"a new object starts": {
+			f: facts(func(*startFacts) {}),
+		},
+		"an applied object with its state starts, and expects it": {
+			f:    facts(func(f *startFacts) { f.State.Applied, f.State.Head = true, state(nil) }),
+			want: startDecision{ExpectState: true},
+		},
+		"a state back clears StateMissing": {
+			f:    facts(func(f *startFacts) { f.State.Applied, f.State.Head, f.State.MissingReported = true, state(nil), true }),
+			want: startDecision{ExpectState: true, StatePresent: true},
+		},
+		"a rescued state waits": {
+			f:    facts(func(f *startFacts) { f.Rescued = rescued }),
+			want: startDecision{Stop: startRescueWaits, Reason: ReasonStateRescued, Message: "rescued into b-3"},
+		},
+		"a restore before the rescue lets nothing go": {
+			f:    facts(func(f *startFacts) { f.Rescued, f.LastRestore = rescued, restored(-time.Second) }),
+			want: startDecision{Stop: startRescueWaits, Reason: ReasonStateRescued, Message: "rescued into b-3"},
+		},
+		"a restore after the rescue lets the Job start": {
+			f:    facts(func(f *startFacts) { f.Rescued, f.LastRestore = rescued, restored(time.Second) }),
+			want: startDecision{RescueRestored: "Backup b-3 was restored after the state was rescued"},
+		},
+		"a rescue's end is reported though the pod is refused": {
+			f: facts(func(f *startFacts) {
+				f.Rescued, f.LastRestore, f.PodRules = rescued, restored(time.Second), "no hostPath"
+			}),
+			want: startDecision{Stop: startInputError, Reason: ReasonRunnerPodNotAllowed, RescueRestored: "Backup b-3 was restored after the state was rescued",
+				Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): no hostPath"},
+		},
+		"a refused ServiceAccount stops the Job before the state is looked at": {
+			f: facts(func(f *startFacts) {
+				f.Account = &InputError{Reason: ReasonRunnerServiceAccountNotAllowed, Message: "unlabelled"}
+				f.State.Applied = true
+			}),
+			want: startDecision{Stop: startInputError, Reason: ReasonRunnerServiceAccountNotAllowed, Message: "unlabelled"},
+		},
+		"a state that names another object is refused": {
+			f: facts(func(f *startFacts) {
+				f.State.Head = state(func(m *StateSecretMeta) { m.ObjectName, m.Owned = "other", true })
+			}),
+			want: startDecision{Stop: startStateRefused, Reason: ReasonStateOwnedByOther},
+		},
+		"a state that names another kind is refused": {
+			f:    facts(func(f *startFacts) { f.State.Head = state(func(m *StateSecretMeta) { m.Kind = "tc" }) }),
+			want: startDecision{Stop: startStateRefused, Reason: ReasonStateOwnedByOther},
+		},
+		"a state that names nothing is this object's": {
+			f: facts(func(f *startFacts) {
+				f.State.Head = state(func(m *StateSecretMeta) { m.NamesObject, m.ObjectName = false, "" })
+			}),
+			want: startDecision{},
+		},
+		"an abandoned state is refused": {
+			f:    facts(func(f *startFacts) { f.State.Head = state(func(m *StateSecretMeta) { m.Abandoned = true }) }),
+			want: startDecision{Stop: startStateRefused, Reason: ReasonStateAbandoned},
+		},
+		"an unprotected state is protected again": {
+			f:    facts(func(f *startFacts) { f.State.Head = state(func(m *StateSecretMeta) { m.Protected = false }) }),
+			want: startDecision{ProtectState: true},
+		},
+		"an owned state is protected again": {
+			f: facts(func(f *startFacts) {
+				f.State.Applied, f.State.Head = true, state(func(m *StateSecretMeta) { m.Owned = true })
+			}),
+			want: startDecision{ProtectState: true, ExpectState: true},
+		},
+		"an applied object without a state stops": {
+			f:    facts(func(f *startFacts) { f.State.Applied = true }),
+			want: startDecision{Stop: startStateMissing},
+		},
+		"an applied object whose state is empty stops, its Secrets protected": {
+			f: facts(func(f *startFacts) {
+				f.State.Applied, f.State.Head = true, state(func(m *StateSecretMeta) { m.HasState, m.Protected = false, false })
+			}),
+			want: startDecision{Stop: startStateMissing, ProtectState: true},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := decideStart(tc.f)
+			if tc.want.Stop == startStateRefused {
+				// The message names the Secret and what to do: checked
+				// for the Secret's name only.
+				if !strings.Contains(got.Message, "captf-tm-m-state") {
+					t.Errorf("message %q does not name the state Secret", got.Message)
+				}
+				got.Message = ""
+			}
+			if got != tc.want {
+				t.Errorf("decideStart() = %+v, want %+v", got, tc.want)
 			}
 		})
 	}

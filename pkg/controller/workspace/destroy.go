@@ -76,7 +76,7 @@ func (e *Engine) deleteAbandoned(ctx context.Context, r *Sync) (bool, error) {
 // an object never applied is done (its state released) and one applied
 // waits (StateMissing). An empty hash with done false: nothing to start yet.
 func (e *Engine) destroyInputs(ctx context.Context, r *Sync, render func() (*Inputs, error)) (hash string, data map[string][]byte, done bool, err error) {
-	n := e.Names(r.Obj)
+	n := r.Names
 	secrets := e.Kube.CoreV1().Secrets(r.Obj.GetNamespace())
 	durable, err := secrets.Get(ctx, n.DurableInputs(), metav1.GetOptions{})
 	if err == nil {

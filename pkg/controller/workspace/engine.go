@@ -135,6 +135,7 @@ type Engine struct {
 type Sync struct {
 	Obj    Object // a copy: safe to change
 	Key    cache.ObjectName
+	Names  names.Object // of its Secrets, Lease and Jobs
 	Policy runnerjob.Policy
 	Jobs   []*runnerjob.Cached // of this object, newest first
 	// Gate holds a TerraformCluster's approval policy and approvals; nil

@@ -2,13 +2,19 @@ package workspace
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/runnerjob"
 )
 
@@ -49,7 +55,7 @@ func (c *Controller[T]) newSync(cached, obj T) *Sync {
 // NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
 func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
-	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Names: e.Names(obj), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
 	r.Jobs = runnerjob.OfObject(e.JobIndex, obj)
 	return r
@@ -83,4 +89,98 @@ func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister,
 		return cluster, nil
 	}
 	return cluster, tc
+}
+
+// gatherStart reads what decides whether a Job of op may start
+// (decideStart). Its live read: the runner's ServiceAccount, when it is
+// not CAPTF's own (access.go).
+func (e *Engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation) (startFacts, error) {
+	st := r.Obj.WorkspaceStatus()
+	f := startFacts{LastRestore: st.LastRestore}
+	if c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionStateRescued); c != nil && c.Status == metav1.ConditionTrue {
+		f.Rescued = c
+	}
+	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
+		f.PodRules = errs.ToAggregate().Error()
+	}
+	plans := op == infrav1.OperationDrift
+	if g := r.Gate; g != nil && op == infrav1.OperationApply {
+		plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
+	}
+	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerjob.ServiceAccountFor(r.Policy.JobPolicy, plans)); err != nil {
+		if !errors.As(err, &f.Account) {
+			return f, err
+		}
+	}
+	var err error
+	f.State, err = e.gatherState(ctx, r)
+	return f, err
+}
+
+// gatherState reads what the state check decides on (decideState). Its
+// live read: the state's head again when the cache says an applied object
+// has none, as the cache may lag.
+func (e *Engine) gatherState(ctx context.Context, r *Sync) (stateFacts, error) {
+	obj, n := r.Obj, r.Names
+	f := stateFacts{Kind: e.GVK.Kind, Label: n.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), State: n.State()}
+	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing)
+	f.MissingReported = c != nil && c.Status != metav1.ConditionFalse
+	var err error
+	if f.Applied, err = e.mayHaveInfrastructure(ctx, r); err != nil {
+		return f, err
+	}
+	if f.Head, err = e.secretMeta(ctx, f.Namespace, f.State, false); err != nil {
+		return f, err
+	}
+	if f.Applied && (f.Head == nil || !f.Head.HasState) && e.StateSecrets != nil {
+		f.Head, err = e.secretMeta(ctx, f.Namespace, f.State, true)
+	}
+	return f, err
+}
+
+// secretMeta reads a state or durable-inputs Secret's metadata: from the
+// cache when there is one, else from the API server. nil when not found.
+func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (*StateSecretMeta, error) {
+	if e.StateSecrets != nil && !live {
+		o, exists, err := e.StateSecrets.GetByKey(namespace + "/" + name)
+		if err != nil || !exists {
+			return nil, err
+		}
+		m, ok := o.(*StateSecretMeta)
+		if !ok {
+			return nil, fmt.Errorf("the state Secrets' cache holds a %T for %s/%s", o, namespace, name)
+		}
+		return m, nil
+	}
+	sec, err := e.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return StateSecretMetaFrom(sec), nil
+}
+
+// mayHaveInfrastructure tells whether obj's infrastructure may exist: its
+// status, its provider IDs or its durable inputs say an apply succeeded.
+// The status alone is not enough: clusterctl move and restores from
+// backups do not carry it; a restore may bring the object without its
+// Secrets, and only its provider IDs then tell that instances exist.
+func (e *Engine) mayHaveInfrastructure(ctx context.Context, r *Sync) (bool, error) {
+	obj := r.Obj
+	st := obj.WorkspaceStatus()
+	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || heldIDs(obj) {
+		return true, nil
+	}
+	durable, err := e.secretMeta(ctx, obj.GetNamespace(), r.Names.DurableInputs(), false)
+	return durable != nil, err
+}
+
+// heldIDs: only the manager, clusterctl move and a restore set provider
+// IDs (providerid.Sets, the webhook's identity rule), each for instances
+// that exist.
+func heldIDs(obj Object) bool {
+	ids, _ := providerid.Held(obj)
+	return len(ids) > 0
 }

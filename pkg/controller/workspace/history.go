@@ -31,7 +31,7 @@ func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *run
 
 // deleteRunSecrets deletes the run inputs and the result of job.
 func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
-	n := e.Names(r.Obj)
+	n := r.Names
 	e.RunInputs.Forget(job.Namespace, n.RunInputs(job.Name))
 	for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
 		if err := e.Kube.CoreV1().Secrets(job.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

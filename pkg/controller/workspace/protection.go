@@ -74,7 +74,7 @@ func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err e
 	if r.Gate == nil {
 		return true, nil
 	}
-	obj, n := r.Obj, e.Names(r.Obj)
+	obj, n := r.Obj, r.Names
 	head, err := e.secretMeta(ctx, obj.GetNamespace(), n.State(), false)
 	if err != nil {
 		return false, err

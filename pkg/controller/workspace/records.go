@@ -65,7 +65,7 @@ func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	listed, err := e.Records.List(ctx, r.Obj.GetNamespace(), e.Names(r.Obj))
+	listed, err := e.Records.List(ctx, r.Obj.GetNamespace(), r.Names)
 	if err != nil {
 		logger.Error(err, "Listing run records to prune")
 		return

@@ -81,7 +81,7 @@ func TestPruneRecords(t *testing.T) {
 				}
 				obj.Status.LastJobs = append(obj.Status.LastJobs, infrav1.JobReference{Operation: infrav1.OperationApply, Name: "j" + name, Record: name})
 			}
-			r := &Sync{Obj: obj, Policy: runnerjob.Policy{SuccessfulJobsHistoryLimit: tc.succeeded, FailedJobsHistoryLimit: tc.failed}}
+			r := &Sync{Obj: obj, Names: e.Names(obj), Policy: runnerjob.Policy{SuccessfulJobsHistoryLimit: tc.succeeded, FailedJobsHistoryLimit: tc.failed}}
 			e.pruneRecords(ctx, r)
 			if !slices.Equal(fake.deleted, tc.want) {
 				t.Errorf("deleted %v, want %v", fake.deleted, tc.want)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -30,24 +29,5 @@ func (e *Engine) holdForRescue(r *Sync, job *runnerjob.Cached, res *run.Result) 
 		job.Name, res.Stage, res.Error, res.RescuedState, strings.ToLower(e.GVK.Kind), r.Obj.GetNamespace(), r.Obj.GetName(), infrav1.AnnotationRestoreState, res.RescuedState)
 	e.warnOnChange(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionTrue, ReasonStateRescued, ReasonStateRescued, msg)
 	e.SetReady(r, metav1.ConditionFalse, ReasonStateRescued, msg)
-	return true
-}
-
-// rescueHeld keeps every Job from starting while a rescued state waits for a
-// restore, whatever the inputs: the current state may lack what the failed
-// run created, and any run on it (an apply of changed inputs, a destroy)
-// would create it twice or leave it behind.
-func (e *Engine) rescueHeld(r *Sync) bool {
-	st := r.Obj.WorkspaceStatus()
-	c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionStateRescued)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		return false
-	}
-	if lr := st.LastRestore; lr != nil && lr.Time.After(c.LastTransitionTime.Time) {
-		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored,
-			fmt.Sprintf("Backup %s was restored after the state was rescued", lr.Backup))
-		return false
-	}
-	e.SetReady(r, metav1.ConditionFalse, ReasonStateRescued, c.Message)
 	return true
 }

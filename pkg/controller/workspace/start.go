@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -36,33 +34,58 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 	return e.createJob(ctx, r, op, job, data)
 }
 
-// mayStart makes the checks every Job passes before it is created: no
-// rescued state waits, the runner pod keeps the operator's rules, its
-// ServiceAccount may run it, the state is as the object expects. A check
-// that fails is reported in the status (ok false). expectState: the object
-// was applied, its runner must find a state.
+// mayStart makes the checks every Job passes before it is created
+// (decideStart), and reports in the status a check that fails (ok false).
+// expectState: the object was applied, its runner must find a state.
 func (e *Engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (expectState, ok bool, err error) {
-	if e.rescueHeld(r) {
-		return false, false, nil
-	}
-	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
-		e.InputError(r, &InputError{Reason: ReasonRunnerPodNotAllowed, Message: "The runner pod would break the operator's rules (with spec.defaults.jobs of the cluster merged in): " + errs.ToAggregate().Error()})
-		return false, false, nil
-	}
-	plans := op == infrav1.OperationDrift
-	if g := r.Gate; g != nil && op == infrav1.OperationApply {
-		plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
-	}
-	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerjob.ServiceAccountFor(r.Policy.JobPolicy, plans)); err != nil {
-		var ie *InputError
-		if errors.As(err, &ie) {
-			e.InputError(r, ie)
-			return false, false, nil
-		}
+	f, err := e.gatherStart(ctx, r, op)
+	if err != nil {
 		return false, false, err
 	}
-	ok, expectState, err = e.checkState(ctx, r)
-	return expectState, ok, err
+	d := decideStart(f)
+	ok, err = e.actOnStart(ctx, r, d)
+	return d.ExpectState, ok, err
+}
+
+// checkState makes the check of the state alone (decideState): a destroy's
+// before it reads its inputs.
+func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
+	f, err := e.gatherState(ctx, r)
+	if err != nil {
+		return false, false, err
+	}
+	d := decideState(f)
+	ok, err = e.actOnStart(ctx, r, d)
+	return ok, d.ExpectState, err
+}
+
+// actOnStart does what the checks before a Job decided, and says whether
+// the Job may start.
+func (e *Engine) actOnStart(ctx context.Context, r *Sync, d startDecision) (bool, error) {
+	if d.RescueRestored != "" {
+		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored, d.RescueRestored)
+	}
+	if d.ProtectState {
+		if err := e.protectState(ctx, r.Obj, ""); err != nil {
+			return false, err
+		}
+	}
+	switch d.Stop {
+	case startRescueWaits:
+		e.SetReady(r, metav1.ConditionFalse, d.Reason, d.Message)
+	case startInputError:
+		e.InputError(r, &InputError{Reason: d.Reason, Message: d.Message})
+	case startStateRefused:
+		e.stopped(r, d.Reason, d.Message)
+	case startStateMissing:
+		return false, e.reportStateMissing(ctx, r)
+	default:
+		if d.StatePresent {
+			SetCondition(r.Obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // buildJob is the Job of one attempt of op, with the approvals of an apply.
@@ -111,7 +134,7 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 		return err
 	}
 	if data != nil {
-		if err := e.createRunInputs(ctx, r.Obj, job, data); err != nil {
+		if err := e.createRunInputs(ctx, r, job, data); err != nil {
 			if e.refusedByQuota(r, op, "inputs Secret", err) {
 				return nil
 			}
@@ -174,7 +197,7 @@ func (e *Engine) terminating(r *Sync, err error) error {
 		"Its state and backups stay (finalizer %s), and so does the namespace, until you decide: "+
 		"to keep the infrastructure, save the state (kubectl get secrets -n %s -l %s=%s,%s=%s -o yaml > %s-state.yaml), then kubectl annotate %s -n %s %s %s=true; "+
 		"to destroy it, see \"NamespaceTerminating\" in CAPTF's troubleshooting guide.",
-		ns, names.StateFinalizer, ns, names.LabelKind, e.Names(obj).Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), obj.GetName(),
+		ns, names.StateFinalizer, ns, names.LabelKind, r.Names.Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), obj.GetName(),
 		kind, ns, obj.GetName(), infrav1.AnnotationAbandonInfrastructure)
 	e.stopped(r, ReasonNamespaceTerminating, msg)
 	r.Requeue = time.Minute
@@ -190,7 +213,8 @@ func secretSize(data map[string][]byte) int {
 	return n
 }
 
-func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.Job, data map[string][]byte) error {
+func (e *Engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job, data map[string][]byte) error {
+	obj := r.Obj
 	labels := names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
 	labels[names.LabelSecretType] = names.SecretTypeRunInputs
 	labels[names.LabelOperation] = job.Labels[names.LabelOperation]
@@ -199,7 +223,7 @@ func (e *Engine) createRunInputs(ctx context.Context, obj Object, job *batchv1.J
 	// deletes them when it is done, the next Job of the operation does
 	// otherwise, and releasing or abandoning the state does last.
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: e.Names(obj).RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: r.Names.RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels},
 		Data:       data,
 	}
 	created, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})

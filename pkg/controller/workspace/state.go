@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +19,6 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/names"
-	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/statestore"
 )
 
@@ -197,111 +195,10 @@ func CacheStateSecret(obj any) any {
 	return obj
 }
 
-// secretMeta reads a state or durable-inputs Secret's metadata: from the
-// cache when there is one, else from the API server. nil when not found.
-func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (*StateSecretMeta, error) {
-	if e.StateSecrets != nil && !live {
-		o, exists, err := e.StateSecrets.GetByKey(namespace + "/" + name)
-		if err != nil || !exists {
-			return nil, err
-		}
-		m, ok := o.(*StateSecretMeta)
-		if !ok {
-			return nil, fmt.Errorf("the state Secrets' cache holds a %T for %s/%s", o, namespace, name)
-		}
-		return m, nil
-	}
-	sec, err := e.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return StateSecretMetaFrom(sec), nil
-}
-
-// mayHaveInfrastructure tells whether obj's infrastructure may exist: its
-// status, its provider IDs or its durable inputs say an apply succeeded.
-// The status alone is not enough: clusterctl move and restores from
-// backups do not carry it; a restore may bring the object without its
-// Secrets, and only its provider IDs then tell that instances exist.
-func (e *Engine) mayHaveInfrastructure(ctx context.Context, obj Object) (bool, error) {
-	st := obj.WorkspaceStatus()
-	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || heldIDs(obj) {
-		return true, nil
-	}
-	durable, err := e.secretMeta(ctx, obj.GetNamespace(), e.Names(obj).DurableInputs(), false)
-	return durable != nil, err
-}
-
-// heldIDs: only the manager, clusterctl move and a restore set provider
-// IDs (providerid.Sets, the webhook's identity rule), each for instances
-// that exist.
-func heldIDs(obj Object) bool {
-	ids, _ := providerid.Held(obj)
-	return len(ids) > 0
-}
-
-// checkState runs before every Job. It returns whether a Job may run and
-// whether the runner must find a state (the object was applied). A missing
-// state of an applied object stops everything: an apply would create every
-// resource a second time, a destroy would destroy nothing and drop the
-// finalizer.
-func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
-	obj := r.Obj
-	applied, err := e.mayHaveInfrastructure(ctx, obj)
-	if err != nil {
-		return false, false, err
-	}
-	n := e.Names(obj)
-	head, err := e.secretMeta(ctx, obj.GetNamespace(), n.State(), false)
-	if err != nil {
-		return false, false, err
-	}
-	if applied && (head == nil || !head.HasState) && e.StateSecrets != nil {
-		// Before saying so, make sure it is not the cache lagging.
-		if head, err = e.secretMeta(ctx, obj.GetNamespace(), n.State(), true); err != nil {
-			return false, false, err
-		}
-	}
-	present := head != nil && head.HasState
-	if head != nil {
-		if head.NamesObject && (head.ObjectName != obj.GetName() || head.Kind != n.Kind) {
-			msg := fmt.Sprintf("State Secret %s records %s %q as its owner: CAPTF neither reads nor writes it for this object. Rename this object, or delete or rename that Secret if it is not a state.",
-				n.State(), head.Kind, head.ObjectName)
-			e.stopped(r, ReasonStateOwnedByOther, msg)
-			return false, false, nil
-		}
-		if head.Abandoned {
-			msg := fmt.Sprintf("State Secret %s is the abandoned state of a former %s of this name: CAPTF does not take it up on its own, as it describes infrastructure left in place on purpose. "+
-				"To manage that infrastructure with this object: kubectl label secrets -n %s -l %s=%s,%s=%s %s-. To start afresh instead, save and delete those Secrets.",
-				n.State(), e.GVK.Kind, obj.GetNamespace(), names.LabelKind, n.Kind, names.LabelObjectName, names.LabelValue(obj.GetName()), names.LabelAbandoned)
-			e.stopped(r, ReasonStateAbandoned, msg)
-			return false, false, nil
-		}
-		if head.Owned || !head.Protected {
-			// Written by a release that let garbage collection take it, or
-			// restored by a backup tool that reset its metadata.
-			if err := e.protectState(ctx, obj, ""); err != nil {
-				return false, false, err
-			}
-		}
-	}
-	if applied && !present {
-		return false, false, e.reportStateMissing(ctx, r)
-	}
-
-	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing); c != nil && c.Status != metav1.ConditionFalse {
-		SetCondition(obj, infrav1.ConditionStateMissing, metav1.ConditionFalse, ReasonStatePresent, "")
-	}
-	return true, applied, nil
-}
-
 // reportStateMissing says in Ready and StateMissing that the state of an
 // object that was applied is gone, and how to bring it back.
 func (e *Engine) reportStateMissing(ctx context.Context, r *Sync) error {
-	obj, n := r.Obj, e.Names(r.Obj)
+	obj, n := r.Obj, r.Names
 	backups, err := e.listBackups(ctx, obj)
 	if err != nil {
 		return err
