@@ -3,7 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
-	"os"
+
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -144,25 +144,4 @@ func (a *RunnerAccess) CheckServiceAccount(ctx context.Context, namespace string
 			"%s: ServiceAccount %s lacks the label %s=true that lets CAPTF run Terraform with its rights", sa.Field, sa.Name, infrav1.LabelRunnerServiceAccount)}
 	}
 	return nil
-}
-
-// RunnerAPI is where runner pods reach their object's state, lock and
-// result: the manager's runner API (package runnerapi).
-type RunnerAPI struct {
-	URL string
-	// CAFile holds the CA bundle runners trust the API's certificate by
-	// (cert-manager's ca.crt); empty: the system's roots.
-	CAFile string
-}
-
-// ca reads the CA bundle now: a renewed one reaches the next Job.
-func (a RunnerAPI) ca() (string, error) {
-	if a.CAFile == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(a.CAFile)
-	if err != nil {
-		return "", fmt.Errorf("the runner API's CA bundle, which runner pods need: %w", err)
-	}
-	return string(b), nil
 }

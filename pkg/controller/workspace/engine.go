@@ -105,6 +105,8 @@ type Engine struct {
 	RunnerAPI    RunnerAPI
 	RunnerPods   runnerpod.Rules
 	GVK          schema.GroupVersionKind
+	// FieldManager names the engine's writes (fieldManager).
+	FieldManager string
 	RunnerImage  string
 	// ProviderMirrorImage: Config.ProviderMirrorImage.
 	ProviderMirrorImage string
@@ -175,4 +177,3 @@ func (e *Engine) Names(obj metav1.Object) names.Object {
 	return names.ObjectOf(e.GVK.Kind, obj.GetName())
 }
 
-func (e *Engine) fieldManager() string { return fieldManager(e.GVK) }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"github.com/captf/captf/pkg/names"
 	"context"
 	"errors"
 	"fmt"
@@ -55,7 +56,7 @@ func (c *Controller[T]) newSync(cached, obj T) *Sync {
 // NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
 func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
-	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Names: e.Names(obj), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Names: names.ObjectOf(e.GVK.Kind, obj.GetName()), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
 	r.Jobs = runnerjob.OfObject(e.JobIndex, obj)
 	return r

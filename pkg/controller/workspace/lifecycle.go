@@ -2,7 +2,7 @@ package workspace
 
 import (
 	"context"
-	"maps"
+
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,37 +80,6 @@ func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	}
 	obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == l.Finalizer }))
 	return false, r.Update(ctx)
-}
-
-// blockMove sets clusterctl's block-move annotation before a Job is
-// created (Reconcile removes it once no Job of the object may still run): a
-// move copies the state Secrets, and must not copy a state a Job is still
-// changing.
-func (e *Engine) blockMove(ctx context.Context, r *Sync) error {
-	if !setBlockMove(r.Obj, true) {
-		return nil
-	}
-	return r.Update(ctx)
-}
-
-// setBlockMove sets or removes the annotation on obj and tells whether that
-// changed it.
-func setBlockMove(obj Object, block bool) bool {
-	annotations := obj.GetAnnotations()
-	if _, ok := annotations[capi.BlockMoveAnnotation]; ok == block {
-		return false
-	}
-	annotations = maps.Clone(annotations)
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	if block {
-		annotations[capi.BlockMoveAnnotation] = "captf: a Job may change the state"
-	} else {
-		delete(annotations, capi.BlockMoveAnnotation)
-	}
-	obj.SetAnnotations(annotations)
-	return true
 }
 
 // HoldsFinalizer tells whether obj carries finalizer, or the name an earlier

@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerjob"
@@ -165,13 +168,7 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 		e.deletePreviousRunSecrets(ctx, r, made)
 	}
 	created = true
-	e.RecordJob(r, made, "Running", nil)
-	switch op {
-	case infrav1.OperationDestroy:
-		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
-	case infrav1.OperationApply:
-		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
-	}
+	e.reportStarted(r, made)
 	return nil
 }
 
@@ -226,7 +223,7 @@ func (e *Engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job,
 		ObjectMeta: metav1.ObjectMeta{Name: r.Names.RunInputs(job.Name), Namespace: obj.GetNamespace(), Labels: labels},
 		Data:       data,
 	}
-	created, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.fieldManager()})
+	created, err := e.Kube.CoreV1().Secrets(obj.GetNamespace()).Create(ctx, sec, metav1.CreateOptions{FieldManager: e.FieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		return nil // same name, same hash: the same inputs
 	}
@@ -234,4 +231,56 @@ func (e *Engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job,
 		e.RunInputs.Created(created)
 	}
 	return err
+}
+
+// blockMove sets clusterctl's block-move annotation before a Job is
+// created (Reconcile removes it once no Job of the object may still run): a
+// move copies the state Secrets, and must not copy a state a Job is still
+// changing.
+func (e *Engine) blockMove(ctx context.Context, r *Sync) error {
+	if !setBlockMove(r.Obj, true) {
+		return nil
+	}
+	return r.Update(ctx)
+}
+
+// setBlockMove sets or removes the annotation on obj and tells whether that
+// changed it.
+func setBlockMove(obj Object, block bool) bool {
+	annotations := obj.GetAnnotations()
+	if _, ok := annotations[capi.BlockMoveAnnotation]; ok == block {
+		return false
+	}
+	annotations = maps.Clone(annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if block {
+		annotations[capi.BlockMoveAnnotation] = "captf: a Job may change the state"
+	} else {
+		delete(annotations, capi.BlockMoveAnnotation)
+	}
+	obj.SetAnnotations(annotations)
+	return true
+}
+
+// RunnerAPI is where runner pods reach their object's state, lock and
+// result: the manager's runner API (package runnerapi).
+type RunnerAPI struct {
+	URL string
+	// CAFile holds the CA bundle runners trust the API's certificate by
+	// (cert-manager's ca.crt); empty: the system's roots.
+	CAFile string
+}
+
+// ca reads the CA bundle now: a renewed one reaches the next Job.
+func (a RunnerAPI) ca() (string, error) {
+	if a.CAFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(a.CAFile)
+	if err != nil {
+		return "", fmt.Errorf("the runner API's CA bundle, which runner pods need: %w", err)
+	}
+	return string(b), nil
 }

@@ -292,7 +292,7 @@ func (e *Engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, cha
 		if err != nil {
 			return err
 		}
-		_, err = e.Kube.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager()})
+		_, err = e.Kube.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: e.FieldManager})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("updating state secret %s: %w", s.Name, err)
 		}

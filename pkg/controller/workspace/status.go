@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -64,6 +65,17 @@ func conditionMessage(msg string) string {
 		cut--
 	}
 	return msg[:cut] + "…"
+}
+
+// reportStarted records a Job just created, and says what it does.
+func (e *Engine) reportStarted(r *Sync, job *runnerjob.Cached) {
+	e.RecordJob(r, job, "Running", nil)
+	switch job.Operation {
+	case infrav1.OperationDestroy:
+		e.SetReady(r, metav1.ConditionFalse, ReasonDestroying, fmt.Sprintf("Job %s is destroying the module's infrastructure", job.Name))
+	case infrav1.OperationApply:
+		e.setApplying(r, fmt.Sprintf("Job %s is applying the module", job.Name))
+	}
 }
 
 // setApplying keeps Ready True while a provisioned object takes a change.
