@@ -176,4 +176,3 @@ func (r *Sync) requeueWithin(wait time.Duration) {
 func (e *Engine) Names(obj metav1.Object) names.Object {
 	return names.ObjectOf(e.GVK.Kind, obj.GetName())
 }
-

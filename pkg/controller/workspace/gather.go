@@ -1,10 +1,10 @@
 package workspace
 
 import (
-	"github.com/captf/captf/pkg/names"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/captf/captf/pkg/names"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
