@@ -367,7 +367,7 @@ mutant unrecorded-code-ungated pkg/approval/approval.go \
 	'g.Modules = []string{UnrecordedModule}' ''
 mutant unrecorded-code-never-runs pkg/controller/workspace/start.go \
 	'g != nil && !(g.Unrecorded() && (data == nil || hash == r.Obj.WorkspaceStatus().AppliedInputsHash))' 'g != nil'
-mutant unrecorded-code-never-learnt pkg/controller/workspace/apply.go \
+mutant unrecorded-code-never-learnt pkg/controller/workspace/status.go \
 	'if st.AppliedModule == "" && st.AppliedInputsHash != "" && res.Module != nil {' 'if false {'
 mutant module-approval-ignored pkg/approval/approval.go \
 	'if g.ApprovedModule != "" && !slices.Contains(out, g.ApprovedModule) {' 'if false {'

@@ -3,7 +3,6 @@ package workspace
 import (
 	"context"
 	"fmt"
-
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"

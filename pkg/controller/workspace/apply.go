@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -204,71 +203,6 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *runnerjob.Cached, rea
 		return attempt, false
 	}
 	return attempt, true
-}
-
-// RecordApplied records a successful apply (or refresh) in the status.
-func (e *Engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res *run.Result) {
-	st := r.Obj.WorkspaceStatus()
-	st.Outputs = publicOutputs(res.Outputs)
-	if res.Operation == infrav1.OperationRefresh {
-		t := metav1.NewTime(runnerjob.FinishTime(job))
-		st.LastRefreshTime = &t
-		learnModule(st, res)
-		e.RecordJob(r, job, run.OutcomeSucceeded, res)
-		return
-	}
-	st.AppliedInputsHash = hash
-	if res.Module != nil {
-		st.AppliedModule = res.Module.Digest
-	}
-	st.AppliedRecord, st.AppliedRecordDigest = res.Record, res.RecordDigest
-	if res.Plan != nil {
-		st.AppliedPlanHash = res.Plan.Hash
-		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
-	}
-	msg := appliedMessage(st)
-	applied := metav1.NewTime(runnerjob.FinishTime(job))
-	st.LastAppliedTime = &applied
-	provisioned := true
-	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
-	st.Ready = true
-	e.RecordJob(r, job, run.OutcomeSucceeded, res)
-	e.clearDrifted(r.Obj)
-	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
-	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
-}
-
-// learnModule records the digest of the code a run of the applied inputs
-// (a drift check, a refresh) ran, for an object whose last apply ran
-// before CAPTF recorded digests: from then on other code waits for an
-// approver without the detour through approval.UnrecordedModule.
-func learnModule(st *infrav1.WorkspaceStatus, res *run.Result) {
-	if st.AppliedModule == "" && st.AppliedInputsHash != "" && res.Module != nil {
-		st.AppliedModule = res.Module.Digest
-	}
-}
-
-// upToDate reports an object whose inputs are applied and need no Job: Ready
-// again after whatever wait came before (an owner, a pause, a restore).
-func (e *Engine) upToDate(r *Sync) {
-	e.noPlanWaiting(r)
-	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
-		return
-	}
-	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, appliedMessage(r.Obj.WorkspaceStatus()))
-}
-
-// appliedMessage is Ready's message of an applied object.
-func appliedMessage(st *infrav1.WorkspaceStatus) string {
-	if st.LastPlan == nil {
-		return "The module is applied"
-	}
-	return fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, run.PlanCounts(st.LastPlan.Summary))
-}
-
-// InvalidOutput reports an output the kind cannot read.
-func (e *Engine) InvalidOutput(r *Sync, err error) {
-	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ReasonInvalidOutput, ReasonInvalidOutput, err.Error())
 }
 
 // errNoResult: a finished Job's result is not there (its runner was killed

@@ -225,16 +225,6 @@ func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *runn
 	return res, job, nil
 }
 
-// clearDrifted clears Drifted after an apply: the infrastructure is what the
-// module says again.
-func (e *Engine) clearDrifted(obj Object) {
-	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionDrifted)
-	if c == nil || c.Status == metav1.ConditionFalse {
-		return
-	}
-	SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonConverged, "The last apply converged the infrastructure")
-}
-
 // latestOp is the newest Job of op: jobs are newest first.
 func latestOp(jobs []*runnerjob.Cached, op infrav1.Operation) *runnerjob.Cached {
 	for _, j := range jobs {

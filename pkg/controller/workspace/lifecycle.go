@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

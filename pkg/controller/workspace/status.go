@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -112,4 +114,152 @@ func (e *Engine) RecordJob(r *Sync, job *runnerjob.Cached, outcome string, res *
 		}
 	}
 	st.LastJobs = append(st.LastJobs, ref)
+}
+
+// RecordApplied records a successful apply (or refresh) in the status.
+func (e *Engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res *run.Result) {
+	st := r.Obj.WorkspaceStatus()
+	st.Outputs = publicOutputs(res.Outputs)
+	if res.Operation == infrav1.OperationRefresh {
+		t := metav1.NewTime(runnerjob.FinishTime(job))
+		st.LastRefreshTime = &t
+		learnModule(st, res)
+		e.RecordJob(r, job, run.OutcomeSucceeded, res)
+		return
+	}
+	st.AppliedInputsHash = hash
+	if res.Module != nil {
+		st.AppliedModule = res.Module.Digest
+	}
+	st.AppliedRecord, st.AppliedRecordDigest = res.Record, res.RecordDigest
+	if res.Plan != nil {
+		st.AppliedPlanHash = res.Plan.Hash
+		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
+	}
+	msg := appliedMessage(st)
+	applied := metav1.NewTime(runnerjob.FinishTime(job))
+	st.LastAppliedTime = &applied
+	provisioned := true
+	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
+	st.Ready = true
+	e.RecordJob(r, job, run.OutcomeSucceeded, res)
+	e.clearDrifted(r.Obj)
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, msg)
+	e.Recorder.Event(r.Obj, corev1.EventTypeNormal, ReasonApplied, msg)
+}
+
+// learnModule records the digest of the code a run of the applied inputs
+// (a drift check, a refresh) ran, for an object whose last apply ran
+// before CAPTF recorded digests: from then on other code waits for an
+// approver without the detour through approval.UnrecordedModule.
+func learnModule(st *infrav1.WorkspaceStatus, res *run.Result) {
+	if st.AppliedModule == "" && st.AppliedInputsHash != "" && res.Module != nil {
+		st.AppliedModule = res.Module.Digest
+	}
+}
+
+// upToDate reports an object whose inputs are applied and need no Job: Ready
+// again after whatever wait came before (an owner, a pause, a restore).
+func (e *Engine) upToDate(r *Sync) {
+	e.noPlanWaiting(r)
+	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
+		return
+	}
+	e.SetReady(r, metav1.ConditionTrue, ReasonApplied, appliedMessage(r.Obj.WorkspaceStatus()))
+}
+
+// appliedMessage is Ready's message of an applied object.
+func appliedMessage(st *infrav1.WorkspaceStatus) string {
+	if st.LastPlan == nil {
+		return "The module is applied"
+	}
+	return fmt.Sprintf("The module is applied (plan %s: %s)", st.LastPlan.Hash, run.PlanCounts(st.LastPlan.Summary))
+}
+
+// InvalidOutput reports an output the kind cannot read.
+func (e *Engine) InvalidOutput(r *Sync, err error) {
+	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ReasonInvalidOutput, ReasonInvalidOutput, err.Error())
+}
+
+// clearDrifted clears Drifted after an apply: the infrastructure is what the
+// module says again.
+func (e *Engine) clearDrifted(obj Object) {
+	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionDrifted)
+	if c == nil || c.Status == metav1.ConditionFalse {
+		return
+	}
+	SetCondition(obj, infrav1.ConditionDrifted, metav1.ConditionFalse, ReasonConverged, "The last apply converged the infrastructure")
+}
+
+// reportBlocked reports a plan that waits for an approval: the condition of its
+// kind says what it would do and the exact command that approves it.
+func (e *Engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
+	obj, g := r.Obj, r.Gate
+	needed := approval.Gate{Policy: g.Policy}.Needed(plan)
+	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
+	what := "changes resources"
+	if needed == infrav1.AnnotationApproveDestructivePlan {
+		condType, other = other, condType
+		what = "deletes or replaces resources"
+	}
+	reason := ReasonAwaitingApproval
+	var prefix string
+	given := obj.GetAnnotations()[needed]
+	switch approved := job.ApprovedPlan; {
+	case approved != "" && approved != plan.Hash:
+		reason, prefix = ReasonPlanChanged, fmt.Sprintf("The approved plan %s is no longer what terraform plans. ", approved)
+	case given != "" && given != plan.Hash:
+		reason, prefix = ReasonApprovalForAnotherPlan, fmt.Sprintf("%s names %s, which is not the plan waiting. ", needed, given)
+	}
+	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
+		prefix, plan.Hash, what, run.PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
+	st := obj.WorkspaceStatus()
+	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
+	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
+	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		// What is provisioned keeps serving while a change waits.
+		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change waits for approval (%s)", st.AppliedPlanHash, condType))
+		return
+	}
+	e.SetReady(r, metav1.ConditionFalse, condType, msg)
+}
+
+// noPlanWaiting clears the approval conditions of a gated object.
+func (e *Engine) noPlanWaiting(r *Sync) {
+	if r.Gate == nil {
+		return
+	}
+	SetCondition(r.Obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	SetCondition(r.Obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+}
+
+// moduleMessage says that a run found module code no approver accepted,
+// what to run to see and approve it, and that none of it ran.
+func (e *Engine) moduleMessage(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) string {
+	obj := r.Obj
+	kind := strings.ToLower(e.GVK.Kind)
+	was := "the code applied (" + strings.Join(r.Gate.Modules, ", ") + ")"
+	if r.Gate.Unrecorded() {
+		was = "a digest on record (the last apply ran before CAPTF recorded the digest of the code it ran)"
+	}
+	return fmt.Sprintf("The module's code changed: digest %s is not %s, and none of it ran (Job %s). "+
+		"See what changed and approve it with: kubectl captf approve %s/%s -n %s; or: kubectl annotate %s -n %s %s %s=%s --overwrite",
+		code.Digest, was, job.Name, kind, obj.GetName(), obj.GetNamespace(), kind, obj.GetNamespace(), obj.GetName(), infrav1.AnnotationApproveModule, code.Digest)
+}
+
+// moduleWaits reports an apply that stopped before terraform planned,
+// for module code no approver accepted: PlanAwaitingApproval with reason
+// ModuleAwaitingApproval, the command that approves it.
+func (e *Engine) moduleWaits(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) {
+	obj := r.Obj
+	msg := e.moduleMessage(r, job, code)
+	e.warnOnChange(obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionTrue, run.ReasonModuleAwaitingApproval, run.ReasonModuleAwaitingApproval, msg)
+	SetCondition(obj, infrav1.ConditionDestructivePlanBlocked, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
+	st := obj.WorkspaceStatus()
+	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change of its code waits for approval (%s)", st.AppliedPlanHash, run.ReasonModuleAwaitingApproval))
+		return
+	}
+	e.SetReady(r, metav1.ConditionFalse, run.ReasonModuleAwaitingApproval, msg)
 }
