@@ -412,9 +412,9 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 func (m *manager) controllers() []controllerDescriptor {
 	o := &m.options
 	return []controllerDescriptor{
-		engineController(terraformcluster.Kind, o.ClusterConcurrency),
-		engineController(terraformmachine.Kind, o.MachineConcurrency),
-		engineController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
+		workspaceController(terraformcluster.Kind, o.ClusterConcurrency),
+		workspaceController(terraformmachine.Kind, o.MachineConcurrency),
+		workspaceController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
 		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
 		}},
@@ -424,8 +424,8 @@ func (m *manager) controllers() []controllerDescriptor {
 	}
 }
 
-// engineController describes the engine's controller of kind.
-func engineController[T workspace.Object](kind workspace.Kind[T], workers int) controllerDescriptor {
+// workspaceController describes the workspace controller of kind.
+func workspaceController[T workspace.Object](kind workspace.Kind[T], workers int) controllerDescriptor {
 	return controllerDescriptor{kind.Name(), workers, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
 		return workspace.NewController(ctx, cc, config, kind)
 	}}

@@ -22,7 +22,7 @@ import (
 // in that succeeded and is not in the status yet, for the caller to read the
 // kind's outputs and then call Applied. Otherwise it returns nil: a Job
 // runs, was started, failed (retried after a backoff) or in is applied.
-func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
+func (e *engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
 	st := r.Obj.WorkspaceStatus()
 	f := applyFacts{Hash: in.Hash, Applied: st.AppliedInputsHash, StateChanged: e.stateChangedAfter(r),
 		Active: runnerjob.Active(r.Jobs), Latest: runnerjob.Latest(r.Jobs, infrav1.OperationApply, in.Hash)}
@@ -69,7 +69,7 @@ func (e *Engine) Apply(ctx context.Context, r *Sync, in *Inputs) (*run.Result, *
 // only by their hash (HashOnly): they are rendered now, and when what was
 // read is not what the hash says (a Secret or ConfigMap changed since it
 // was remembered), the object is synced again to decide on what was read.
-func (e *Engine) startApply(ctx context.Context, r *Sync, in *Inputs, attempt int) error {
+func (e *engine) startApply(ctx context.Context, r *Sync, in *Inputs, attempt int) error {
 	if in.HashOnly {
 		rendered, err := in.render()
 		var ie *InputError
@@ -95,7 +95,7 @@ func (e *Engine) startApply(ctx context.Context, r *Sync, in *Inputs, attempt in
 // changed inputs). While a Job runs nothing needs the inputs, and syncs
 // that come with its progress (its pod, Cluster API's status patches) read
 // no Secret or ConfigMap.
-func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
+func (e *engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
 	active := runnerjob.Active(r.Jobs)
 	if active == nil || active.Operation == infrav1.OperationDrift {
 		return false, nil
@@ -104,7 +104,7 @@ func (e *Engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
 }
 
 // reportRunning reports the running Job.
-func (e *Engine) reportRunning(ctx context.Context, r *Sync, active *runnerjob.Cached) error {
+func (e *engine) reportRunning(ctx context.Context, r *Sync, active *runnerjob.Cached) error {
 	e.RecordJob(r, active, "Running", nil)
 	if refused, err := e.podRefused(ctx, r, active); err != nil || refused {
 		return err
@@ -117,7 +117,7 @@ func (e *Engine) reportRunning(ctx context.Context, r *Sync, active *runnerjob.C
 
 // stateChangedAfter is when the state last changed under the applied
 // inputs: the last restore, or drift to remediate.
-func (e *Engine) stateChangedAfter(r *Sync) time.Time {
+func (e *engine) stateChangedAfter(r *Sync) time.Time {
 	after := r.ReapplyAfter
 	if lr := r.Obj.WorkspaceStatus().LastRestore; lr != nil && lr.Time.After(after) {
 		after = lr.Time.Time
@@ -128,7 +128,7 @@ func (e *Engine) stateChangedAfter(r *Sync) time.Time {
 // applySucceeded reads the result of a successful apply Job: a plan held
 // for approval, a plan approved since (planned again), or outputs for the
 // caller.
-func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cached, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
+func (e *engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cached, in *Inputs) (*run.Result, *runnerjob.Cached, error) {
 	res, err := e.readResult(ctx, r, job)
 	if errors.Is(err, errNoResult) {
 		// Nothing says what it applied or planned: plan again (an
@@ -163,7 +163,7 @@ func (e *Engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cac
 
 // applyFailed reports a failed apply Job and retries it after a backoff,
 // unless its runner rescued a state that must be looked at first.
-func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *runnerjob.Cached, in *Inputs) error {
+func (e *engine) applyFailed(ctx context.Context, r *Sync, job *runnerjob.Cached, in *Inputs) error {
 	attempt, retry := e.failed(ctx, r, job, ReasonApplyFailed, "terraform failed")
 	if !retry {
 		return nil
@@ -175,7 +175,7 @@ func (e *Engine) applyFailed(ctx context.Context, r *Sync, job *runnerjob.Cached
 // reason) and a warning when that is news. It returns the attempt that
 // retries the Job, and whether that is due now; never while the runner's
 // rescued state waits for a person.
-func (e *Engine) failed(ctx context.Context, r *Sync, job *runnerjob.Cached, reason, what string) (int, bool) {
+func (e *engine) failed(ctx context.Context, r *Sync, job *runnerjob.Cached, reason, what string) (int, bool) {
 	res, _ := e.readResult(ctx, r, job) // a Job killed early has none: its status tells
 	e.RecordJob(r, job, run.OutcomeFailed, res)
 	if e.holdForRescue(r, job, res) {
@@ -210,7 +210,7 @@ func (e *Engine) failed(ctx context.Context, r *Sync, job *runnerjob.Cached, rea
 var errNoResult = errors.New("finished without a result")
 
 // readResult reads what the runner of job reported.
-func (e *Engine) readResult(ctx context.Context, r *Sync, job *runnerjob.Cached) (*run.Result, error) {
+func (e *engine) readResult(ctx context.Context, r *Sync, job *runnerjob.Cached) (*run.Result, error) {
 	res, err := e.Results.Read(ctx, job.Namespace, r.Names.Result(job.Name), job.UID)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("job %s %w", job.Name, errNoResult)

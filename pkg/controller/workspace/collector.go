@@ -53,12 +53,12 @@ type Collector struct {
 	MaxStateBytes int64
 
 	mu      sync.Mutex
-	engines []*Engine
+	engines []*engine
 	objects []cache.Store
 }
 
 // add reports the objects in store, of e's kind.
-func (c *Collector) add(e *Engine, store cache.Store) {
+func (c *Collector) add(e *engine, store cache.Store) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.engines = append(c.engines, e)
@@ -117,7 +117,7 @@ func boolValue(b bool) float64 {
 }
 
 // collect sends the series of one object.
-func (e *Engine) collect(ch chan<- prometheus.Metric, obj Object) {
+func (e *engine) collect(ch chan<- prometheus.Metric, obj Object) {
 	kind, ns, name := e.GVK.Kind, obj.GetNamespace(), obj.GetName()
 	st := obj.WorkspaceStatus()
 	ready := meta.FindStatusCondition(st.Conditions, infrav1.ConditionReady)

@@ -112,7 +112,7 @@ func TestCollector(t *testing.T) {
 	if err := states.Add(CacheStateSecret(head)); err != nil {
 		t.Fatal(err)
 	}
-	e := &Engine{GVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster"), JobIndex: jobs, DriftDefaultInterval: 30 * time.Minute,
+	e := &engine{GVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster"), JobIndex: jobs, DriftDefaultInterval: 30 * time.Minute,
 		StateSecrets: states}
 	c := &Collector{MaxStateBytes: 1 << 20}
 	c.add(e, objects)

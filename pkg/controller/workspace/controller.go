@@ -89,7 +89,7 @@ type Controller[T Object] struct {
 	expectations *controller.Expectations
 	written      *controller.WrittenVersions
 	rendered     *renderedInputs
-	engine       *Engine
+	engine       *engine
 }
 
 // Name names the controller of the kind in logs, events, metrics and field
@@ -138,7 +138,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
 	fm := fieldManager(kind.GVK)
-	c.engine = &Engine{Kube: cc.Kube, JobControl: &runnerjob.APIControl{Client: cc.Kube, FieldManager: fm}, FieldManager: fm, JobIndex: jobs.GetIndexer(),
+	c.engine = &engine{Kube: cc.Kube, JobControl: &runnerjob.APIControl{Client: cc.Kube, FieldManager: fm}, FieldManager: fm, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage, ProviderMirrorImage: config.ProviderMirrorImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
 		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs}

@@ -21,7 +21,7 @@ import (
 // what render gives). It returns true once nothing is left to destroy and
 // the object's state is released, or the object is abandoned: the caller
 // then removes its finalizer.
-func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, error)) (bool, error) {
+func (e *engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, error)) (bool, error) {
 	obj := r.Obj
 	if obj.GetAnnotations()[infrav1.AnnotationAbandonInfrastructure] == "true" {
 		return e.deleteAbandoned(ctx, r)
@@ -52,7 +52,7 @@ func (e *Engine) Destroy(ctx context.Context, r *Sync, render func() (*Inputs, e
 // deleteAbandoned lets an abandoned object go without a destroy, once no
 // Job of it runs: a Job still running would write state after the abandon,
 // so it is stopped first, and its pod waited for.
-func (e *Engine) deleteAbandoned(ctx context.Context, r *Sync) (bool, error) {
+func (e *engine) deleteAbandoned(ctx context.Context, r *Sync) (bool, error) {
 	if running := runnerjob.Unfinished(r.Jobs); running != nil {
 		if running.DeletionTimestamp == nil {
 			if err := e.JobControl.Delete(ctx, running, metav1.DeletePropagationForeground); err != nil {
@@ -75,7 +75,7 @@ func (e *Engine) deleteAbandoned(ctx context.Context, r *Sync) (bool, error) {
 // state no apply finished with, the object's own. With no state at all,
 // an object never applied is done (its state released) and one applied
 // waits (StateMissing). An empty hash with done false: nothing to start yet.
-func (e *Engine) destroyInputs(ctx context.Context, r *Sync, render func() (*Inputs, error)) (hash string, data map[string][]byte, done bool, err error) {
+func (e *engine) destroyInputs(ctx context.Context, r *Sync, render func() (*Inputs, error)) (hash string, data map[string][]byte, done bool, err error) {
 	n := r.Names
 	secrets := e.Kube.CoreV1().Secrets(r.Obj.GetNamespace())
 	durable, err := secrets.Get(ctx, n.DurableInputs(), metav1.GetOptions{})
@@ -105,7 +105,7 @@ func (e *Engine) destroyInputs(ctx context.Context, r *Sync, render func() (*Inp
 }
 
 // release releases the state of an object whose destroy succeeded.
-func (e *Engine) release(ctx context.Context, r *Sync) (bool, error) {
+func (e *engine) release(ctx context.Context, r *Sync) (bool, error) {
 	if err := e.releaseState(ctx, r.Obj); err != nil {
 		return false, fmt.Errorf("releasing the state of a destroyed object: %w", err)
 	}
@@ -130,7 +130,7 @@ func destroySucceeded(jobs []*runnerjob.Cached) bool {
 
 // releaseState runs once obj's infrastructure is destroyed: its state
 // Secrets, lock and what its runs left go.
-func (e *Engine) releaseState(ctx context.Context, obj Object) error {
+func (e *engine) releaseState(ctx context.Context, obj Object) error {
 	secrets, leftovers, err := e.objectSecrets(ctx, obj)
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ const (
 )
 
 // driftPolicy is the object's drift policy with the defaults filled in.
-func (e *Engine) driftPolicy(obj Object) (enabled bool, interval time.Duration, remediate bool) {
+func (e *engine) driftPolicy(obj Object) (enabled bool, interval time.Duration, remediate bool) {
 	d := obj.Workspace().Drift
 	interval = e.DriftDefaultInterval
 	if d == nil {
@@ -114,7 +114,7 @@ func driftDue(obj Object, latest *runnerjob.Cached, appliedHash string, interval
 
 // remediationTime is when drift was found that the object's policy
 // remediates by an apply: Apply applies again if it applied before then.
-func (e *Engine) remediationTime(obj Object) time.Time {
+func (e *engine) remediationTime(obj Object) time.Time {
 	st := obj.WorkspaceStatus()
 	c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionDrifted)
 	if _, _, remediate := e.driftPolicy(obj); !remediate || c == nil || c.Status != metav1.ConditionTrue || st.LastDriftCheckTime == nil {
@@ -126,7 +126,7 @@ func (e *Engine) remediationTime(obj Object) time.Time {
 // CheckDrift records the last drift check and starts the next when it is
 // due. Call it when Apply found the inputs applied and no Job running: a
 // drift check plans with the inputs of the last apply and changes nothing.
-func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) error {
+func (e *engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) error {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	enabled, interval, _ := e.driftPolicy(obj)
@@ -160,7 +160,7 @@ func (e *Engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 
 // recordDrift turns a finished drift Job into the Drifted condition. It
 // returns the outputs that would change when no resource would.
-func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *runnerjob.Cached) []string {
+func (e *engine) recordDrift(ctx context.Context, r *Sync, job *runnerjob.Cached) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	t := metav1.NewTime(runnerjob.FinishTime(job))
@@ -200,7 +200,7 @@ func (e *Engine) recordDrift(ctx context.Context, r *Sync, job *runnerjob.Cached
 }
 
 // refreshResult returns the result of a refresh Job not yet in the status.
-func (e *Engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *runnerjob.Cached, error) {
+func (e *engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *runnerjob.Cached, error) {
 	st := r.Obj.WorkspaceStatus()
 	job := latestOp(r.Jobs, infrav1.OperationRefresh)
 	if job == nil {

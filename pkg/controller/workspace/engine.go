@@ -1,5 +1,5 @@
 // Package workspace is the controller every Terraform* kind shares
-// (Controller[T], with its Engine): rendering inputs into runner Jobs, one
+// (Controller[T], and its kind-independent part, the engine): rendering inputs into runner Jobs, one
 // at a time, with deterministic names and expectations; reading results;
 // retries with backoff; destroy with the durable inputs; abandon; and the
 // conditions that report all of it. The Job itself is package runnerjob's.
@@ -94,8 +94,9 @@ type Config struct {
 	RunInputs *RunInputs
 }
 
-// Engine runs Terraform for the objects of one kind.
-type Engine struct {
+// engine is the part of a Controller[T] that does not depend on T: it runs
+// Terraform for the objects of one kind.
+type engine struct {
 	Kube         kubernetes.Interface
 	JobControl   runnerjob.Control
 	JobIndex     cache.Indexer
@@ -173,6 +174,6 @@ func (r *Sync) requeueWithin(wait time.Duration) {
 }
 
 // Names names the object's Secrets, Lease and Jobs.
-func (e *Engine) Names(obj metav1.Object) names.Object {
+func (e *engine) Names(obj metav1.Object) names.Object {
 	return names.ObjectOf(e.GVK.Kind, obj.GetName())
 }

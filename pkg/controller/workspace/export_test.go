@@ -14,10 +14,13 @@ import (
 // What the kind-agnostic fixture (controller_test.go) reaches inside a
 // Controller through.
 
+// EngineOfTest is the controller's kind-independent part, for the fixture.
+type EngineOfTest = engine
+
 func (c *Controller[T]) SyncForTest(ctx context.Context, key cache.ObjectName) error {
 	return c.sync(ctx, key)
 }
-func (c *Controller[T]) EngineForTest() *Engine                        { return c.engine }
+func (c *Controller[T]) EngineForTest() *engine                        { return c.engine }
 func (c *Controller[T]) ExpectationsForTest() *controller.Expectations { return c.expectations }
 func (c *Controller[T]) WrittenForTest() *controller.WrittenVersions   { return c.written }
 func (c *Controller[T]) UpdateObjectForTest(old, cur any)              { c.updateObject(old, cur) }

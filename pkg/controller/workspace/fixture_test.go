@@ -46,7 +46,7 @@ import (
 // testable is a Controller[T] of any kind, as the fixture drives it.
 type testable interface {
 	SyncForTest(ctx context.Context, key cache.ObjectName) error
-	EngineForTest() *workspace.Engine
+	EngineForTest() *workspace.EngineOfTest
 	ExpectationsForTest() *controller.Expectations
 	WrittenForTest() *controller.WrittenVersions
 	UpdateObjectForTest(old, cur any)

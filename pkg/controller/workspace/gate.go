@@ -30,7 +30,7 @@ const (
 // of it, retry is true: run again now, without the failure's backoff. The
 // Job's label, not the result (which module code can write), says what
 // the Job was made with.
-func (e *Engine) protectedChange(r *Sync, job *runnerjob.Cached, res *run.Result) (hold, retry bool) {
+func (e *engine) protectedChange(r *Sync, job *runnerjob.Cached, res *run.Result) (hold, retry bool) {
 	if r.Gate == nil || res == nil || res.Reason != run.ReasonProtectedResourceChange || res.Plan == nil {
 		return false, false
 	}
@@ -62,7 +62,7 @@ func (e *Engine) protectedChange(r *Sync, job *runnerjob.Cached, res *run.Result
 // moduleHeld holds a failed destroy (or other run) that stopped for module
 // code no approver accepted, until an approver names its digest: retried
 // then at once, never on a backoff that would only stop again.
-func (e *Engine) moduleHeld(r *Sync, job *runnerjob.Cached, res *run.Result) (hold, retry bool) {
+func (e *engine) moduleHeld(r *Sync, job *runnerjob.Cached, res *run.Result) (hold, retry bool) {
 	if r.Gate == nil || res == nil || res.Reason != run.ReasonModuleAwaitingApproval || res.Module == nil {
 		return false, false
 	}

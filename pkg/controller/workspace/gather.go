@@ -55,7 +55,7 @@ func (c *Controller[T]) newSync(cached, obj T) *Sync {
 
 // NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
-func (e *Engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
+func (e *engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
 	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Names: names.ObjectOf(e.GVK.Kind, obj.GetName()), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
 	r.Jobs = runnerjob.OfObject(e.JobIndex, obj)
@@ -95,7 +95,7 @@ func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister,
 // gatherStart reads what decides whether a Job of op may start
 // (decideStart). Its live read: the runner's ServiceAccount, when it is
 // not CAPTF's own (access.go).
-func (e *Engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation) (startFacts, error) {
+func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation) (startFacts, error) {
 	st := r.Obj.WorkspaceStatus()
 	f := startFacts{LastRestore: st.LastRestore}
 	if c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionStateRescued); c != nil && c.Status == metav1.ConditionTrue {
@@ -121,7 +121,7 @@ func (e *Engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation)
 // gatherState reads what the state check decides on (decideState). Its
 // live read: the state's head again when the cache says an applied object
 // has none, as the cache may lag.
-func (e *Engine) gatherState(ctx context.Context, r *Sync) (stateFacts, error) {
+func (e *engine) gatherState(ctx context.Context, r *Sync) (stateFacts, error) {
 	obj, n := r.Obj, r.Names
 	f := stateFacts{Kind: e.GVK.Kind, Label: n.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), State: n.State()}
 	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionStateMissing)
@@ -141,7 +141,7 @@ func (e *Engine) gatherState(ctx context.Context, r *Sync) (stateFacts, error) {
 
 // secretMeta reads a state or durable-inputs Secret's metadata: from the
 // cache when there is one, else from the API server. nil when not found.
-func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bool) (*StateSecretMeta, error) {
+func (e *engine) secretMeta(ctx context.Context, namespace, name string, live bool) (*StateSecretMeta, error) {
 	if e.StateSecrets != nil && !live {
 		o, exists, err := e.StateSecrets.GetByKey(namespace + "/" + name)
 		if err != nil || !exists {
@@ -168,7 +168,7 @@ func (e *Engine) secretMeta(ctx context.Context, namespace, name string, live bo
 // The status alone is not enough: clusterctl move and restores from
 // backups do not carry it; a restore may bring the object without its
 // Secrets, and only its provider IDs then tell that instances exist.
-func (e *Engine) mayHaveInfrastructure(ctx context.Context, r *Sync) (bool, error) {
+func (e *engine) mayHaveInfrastructure(ctx context.Context, r *Sync) (bool, error) {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
 	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || heldIDs(obj) {

@@ -19,7 +19,7 @@ import (
 // again. (The runner deletes its inputs itself when it is done; these are
 // what a killed runner left.) Each object so keeps at most the result of the
 // latest Job of each operation, not two Secrets per Job of its history.
-func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
+func (e *engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
 	for _, prev := range r.Jobs { // newest first
 		if prev.Name == job.Name || prev.Operation != job.Operation {
 			continue
@@ -30,7 +30,7 @@ func (e *Engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *run
 }
 
 // deleteRunSecrets deletes the run inputs and the result of job.
-func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
+func (e *engine) deleteRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
 	n := r.Names
 	e.RunInputs.Forget(job.Namespace, n.RunInputs(job.Name))
 	for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
@@ -52,7 +52,7 @@ func (e *Engine) deleteRunSecrets(ctx context.Context, r *Sync, job *runnerjob.C
 // the manager's cache (at 10,000 objects and a limit of 3, 30,000 of
 // each). A successfulJobsHistoryLimit set by the user keeps them as it
 // keeps other Jobs.
-func (e *Engine) cleanupHistory(ctx context.Context, r *Sync) error {
+func (e *engine) cleanupHistory(ctx context.Context, r *Sync) error {
 	kept := map[string]int32{}
 	st := r.Obj.WorkspaceStatus()
 	drifted := meta.IsStatusConditionTrue(st.Conditions, infrav1.ConditionDrifted)

@@ -29,7 +29,7 @@ type Wait struct{ Reason, Message string }
 // Reconcile runs the shared part of a sync. It returns true when the object
 // is owned, unpaused, not being deleted and carries its finalizer: the
 // caller goes on with its own work.
-func (e *Engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, error) {
+func (e *engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, error) {
 	obj := r.Obj
 	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
 	_, moveBlocked := obj.GetAnnotations()[capi.BlockMoveAnnotation]

@@ -70,7 +70,7 @@ func covers(g *approval.Gate, p *Protection) bool {
 // ConditionProtectionInherited. Otherwise it records the object's own on
 // the state head. An unreadable record stops the object: a Job under less
 // protection than the state's may destroy what it covered.
-func (e *Engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err error) {
+func (e *engine) InheritProtection(ctx context.Context, r *Sync) (ok bool, err error) {
 	if r.Gate == nil {
 		return true, nil
 	}

@@ -60,7 +60,7 @@ func (a *APIRunRecords) Delete(ctx context.Context, namespace, name string) erro
 // count. The newest record of each operation stays whatever the limits:
 // it may hold the plan that waits for approval; so do those the status
 // vouches for.
-func (e *Engine) pruneRecords(ctx context.Context, r *Sync) {
+func (e *engine) pruneRecords(ctx context.Context, r *Sync) {
 	if e.Records == nil {
 		return
 	}

@@ -72,7 +72,7 @@ func TestPruneRecords(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			fake := &fakeRunRecords{records: records}
-			e := &Engine{Records: fake}
+			e := &engine{Records: fake}
 			obj := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid"}}
 			for i, name := range tc.vouched {
 				if i == 0 {
@@ -118,7 +118,7 @@ func TestReleaseDeletesLeftovers(t *testing.T) {
 	owned := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "tfc-c-apply-1-0-run-2", Namespace: "ns",
 		OwnerReferences: []metav1.OwnerReference{{UID: "uid"}}}}
 	records := &fakeRunRecords{records: []metav1.PartialObjectMetadata{restored, owned}}
-	e := &Engine{Records: records, Kube: kube, GVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster")}
+	e := &engine{Records: records, Kube: kube, GVK: infrav1.SchemeGroupVersion.WithKind("TerraformCluster")}
 	if err := e.releaseState(ctx, obj); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ const (
 
 // refusedByQuota reports a create of what (for the run of op) that a
 // ResourceQuota refused, and retries it later. False for any other error.
-func (e *Engine) refusedByQuota(r *Sync, op infrav1.Operation, what string, err error) bool {
+func (e *engine) refusedByQuota(r *Sync, op infrav1.Operation, what string, err error) bool {
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
 		return false
 	}
@@ -48,7 +48,7 @@ func (e *Engine) refusedByQuota(r *Sync, op infrav1.Operation, what string, err 
 // refused says why a run cannot start: in Ready for an apply or destroy, in
 // a warning event for a drift check or refresh (the infrastructure is as
 // Ready as it was).
-func (e *Engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
+func (e *engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
 	if op == infrav1.OperationApply || op == infrav1.OperationDestroy {
 		e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 		return
@@ -62,7 +62,7 @@ func (e *Engine) refused(r *Sync, op infrav1.Operation, reason, msg string) {
 // they are read only for a Job the Job controller has started (it tries its
 // pod as it does) and that has had no pod for podGrace since. A Job
 // controller that is merely behind (a burst of Jobs) costs no read.
-func (e *Engine) podRefused(ctx context.Context, r *Sync, job *runnerjob.Cached) (bool, error) {
+func (e *engine) podRefused(ctx context.Context, r *Sync, job *runnerjob.Cached) (bool, error) {
 	st := job.Status
 	if st.StartTime == nil || st.Active > 0 || st.Succeeded > 0 || st.Failed > 0 || st.Terminating > 0 || st.Uncounted {
 		return false, nil

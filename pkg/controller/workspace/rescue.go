@@ -15,7 +15,7 @@ import (
 // state terraform could not save: the current state may lack what that run
 // created, and another run on it would create it a second time. A restore
 // after the Job (of the rescued state, or any backup) lets it go on.
-func (e *Engine) holdForRescue(r *Sync, job *runnerjob.Cached, res *run.Result) bool {
+func (e *engine) holdForRescue(r *Sync, job *runnerjob.Cached, res *run.Result) bool {
 	if res == nil || res.RescuedState == "" {
 		return false
 	}

@@ -35,7 +35,7 @@ const restoreLockHolder = "captf-manager"
 // goes, and the next apply plans against the restored state. It runs in
 // the manager, holding the state lock, when no Job runs. It returns false
 // when the sync stops here.
-func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
+func (e *engine) restore(ctx context.Context, r *Sync) (bool, error) {
 	obj := r.Obj
 	backup, ok := obj.GetAnnotations()[infrav1.AnnotationRestoreState]
 	if !ok {
@@ -94,7 +94,7 @@ func (e *Engine) restore(ctx context.Context, r *Sync) (bool, error) {
 // one that is not a backup of obj, is over the size limit or is damaged is
 // refused in StateRestored (refused true), and the annotation stays for
 // the user to fix.
-func (e *Engine) backupRefused(ctx context.Context, obj Object, store *statestore.StateStore, backup string) (bool, error) {
+func (e *engine) backupRefused(ctx context.Context, obj Object, store *statestore.StateStore, backup string) (bool, error) {
 	err := store.CheckBackup(ctx, backup)
 	var reason, msg string
 	switch {

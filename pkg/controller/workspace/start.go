@@ -25,7 +25,7 @@ import (
 // start creates the run-inputs Secret (unless data is nil: destroy with the
 // durable inputs) and the Job of one attempt, in three steps: the checks a
 // Job must pass, the Job, and its creation (with its slot and its inputs).
-func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
+func (e *engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
 	expectState, ok, err := e.mayStart(ctx, r, op)
 	if err != nil || !ok {
 		return err
@@ -40,7 +40,7 @@ func (e *Engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 // mayStart makes the checks every Job passes before it is created
 // (decideStart), and reports in the status a check that fails (ok false).
 // expectState: the object was applied, its runner must find a state.
-func (e *Engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (expectState, ok bool, err error) {
+func (e *engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (expectState, ok bool, err error) {
 	f, err := e.gatherStart(ctx, r, op)
 	if err != nil {
 		return false, false, err
@@ -52,7 +52,7 @@ func (e *Engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (e
 
 // checkState makes the check of the state alone (decideState): a destroy's
 // before it reads its inputs.
-func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
+func (e *engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool, err error) {
 	f, err := e.gatherState(ctx, r)
 	if err != nil {
 		return false, false, err
@@ -64,7 +64,7 @@ func (e *Engine) checkState(ctx context.Context, r *Sync) (ok, expectState bool,
 
 // actOnStart does what the checks before a Job decided, and says whether
 // the Job may start.
-func (e *Engine) actOnStart(ctx context.Context, r *Sync, d startDecision) (bool, error) {
+func (e *engine) actOnStart(ctx context.Context, r *Sync, d startDecision) (bool, error) {
 	if d.RescueRestored != "" {
 		SetCondition(r.Obj, infrav1.ConditionStateRescued, metav1.ConditionFalse, ReasonRestored, d.RescueRestored)
 	}
@@ -92,7 +92,7 @@ func (e *Engine) actOnStart(ctx context.Context, r *Sync, d startDecision) (bool
 }
 
 // buildJob is the Job of one attempt of op, with the approvals of an apply.
-func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte, expectState bool) (*batchv1.Job, error) {
+func (e *engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte, expectState bool) (*batchv1.Job, error) {
 	ca, err := e.RunnerAPI.ca()
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (e *Engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 // createJob takes a slot for job, blocks clusterctl move, writes the run's
 // inputs and then creates job, expected before it is created so that a sync
 // on a cache that has not seen it yet creates nothing twice.
-func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, job *batchv1.Job, data map[string][]byte) error {
+func (e *engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, job *batchv1.Job, data map[string][]byte) error {
 	created := false // the Job exists: its slot is taken until it finishes
 	if e.Slots != nil {
 		key := cache.MetaObjectToName(job)
@@ -175,7 +175,7 @@ func (e *Engine) createJob(ctx context.Context, r *Sync, op infrav1.Operation, j
 // waitForSlot retries the Job later: an apply or destroy says so in Ready;
 // a drift check or refresh waits without a word (the object is as Ready as
 // it was).
-func (e *Engine) waitForSlot(r *Sync, op infrav1.Operation, why string) {
+func (e *engine) waitForSlot(r *Sync, op infrav1.Operation, why string) {
 	r.Requeue = runnerjob.SlotRetry
 	if op == infrav1.OperationApply || op == infrav1.OperationDestroy {
 		e.SetReady(r, metav1.ConditionFalse, runnerjob.ReasonWaitingForJobSlot, fmt.Sprintf("The %s Job waits for a slot: %s", op, why))
@@ -184,7 +184,7 @@ func (e *Engine) waitForSlot(r *Sync, op infrav1.Operation, why string) {
 
 // terminating turns the API server's refusal to create anything in a
 // namespace being deleted into a condition; other errors pass through.
-func (e *Engine) terminating(r *Sync, err error) error {
+func (e *engine) terminating(r *Sync, err error) error {
 	if !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return err
 	}
@@ -210,7 +210,7 @@ func secretSize(data map[string][]byte) int {
 	return n
 }
 
-func (e *Engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job, data map[string][]byte) error {
+func (e *engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job, data map[string][]byte) error {
 	obj := r.Obj
 	labels := names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID())
 	labels[names.LabelSecretType] = names.SecretTypeRunInputs
@@ -237,7 +237,7 @@ func (e *Engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job,
 // created (Reconcile removes it once no Job of the object may still run): a
 // move copies the state Secrets, and must not copy a state a Job is still
 // changing.
-func (e *Engine) blockMove(ctx context.Context, r *Sync) error {
+func (e *engine) blockMove(ctx context.Context, r *Sync) error {
 	if !setBlockMove(r.Obj, true) {
 		return nil
 	}

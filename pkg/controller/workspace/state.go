@@ -31,7 +31,7 @@ const (
 	ReasonStateAbandoned    = "StateAbandoned"
 )
 
-func (e *Engine) stateStore(obj Object) *statestore.StateStore {
+func (e *engine) stateStore(obj Object) *statestore.StateStore {
 	return &statestore.StateStore{Client: e.Kube, Namespace: obj.GetNamespace(), Object: e.Names(obj),
 		Labels: names.ObjectLabels(e.GVK.Kind, obj.GetName(), obj.GetUID()), Backups: e.StateBackups, MaxBytes: e.MaxStateBytes}
 }
@@ -39,7 +39,7 @@ func (e *Engine) stateStore(obj Object) *statestore.StateStore {
 // stateSecrets lists the Secrets that outlive obj: state, chunks, backups,
 // durable inputs. They are found by kind and name, not by UID: a restored
 // or moved object has a new UID and the same state.
-func (e *Engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret, error) {
+func (e *engine) stateSecrets(ctx context.Context, obj Object) ([]corev1.Secret, error) {
 	state, _, err := e.objectSecrets(ctx, obj)
 	return state, err
 }
@@ -54,7 +54,7 @@ const secretsPage = 8
 // without their owner references; the others go with the object, their
 // owner). Their metadata only, a page at a time, so that the manager never
 // holds more than a few chunks of a state.
-func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, leftovers []corev1.Secret, err error) {
+func (e *engine) objectSecrets(ctx context.Context, obj Object) (state, leftovers []corev1.Secret, err error) {
 	sel := labels.Set{names.LabelManagedBy: names.ManagedByValue, names.LabelKind: e.Names(obj).Kind,
 		names.LabelObjectName: names.LabelValue(obj.GetName())}.String()
 	opts := metav1.ListOptions{LabelSelector: sel, Limit: secretsPage}
@@ -94,7 +94,7 @@ func (e *Engine) objectSecrets(ctx context.Context, obj Object) (state, leftover
 // back without their owner),
 // and the run records a restore brought back likewise: nothing owns them to
 // take them with the object.
-func (e *Engine) deleteLeftovers(ctx context.Context, obj Object, secrets []corev1.Secret) error {
+func (e *engine) deleteLeftovers(ctx context.Context, obj Object, secrets []corev1.Secret) error {
 	var errs []error
 	for _, s := range secrets {
 		if err := e.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -114,7 +114,7 @@ func (e *Engine) deleteLeftovers(ctx context.Context, obj Object, secrets []core
 }
 
 // listBackups names obj's backups (rescued states included), newest first.
-func (e *Engine) listBackups(ctx context.Context, obj Object) ([]string, error) {
+func (e *engine) listBackups(ctx context.Context, obj Object) ([]string, error) {
 	secrets, err := e.stateSecrets(ctx, obj)
 	if err != nil {
 		return nil, err
@@ -197,7 +197,7 @@ func CacheStateSecret(obj any) any {
 
 // reportStateMissing says in Ready and StateMissing that the state of an
 // object that was applied is gone, and how to bring it back.
-func (e *Engine) reportStateMissing(ctx context.Context, r *Sync) error {
+func (e *engine) reportStateMissing(ctx context.Context, r *Sync) error {
 	obj, n := r.Obj, r.Names
 	backups, err := e.listBackups(ctx, obj)
 	if err != nil {
@@ -221,7 +221,7 @@ func (e *Engine) reportStateMissing(ctx context.Context, r *Sync) error {
 // protectState takes the owner references off obj's state Secrets and puts
 // StateFinalizer on them, and record (names.AnnotationProtection) on the
 // head unless it is "".
-func (e *Engine) protectState(ctx context.Context, obj Object, record string) error {
+func (e *engine) protectState(ctx context.Context, obj Object, record string) error {
 	head := e.Names(obj).State()
 	return e.updateStateSecrets(ctx, obj, func(s *corev1.Secret) bool {
 		recorded := record == "" || s.Name != head || s.Annotations[names.AnnotationProtection] == record
@@ -245,7 +245,7 @@ func (e *Engine) protectState(ctx context.Context, obj Object, record string) er
 
 // updateStateSecrets applies change to each of obj's state Secrets and
 // writes those it changed.
-func (e *Engine) updateStateSecrets(ctx context.Context, obj Object, change func(*corev1.Secret) bool) error {
+func (e *engine) updateStateSecrets(ctx context.Context, obj Object, change func(*corev1.Secret) bool) error {
 	secrets, err := e.stateSecrets(ctx, obj)
 	if err != nil {
 		return err
@@ -278,7 +278,7 @@ func familyMetadata(s *corev1.Secret) corev1.Secret {
 // by objectSecrets) and writes the owner references and finalizers of those
 // it changed, and adds their labels and annotations (a merge patch removes
 // none), to the version that was read or not at all.
-func (e *Engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, change func(*corev1.Secret) bool) error {
+func (e *engine) updateSecrets(ctx context.Context, secrets []corev1.Secret, change func(*corev1.Secret) bool) error {
 	for i := range secrets {
 		s := &secrets[i]
 		if !change(s) {
@@ -310,7 +310,7 @@ func nilIfEmpty[T any](list []T) []T {
 
 // abandon keeps state, backups and inputs, labelled so an operator finds
 // them, and no longer protected: they are the operator's now.
-func (e *Engine) abandon(ctx context.Context, obj Object) error {
+func (e *engine) abandon(ctx context.Context, obj Object) error {
 	secrets, leftovers, err := e.objectSecrets(ctx, obj)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (e *Engine) abandon(ctx context.Context, obj Object) error {
 
 // WatchStateSecrets reads state metadata from inf and syncs an object when
 // its state or durable inputs appear, go, or change hands (labels).
-func (e *Engine) WatchStateSecrets(inf informers.GenericInformer, l *controller.Loop) error {
+func (e *engine) WatchStateSecrets(inf informers.GenericInformer, l *controller.Loop) error {
 	if inf == nil {
 		return nil
 	}

@@ -18,26 +18,26 @@ import (
 
 // stopped sets Ready False for what stops every Job of the object until a
 // person acts, with a warning event when that is news.
-func (e *Engine) stopped(r *Sync, reason, msg string) {
+func (e *engine) stopped(r *Sync, reason, msg string) {
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, reason, reason, msg)
 }
 
 // InputError reports a problem the user must fix, and checks again later:
 // the Secrets and ConfigMaps inputs read are not watched.
-func (e *Engine) InputError(r *Sync, ie *InputError) {
+func (e *engine) InputError(r *Sync, ie *InputError) {
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ie.Reason, ie.Reason, ie.Message)
 	r.Requeue = time.Minute
 }
 
 // SetReady sets the Ready condition.
-func (e *Engine) SetReady(r *Sync, status metav1.ConditionStatus, reason, message string) {
+func (e *engine) SetReady(r *Sync, status metav1.ConditionStatus, reason, message string) {
 	SetCondition(r.Obj, infrav1.ConditionReady, status, reason, message)
 }
 
 // warnOnChange sets a condition, and sends a warning event named
 // eventReason when that changed the condition: syncs repeat, events should
 // not.
-func (e *Engine) warnOnChange(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
+func (e *engine) warnOnChange(obj Object, condType string, status metav1.ConditionStatus, reason, eventReason, msg string) {
 	msg = conditionMessage(msg) // compared as it is stored
 	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, condType); c == nil || c.Status != status || c.Reason != reason || c.Message != msg {
 		e.Recorder.Event(obj, corev1.EventTypeWarning, eventReason, msg)
@@ -70,7 +70,7 @@ func conditionMessage(msg string) string {
 }
 
 // reportStarted records a Job just created, and says what it does.
-func (e *Engine) reportStarted(r *Sync, job *runnerjob.Cached) {
+func (e *engine) reportStarted(r *Sync, job *runnerjob.Cached) {
 	e.RecordJob(r, job, "Running", nil)
 	switch job.Operation {
 	case infrav1.OperationDestroy:
@@ -81,7 +81,7 @@ func (e *Engine) reportStarted(r *Sync, job *runnerjob.Cached) {
 }
 
 // setApplying keeps Ready True while a provisioned object takes a change.
-func (e *Engine) setApplying(r *Sync, message string) {
+func (e *engine) setApplying(r *Sync, message string) {
 	status := metav1.ConditionFalse
 	if init := r.Obj.WorkspaceStatus().Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
 		status = metav1.ConditionTrue
@@ -90,7 +90,7 @@ func (e *Engine) setApplying(r *Sync, message string) {
 }
 
 // RecordJob notes the latest Job of its operation in the status.
-func (e *Engine) RecordJob(r *Sync, job *runnerjob.Cached, outcome string, res *run.Result) {
+func (e *engine) RecordJob(r *Sync, job *runnerjob.Cached, outcome string, res *run.Result) {
 	st := r.Obj.WorkspaceStatus()
 	ref := infrav1.JobReference{Operation: job.Operation, Name: job.Name, Outcome: outcome}
 	if res != nil {
@@ -117,7 +117,7 @@ func (e *Engine) RecordJob(r *Sync, job *runnerjob.Cached, outcome string, res *
 }
 
 // RecordApplied records a successful apply (or refresh) in the status.
-func (e *Engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res *run.Result) {
+func (e *engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res *run.Result) {
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
@@ -160,7 +160,7 @@ func learnModule(st *infrav1.WorkspaceStatus, res *run.Result) {
 
 // upToDate reports an object whose inputs are applied and need no Job: Ready
 // again after whatever wait came before (an owner, a pause, a restore).
-func (e *Engine) upToDate(r *Sync) {
+func (e *engine) upToDate(r *Sync) {
 	e.noPlanWaiting(r)
 	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
 		return
@@ -177,13 +177,13 @@ func appliedMessage(st *infrav1.WorkspaceStatus) string {
 }
 
 // InvalidOutput reports an output the kind cannot read.
-func (e *Engine) InvalidOutput(r *Sync, err error) {
+func (e *engine) InvalidOutput(r *Sync, err error) {
 	e.warnOnChange(r.Obj, infrav1.ConditionReady, metav1.ConditionFalse, ReasonInvalidOutput, ReasonInvalidOutput, err.Error())
 }
 
 // clearDrifted clears Drifted after an apply: the infrastructure is what the
 // module says again.
-func (e *Engine) clearDrifted(obj Object) {
+func (e *engine) clearDrifted(obj Object) {
 	c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionDrifted)
 	if c == nil || c.Status == metav1.ConditionFalse {
 		return
@@ -193,7 +193,7 @@ func (e *Engine) clearDrifted(obj Object) {
 
 // reportBlocked reports a plan that waits for an approval: the condition of its
 // kind says what it would do and the exact command that approves it.
-func (e *Engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
+func (e *engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
 	obj, g := r.Obj, r.Gate
 	needed := approval.Gate{Policy: g.Policy}.Needed(plan)
 	condType, other := infrav1.ConditionPlanAwaitingApproval, infrav1.ConditionDestructivePlanBlocked
@@ -226,7 +226,7 @@ func (e *Engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
 }
 
 // noPlanWaiting clears the approval conditions of a gated object.
-func (e *Engine) noPlanWaiting(r *Sync) {
+func (e *engine) noPlanWaiting(r *Sync) {
 	if r.Gate == nil {
 		return
 	}
@@ -236,7 +236,7 @@ func (e *Engine) noPlanWaiting(r *Sync) {
 
 // moduleMessage says that a run found module code no approver accepted,
 // what to run to see and approve it, and that none of it ran.
-func (e *Engine) moduleMessage(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) string {
+func (e *engine) moduleMessage(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) string {
 	obj := r.Obj
 	kind := strings.ToLower(e.GVK.Kind)
 	was := "the code applied (" + strings.Join(r.Gate.Modules, ", ") + ")"
@@ -251,7 +251,7 @@ func (e *Engine) moduleMessage(r *Sync, job *runnerjob.Cached, code *run.ModuleC
 // moduleWaits reports an apply that stopped before terraform planned,
 // for module code no approver accepted: PlanAwaitingApproval with reason
 // ModuleAwaitingApproval, the command that approves it.
-func (e *Engine) moduleWaits(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) {
+func (e *engine) moduleWaits(r *Sync, job *runnerjob.Cached, code *run.ModuleCode) {
 	obj := r.Obj
 	msg := e.moduleMessage(r, job, code)
 	e.warnOnChange(obj, infrav1.ConditionPlanAwaitingApproval, metav1.ConditionTrue, run.ReasonModuleAwaitingApproval, run.ReasonModuleAwaitingApproval, msg)
