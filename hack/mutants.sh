@@ -207,7 +207,7 @@ mutant restore-without-move-right pkg/webhook/admission.go \
 	}
 	found, paused'
 mutant provider-ids-mean-nothing pkg/controller/workspace/gather.go \
-	' || heldIDs(obj) {' ' {'
+	' || providerid.HoldsInstances(obj) {' ' {'
 mutant restored-results-left pkg/controller/workspace/state.go \
 	'				if len(s.OwnerReferences) == 0 {' '				if false {'
 mutant restored-inputs-left pkg/controller/workspace/state.go \

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/providerid"
 )
 
 var capiGroupVersion = schema.GroupVersion{Group: "cluster.x-k8s.io", Version: "v1beta2"}
@@ -21,7 +22,7 @@ var describeCommand = &command{
 	long: `Show a Cluster API Cluster as a tree: its TerraformCluster, its Machines with
 their TerraformMachines, its MachinePools with their TerraformMachinePools;
 for each Terraform object whether it is Ready and why, the plan waiting for
-approval and the run going on.
+approval, the run going on and the instances it holds (provider IDs).
 
 Examples:
   kubectl captf describe cluster prod -n team-a`,
@@ -135,6 +136,15 @@ func (e *env) objectRow(depth int, kind string, obj object) row {
 		if j.Outcome == "Running" {
 			notes = append(notes, "running "+string(j.Operation)+" Job "+j.Name)
 		}
+	}
+	// The instances it holds, as the manager and the webhook read them.
+	switch ids, _ := providerid.Held(obj); {
+	case len(ids) == 1 && kind == "TerraformMachine":
+		notes = append(notes, "instance "+ids[0])
+	case len(ids) == 1:
+		notes = append(notes, "1 instance")
+	case len(ids) > 1:
+		notes = append(notes, fmt.Sprintf("%d instances", len(ids)))
 	}
 	r.note = strings.Join(notes, "; ")
 	return r

@@ -279,3 +279,37 @@ func TestRestoreTakesOnlyListedBackups(t *testing.T) {
 		})
 	}
 }
+
+// TestDescribeShowsInstances: describe's line of a machine or pool says
+// which instances it holds, read as the manager and the webhook read them
+// (package providerid).
+func TestDescribeShowsInstances(t *testing.T) {
+	ready := []metav1.Condition{{Type: infrav1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Applied"}}
+	tests := map[string]struct {
+		kind string
+		obj  object
+		want string
+	}{
+		"a machine": {"TerraformMachine", &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"},
+			Spec: infrav1.TerraformMachineSpec{ProviderID: "localcloud://i-1"}, Status: infrav1.TerraformMachineStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Conditions: ready}}},
+			"Applied; instance localcloud://i-1"},
+		"a machine without an instance yet": {"TerraformMachine", &infrav1.TerraformMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"},
+			Status: infrav1.TerraformMachineStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Conditions: ready}}}, "Applied"},
+		"a pool of one": {"TerraformMachinePool", &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+			Spec: infrav1.TerraformMachinePoolSpec{ProviderIDList: []string{"localcloud://i-1"}}, Status: infrav1.TerraformMachinePoolStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Conditions: ready}}},
+			"Applied; 1 instance"},
+		"a pool": {"TerraformMachinePool", &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+			Spec: infrav1.TerraformMachinePoolSpec{ProviderIDList: []string{"localcloud://i-1", "localcloud://i-2"}}, Status: infrav1.TerraformMachinePoolStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Conditions: ready}}},
+			"Applied; 2 instances"},
+		"a cluster": {"TerraformCluster", &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+			Status: infrav1.TerraformClusterStatus{WorkspaceStatus: infrav1.WorkspaceStatus{Conditions: ready}}}, "Applied"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := &env{ctx: context.Background(), out: io.Discard, err: io.Discard, namespace: "ns"}
+			if got := e.objectRow(1, tc.kind, tc.obj).note; got != tc.want {
+				t.Errorf("note = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

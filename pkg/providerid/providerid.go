@@ -67,6 +67,16 @@ func Held(obj any) ([]string, *field.Path) {
 	return nil, nil
 }
 
+// HoldsInstances tells whether obj holds provider IDs, and so instances
+// that exist: only the manager, clusterctl move and a restore set them
+// (Sets, the webhook's identity rule), each for instances it created or
+// carried. An object restored with IDs but without its state has
+// infrastructure, and its state is missing, not new.
+func HoldsInstances(obj any) bool {
+	ids, _ := Held(obj)
+	return len(ids) > 0
+}
+
 // Sets tells whether a create (old nil) or an update of obj sets or
 // changes its provider IDs: a write only the manager may make, or a
 // restore or move.

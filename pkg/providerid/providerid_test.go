@@ -124,3 +124,21 @@ func TestHeldElsewhere(t *testing.T) {
 		}
 	}
 }
+
+func TestHoldsInstances(t *testing.T) {
+	tests := map[string]struct {
+		obj  any
+		want bool
+	}{
+		"a machine with an ID":   {&infrav1.TerraformMachine{Spec: infrav1.TerraformMachineSpec{ProviderID: "localcloud://i-1"}}, true},
+		"a machine without":      {&infrav1.TerraformMachine{}, false},
+		"a pool with IDs":        {&infrav1.TerraformMachinePool{Spec: infrav1.TerraformMachinePoolSpec{ProviderIDList: []string{"localcloud://i-1"}}}, true},
+		"an empty pool":          {&infrav1.TerraformMachinePool{}, false},
+		"a cluster holds no IDs": {&infrav1.TerraformCluster{}, false},
+	}
+	for name, tc := range tests {
+		if got := HoldsInstances(tc.obj); got != tc.want {
+			t.Errorf("%s: HoldsInstances = %v, want %v", name, got, tc.want)
+		}
+	}
+}

@@ -171,17 +171,9 @@ func (e *engine) secretMeta(ctx context.Context, namespace, name string, live bo
 func (e *engine) mayHaveInfrastructure(ctx context.Context, r *Sync) (bool, error) {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
-	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || heldIDs(obj) {
+	if st.AppliedInputsHash != "" || (st.Initialization != nil && st.Initialization.Provisioned != nil && *st.Initialization.Provisioned) || providerid.HoldsInstances(obj) {
 		return true, nil
 	}
 	durable, err := e.secretMeta(ctx, obj.GetNamespace(), r.Names.DurableInputs(), false)
 	return durable != nil, err
-}
-
-// heldIDs: only the manager, clusterctl move and a restore set provider
-// IDs (providerid.Sets, the webhook's identity rule), each for instances
-// that exist.
-func heldIDs(obj Object) bool {
-	ids, _ := providerid.Held(obj)
-	return len(ids) > 0
 }
