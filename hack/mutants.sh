@@ -553,6 +553,22 @@ mutant job-before-block-move pkg/controller/workspace/start.go \
 mutant condition-message-unbounded pkg/controller/workspace/status.go \
 	'if len(msg) <= maxConditionMessage {' 'if true {'
 
+# The pure decisions (decide.go): a paused object being deleted (clusterctl
+# move pauses, then deletes) destroys nothing; no Job starts on a rescued
+# state, on a missing one, on another object's or on an abandoned one.
+mutant paused-deletion-destroys pkg/controller/workspace/decide.go \
+	'	case f.Paused:
+		d.Paused = true' '	case f.Paused && !f.Deleting:
+		d.Paused = true'
+mutant rescued-state-runs pkg/controller/workspace/decide.go \
+	'if c := f.Rescued; c != nil {' 'if c := f.Rescued; c != nil && false {'
+mutant missing-state-runs pkg/controller/workspace/decide.go \
+	'if f.Applied && (f.Head == nil || !f.Head.HasState) {' 'if false {'
+mutant others-state-taken pkg/controller/workspace/decide.go \
+	'if head.NamesObject && (head.ObjectName != f.Name || head.Kind != f.Label) {' 'if false {'
+mutant abandoned-state-taken pkg/controller/workspace/decide.go \
+	'		if head.Abandoned {' '		if false {'
+
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"
 else

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -327,6 +329,15 @@ func machine(t *testing.T, ns, root, instances string) {
 	}
 	if tmNow.Status.FailureDomain != "zone-a" || !tmNow.Status.Ready {
 		t.Errorf("TerraformMachine status = %+v", tmNow.Status)
+	}
+	// kubectl captf describe shows the instance as the manager holds it.
+	plugin, err := framework.PluginBinary("kubectl-captf-capi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe, err := exec.Command(plugin, "describe", "cluster", "work", "-n", ns, "--kubeconfig", plane.KubeconfigFile).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`TerraformMachine/worker-0 +True +Applied; instance local:///worker-0`).Match(describe) {
+		t.Errorf("kubectl captf describe cluster work (%v) does not show worker-0's instance:\n%s", err, describe)
 	}
 	if d := applyJobDeadline(t, ns, "tfm-worker-0-apply-"); d != clusterDeadline {
 		t.Errorf("the machine's apply Job deadline is %ds, want the cluster's default %ds", d, clusterDeadline)

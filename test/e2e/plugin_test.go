@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -174,14 +173,10 @@ func TestKubectlPlugin(t *testing.T) {
 	expect("completion", e.kubectlCaptf(bin, viewer, "", "completion", "bash"), 0, []string{"complete -F _kubectl_captf kubectl-captf"}, nil)
 }
 
-// pluginBinary is the kubectl plugin under test: CAPTF_TEST_PLUGIN names
-// one built from an earlier tree, else it is built from this one.
+// pluginBinary is the kubectl plugin under test (framework.PluginBinary).
 func pluginBinary(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv("CAPTF_TEST_PLUGIN"); bin != "" {
-		return bin
-	}
-	bin, err := framework.BuildCommand("./cmd/kubectl-captf", "kubectl-captf")
+	bin, err := framework.PluginBinary("kubectl-captf")
 	if err != nil {
 		t.Fatal(err)
 	}

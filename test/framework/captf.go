@@ -39,6 +39,17 @@ func BuildCAPTF(name string) (string, error) {
 	return out, nil
 }
 
+// PluginBinary is the kubectl plugin under test: CAPTF_TEST_PLUGIN names
+// one built from an earlier tree, else it is built from this one into
+// <repo>/bin/<name> (a name of each suite's own: suites run side by side,
+// and one must not overwrite the binary another runs).
+func PluginBinary(name string) (string, error) {
+	if bin := os.Getenv("CAPTF_TEST_PLUGIN"); bin != "" {
+		return bin, nil
+	}
+	return BuildCommand("./cmd/kubectl-captf", name)
+}
+
 // BuildCommand builds the command in <repo>/<pkg> (./test/cmd/attack, say)
 // into <repo>/bin/<name>.
 func BuildCommand(pkg, name string) (string, error) {
