@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -238,17 +237,4 @@ func checkOutputsSize(outputs map[string]run.Output) error {
 		return fmt.Errorf("the module's non-sensitive outputs take %d bytes, more than the %d an object's status holds: mark large outputs sensitive (they stay out of the status) or make them smaller", n, MaxStatusOutputBytes)
 	}
 	return nil
-}
-
-func publicOutputs(outputs map[string]run.Output) map[string]runtime.RawExtension {
-	out := map[string]runtime.RawExtension{}
-	for k, o := range outputs {
-		if !o.Sensitive {
-			out[k] = runtime.RawExtension{Raw: o.Value}
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
 }

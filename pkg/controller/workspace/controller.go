@@ -207,10 +207,6 @@ func (c *Controller[T]) Run(ctx context.Context, workers int) { c.loop.Run(ctx, 
 // HasSynced tells whether every informer the controller reads has synced.
 func (c *Controller[T]) HasSynced() bool { return c.loop.HasSynced() }
 
-// belongsToCluster tells whether the objects are a Cluster's machines or
-// pools, rather than its infrastructure.
-func (c *Controller[T]) belongsToCluster() bool { return c.kind.Owner.ClusterNamePath != nil }
-
 func (c *Controller[T]) sync(ctx context.Context, key cache.ObjectName) error {
 	logger := klog.FromContext(ctx).WithValues("object", key)
 	ctx = klog.NewContext(ctx, logger)

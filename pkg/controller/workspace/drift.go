@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -25,20 +24,6 @@ const (
 	ReasonDriftCheckFailed = "DriftCheckFailed"
 	ReasonConverged        = "Converged"
 )
-
-// driftPolicy is the object's drift policy with the defaults filled in.
-func (e *engine) driftPolicy(obj Object) (enabled bool, interval time.Duration, remediate bool) {
-	d := obj.Workspace().Drift
-	interval = e.DriftDefaultInterval
-	if d == nil {
-		return interval > 0, interval, false
-	}
-	if d.Interval != nil {
-		interval = d.Interval.Duration
-	}
-	enabled = (d.Enabled == nil || *d.Enabled) && interval > 0
-	return enabled, interval, d.Remediation == infrav1.DriftRemediationApply
-}
 
 // nextDriftCheck is when obj's next drift check is due after base (its
 // last check or apply). Each object checks at a fixed phase of the
@@ -110,17 +95,6 @@ func driftDue(obj Object, latest *runnerjob.Cached, appliedHash string, interval
 	// clock, which timed its end, may be behind the manager's, which timed
 	// the slot: a minute's allowance.
 	return driftSlot(obj, checked.Add(min(interval/10, time.Minute)), interval).Add(interval), true
-}
-
-// remediationTime is when drift was found that the object's policy
-// remediates by an apply: Apply applies again if it applied before then.
-func (e *engine) remediationTime(obj Object) time.Time {
-	st := obj.WorkspaceStatus()
-	c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionDrifted)
-	if _, _, remediate := e.driftPolicy(obj); !remediate || c == nil || c.Status != metav1.ConditionTrue || st.LastDriftCheckTime == nil {
-		return time.Time{}
-	}
-	return st.LastDriftCheckTime.Time
 }
 
 // CheckDrift records the last drift check and starts the next when it is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -177,3 +178,32 @@ func (e *engine) mayHaveInfrastructure(ctx context.Context, r *Sync) (bool, erro
 	durable, err := e.secretMeta(ctx, obj.GetNamespace(), r.Names.DurableInputs(), false)
 	return durable != nil, err
 }
+
+// driftPolicy is the object's drift policy with the defaults filled in.
+func (e *engine) driftPolicy(obj Object) (enabled bool, interval time.Duration, remediate bool) {
+	d := obj.Workspace().Drift
+	interval = e.DriftDefaultInterval
+	if d == nil {
+		return interval > 0, interval, false
+	}
+	if d.Interval != nil {
+		interval = d.Interval.Duration
+	}
+	enabled = (d.Enabled == nil || *d.Enabled) && interval > 0
+	return enabled, interval, d.Remediation == infrav1.DriftRemediationApply
+}
+
+// remediationTime is when drift was found that the object's policy
+// remediates by an apply: Apply applies again if it applied before then.
+func (e *engine) remediationTime(obj Object) time.Time {
+	st := obj.WorkspaceStatus()
+	c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionDrifted)
+	if _, _, remediate := e.driftPolicy(obj); !remediate || c == nil || c.Status != metav1.ConditionTrue || st.LastDriftCheckTime == nil {
+		return time.Time{}
+	}
+	return st.LastDriftCheckTime.Time
+}
+
+// belongsToCluster tells whether the objects are a Cluster's machines or
+// pools, rather than its infrastructure.
+func (c *Controller[T]) belongsToCluster() bool { return c.kind.Owner.ClusterNamePath != nil }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
@@ -262,4 +263,17 @@ func (e *engine) moduleWaits(r *Sync, job *runnerjob.Cached, code *run.ModuleCod
 		return
 	}
 	e.SetReady(r, metav1.ConditionFalse, run.ReasonModuleAwaitingApproval, msg)
+}
+
+func publicOutputs(outputs map[string]run.Output) map[string]runtime.RawExtension {
+	out := map[string]runtime.RawExtension{}
+	for k, o := range outputs {
+		if !o.Sensitive {
+			out[k] = runtime.RawExtension{Raw: o.Value}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
