@@ -90,6 +90,9 @@ type Controller[T Object] struct {
 	written      *controller.WrittenVersions
 	rendered     *renderedInputs
 	engine       *engine
+	// belongsToCluster: the objects are a Cluster's machines or pools,
+	// rather than its infrastructure.
+	belongsToCluster bool
 }
 
 // Name names the controller of the kind in logs, events, metrics and field
@@ -133,7 +136,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster), tcs: tcs.Lister(),
 		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(), rendered: newRenderedInputs(),
-		providerIDs: providerIDs,
+		providerIDs: providerIDs, belongsToCluster: kind.Owner.ClusterNamePath != nil,
 	}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
@@ -154,7 +157,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	if config.Metrics != nil {
 		config.Metrics.add(c.engine, informer.GetIndexer())
 	}
-	if c.belongsToCluster() {
+	if c.belongsToCluster {
 		loop.Synced = append(loop.Synced, clusters.Informer().HasSynced, tcs.Informer().HasSynced)
 	}
 	// Only kinds of a cluster watch Clusters and TerraformClusters: asking
@@ -178,7 +181,7 @@ func (c *Controller[T]) addHandlers(logger klog.Logger, objects, jobs, owners ca
 			}
 		}}},
 	}
-	if c.belongsToCluster() {
+	if c.belongsToCluster {
 		clusters, tcs := clusterInformers()
 		handlers = append(handlers,
 			informerHandler{clusters, cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
@@ -309,7 +312,7 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 // waiting says what a machine or pool waits for before its first apply,
 // with Cluster API's reasons; a deletion never waits.
 func (c *Controller[T]) waiting(s *Sync) (string, string) {
-	if !c.belongsToCluster() {
+	if !c.belongsToCluster {
 		return "", ""
 	}
 	if s.Cluster == nil {

@@ -168,6 +168,8 @@ type lifecycleFacts struct {
 	JobMayRun bool
 	// MoveBlocked: the object carries clusterctl's block-move annotation.
 	MoveBlocked bool
+	// RestoreAsked: the object carries captf.io/restore-state.
+	RestoreAsked bool
 }
 
 // lifecycleDecision is what the shared part of a sync does; Go: the kind's
@@ -186,8 +188,12 @@ type lifecycleDecision struct {
 	Paused      bool
 	// Destroy: the object is being deleted and holds its finalizer.
 	Destroy bool
-	// Go: the kind's own work follows (after a restore, if one is asked).
+	// Go: the kind's own work follows.
 	Go bool
+	// Restore: the asked restore comes first (before the kind's work, or
+	// the destroy: a state restored while deleting is what the destroy
+	// needs when the state went missing).
+	Restore bool
 }
 
 // ownerGrace is how long a new object waits for its owner before its
@@ -227,6 +233,7 @@ func decideLifecycle(f lifecycleFacts) lifecycleDecision {
 	case f.HasFinalizer:
 		d.Destroy = true
 	}
+	d.Restore = f.RestoreAsked && (d.Go || d.Destroy)
 	return d
 }
 

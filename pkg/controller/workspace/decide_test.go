@@ -124,6 +124,10 @@ func TestDecideLifecycle(t *testing.T) {
 		"deleting":                               {lifecycleFacts{Deleting: true, HasFinalizer: true}, lifecycleDecision{Destroy: true}},
 		"deleting while paused destroys nothing": {lifecycleFacts{Deleting: true, HasFinalizer: true, Paused: true}, lifecycleDecision{Paused: true}},
 		"deleting, the finalizer gone":           {lifecycleFacts{Deleting: true}, lifecycleDecision{}},
+		"a restore comes first":                  {lifecycleFacts{HasFinalizer: true, RestoreAsked: true}, lifecycleDecision{Go: true, Restore: true}},
+		"a restore comes before the destroy":     {lifecycleFacts{Deleting: true, HasFinalizer: true, RestoreAsked: true}, lifecycleDecision{Destroy: true, Restore: true}},
+		"no restore while paused":                {lifecycleFacts{HasFinalizer: true, RestoreAsked: true, Paused: true}, lifecycleDecision{Paused: true}},
+		"no restore while the owner is missing":  {lifecycleFacts{OwnerMissing: true, Age: time.Minute, HasFinalizer: true, RestoreAsked: true}, lifecycleDecision{OwnerMissing: true}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

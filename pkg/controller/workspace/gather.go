@@ -26,7 +26,7 @@ import (
 func (c *Controller[T]) newSync(cached, obj T) *Sync {
 	owner := c.kind.Owner.OwnerOf(obj, c.kind.GVK.Group, c.kind.GVK.Kind, c.owners)
 	cluster, tc := owner, (*infrav1.TerraformCluster)(nil)
-	if c.belongsToCluster() {
+	if c.belongsToCluster {
 		var fallback string
 		if owner != nil {
 			fallback = c.kind.Owner.ClusterName(owner)
@@ -203,7 +203,3 @@ func (e *engine) remediationTime(obj Object) time.Time {
 	}
 	return st.LastDriftCheckTime.Time
 }
-
-// belongsToCluster tells whether the objects are a Cluster's machines or
-// pools, rather than its infrastructure.
-func (c *Controller[T]) belongsToCluster() bool { return c.kind.Owner.ClusterNamePath != nil }

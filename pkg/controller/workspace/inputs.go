@@ -249,7 +249,7 @@ func (c *Controller[T]) renderedFrom(s *Sync) (map[string]any, [sha256.Size]byte
 	if s.Cluster != nil {
 		inputs["captf_cluster_name"] = s.Cluster.GetName()
 	}
-	if c.belongsToCluster() {
+	if c.belongsToCluster {
 		inputs["captf_cluster_exports"] = exports(s.TerraformCluster)
 	}
 	bootstrap := ""

@@ -33,9 +33,11 @@ func (e *engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	obj := r.Obj
 	why, paused := capi.Paused(r.Cluster, obj, e.GVK.Kind)
 	_, moveBlocked := obj.GetAnnotations()[capi.BlockMoveAnnotation]
+	_, restoreAsked := obj.GetAnnotations()[infrav1.AnnotationRestoreState]
 	d := decideLifecycle(lifecycleFacts{Deleting: obj.GetDeletionTimestamp() != nil, OwnerMissing: l.OwnerMissing != nil,
 		Age: e.Clock.Since(obj.GetCreationTimestamp().Time), Reported: len(obj.WorkspaceStatus().Conditions) > 0,
-		HasFinalizer: HoldsFinalizer(obj, l.Finalizer), Paused: paused, JobMayRun: runnerjob.Unfinished(r.Jobs) != nil, MoveBlocked: moveBlocked})
+		HasFinalizer: HoldsFinalizer(obj, l.Finalizer), Paused: paused, JobMayRun: runnerjob.Unfinished(r.Jobs) != nil, MoveBlocked: moveBlocked,
+		RestoreAsked: restoreAsked})
 	switch {
 	case d.QuietFor > 0:
 		r.NoStatus = true
@@ -62,16 +64,13 @@ func (e *engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 		return false, nil
 	}
 	SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
-	if d.Go {
-		return e.restore(ctx, r)
+	if d.Restore {
+		if ok, err := e.restore(ctx, r); err != nil || !ok {
+			return false, err
+		}
 	}
-	if !d.Destroy {
-		return false, nil
-	}
-	// A state restored while deleting is what the destroy needs when the
-	// state went missing.
-	if ok, err := e.restore(ctx, r); err != nil || !ok {
-		return false, err
+	if d.Go || !d.Destroy {
+		return d.Go, nil
 	}
 	done, err := e.Destroy(ctx, r, l.Render)
 	if err != nil || !done {
