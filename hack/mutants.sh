@@ -414,7 +414,7 @@ mutant inline-values-unbounded pkg/webhook/validate.go \
 	'grew := func(n int, was func() int) bool { return n > MaxInlineBytes && (old == nil || n > was()) }' 'grew := func(n int, was func() int) bool { return false && n > MaxInlineBytes && (old == nil || n > was()) }'
 mutant inline-bound-never-ratchets pkg/webhook/validate.go \
 	'return n > MaxInlineBytes && (old == nil || n > was())' 'return n > MaxInlineBytes'
-mutant status-outputs-unbounded pkg/controller/workspace/apply.go \
+mutant status-outputs-unbounded pkg/controller/workspace/controller.go \
 	'if n > MaxStatusOutputBytes {' 'if n < 0 {'
 mutant restore-takes-any-backup pkg/plugin/state.go \
 	'(len(args) == 1 && list[i].kind() == "backup")' '(len(args) == 1 && !list[i].rescued)'
@@ -519,7 +519,7 @@ mutant job-never-observed pkg/controller/workspace/handlers.go \
 		}' '		_ = added'
 # The version a sync wrote is not remembered: a sync on the cache before it
 # writes again what is written.
-mutant written-version-not-recorded pkg/controller/workspace/controller.go \
+mutant written-version-not-recorded pkg/controller/workspace/patch.go \
 	'	obj.SetGeneration(updated.GetGeneration())
 	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())' '	obj.SetGeneration(updated.GetGeneration())'
 mutant written-status-not-recorded pkg/controller/workspace/controller.go \

@@ -89,19 +89,6 @@ func (e *engine) startApply(ctx context.Context, r *Sync, in *Inputs, attempt in
 	return e.start(ctx, r, infrav1.OperationApply, in.Hash, attempt, in.SecretData())
 }
 
-// ReportRunning reports in the status a Job of the object that runs, and
-// says whether one does; a drift check does not count (Apply stops it for
-// changed inputs). While a Job runs nothing needs the inputs, and syncs
-// that come with its progress (its pod, Cluster API's status patches) read
-// no Secret or ConfigMap.
-func (e *engine) ReportRunning(ctx context.Context, r *Sync) (bool, error) {
-	active := runnerjob.Active(r.Jobs)
-	if active == nil || active.Operation == infrav1.OperationDrift {
-		return false, nil
-	}
-	return true, e.reportRunning(ctx, r, active)
-}
-
 // reportRunning reports the running Job.
 func (e *engine) reportRunning(ctx context.Context, r *Sync, active *runnerjob.Cached) error {
 	e.RecordJob(r, active, "Running", nil)
@@ -218,23 +205,4 @@ func (e *engine) readResult(ctx context.Context, r *Sync, job *runnerjob.Cached)
 		return nil, fmt.Errorf("result of Job %s: %w", job.Name, err)
 	}
 	return res, nil
-}
-
-// MaxStatusOutputBytes bounds the outputs an object's status holds (the
-// non-sensitive ones): the manager caches every object, and one module's
-// outputs must not fill its memory.
-const MaxStatusOutputBytes = 64 << 10
-
-// checkOutputsSize refuses outputs the status cannot hold.
-func checkOutputsSize(outputs map[string]run.Output) error {
-	n := 0
-	for name, o := range outputs {
-		if !o.Sensitive {
-			n += len(name) + len(o.Value)
-		}
-	}
-	if n > MaxStatusOutputBytes {
-		return fmt.Errorf("the module's non-sensitive outputs take %d bytes, more than the %d an object's status holds: mark large outputs sensitive (they stay out of the status) or make them smaller", n, MaxStatusOutputBytes)
-	}
-	return nil
 }

@@ -90,6 +90,8 @@ type Controller[T Object] struct {
 	written      *controller.WrittenVersions
 	rendered     *renderedInputs
 	engine       *engine
+	// fieldManager names the writes of the objects (Kind.Name).
+	fieldManager string
 	// belongsToCluster: the objects are a Cluster's machines or pools,
 	// rather than its infrastructure.
 	belongsToCluster bool
@@ -136,7 +138,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 		kind: kind, captf: cc.CAPTF,
 		objects: informer.GetIndexer(), owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster), tcs: tcs.Lister(),
 		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(), rendered: newRenderedInputs(),
-		providerIDs: providerIDs, belongsToCluster: kind.Owner.ClusterNamePath != nil,
+		providerIDs: providerIDs, fieldManager: kind.Name(), belongsToCluster: kind.Owner.ClusterNamePath != nil,
 	}
 	loop.Sync = c.sync
 	loop.Synced = []cache.InformerSynced{informer.HasSynced, jobs.HasSynced, owners.Informer().HasSynced}
@@ -271,8 +273,12 @@ func (c *Controller[T]) reconcile(ctx context.Context, s *Sync, obj T) error {
 		c.engine.SetReady(s, metav1.ConditionFalse, reason, msg)
 		return nil
 	}
-	if running, err := c.engine.ReportRunning(ctx, s); err != nil || running {
-		return err
+	// While a Job runs (a drift check aside: Apply stops it for changed
+	// inputs) nothing needs the inputs, and syncs that come with its
+	// progress (its pod, Cluster API's status patches) read no Secret or
+	// ConfigMap.
+	if active := runnerjob.Active(s.Jobs); active != nil && active.Operation != infrav1.OperationDrift {
+		return c.engine.reportRunning(ctx, s, active)
 	}
 	in, err := c.currentInputs(ctx, s)
 	if err != nil {
@@ -331,28 +337,6 @@ func (c *Controller[T]) waiting(s *Sync) (string, string) {
 	return "", ""
 }
 
-// update writes what the sync changed of obj's metadata and spec since
-// base, as a patch: the cache leaves out what no controller reads, which an
-// update of the cached object would erase. obj keeps the status this sync
-// computed and takes the new resourceVersion and generation.
-func (c *Controller[T]) update(ctx context.Context, base, obj T) error {
-	patch, err := mergePatch(base, obj)
-	if err != nil {
-		return err
-	}
-	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: c.kind.Name()})
-	if apierrors.IsNotFound(err) && obj.GetDeletionTimestamp() != nil {
-		return nil // the last finalizer went
-	}
-	if err != nil {
-		return err
-	}
-	obj.SetResourceVersion(updated.GetResourceVersion())
-	obj.SetGeneration(updated.GetGeneration())
-	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())
-	return nil
-}
-
 // writeStatus writes obj's status when the sync changed it.
 func (c *Controller[T]) writeStatus(ctx context.Context, obj, cached T) error {
 	if obj.GetDeletionTimestamp() != nil && !HoldsFinalizer(obj, c.kind.Finalizer) {
@@ -374,7 +358,7 @@ func (c *Controller[T]) writeStatus(ctx context.Context, obj, cached T) error {
 	if equality.Semantic.DeepEqual(c.kind.Status(obj), c.kind.Status(cached)) {
 		return nil
 	}
-	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.kind.Name()})
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.fieldManager})
 	if err != nil {
 		return err
 	}
@@ -491,3 +475,22 @@ func cachedChanged(old, cur any) bool {
 }
 
 func fieldManager(gvk schema.GroupVersionKind) string { return "captf-" + names.ShortKind(gvk.Kind) }
+
+// MaxStatusOutputBytes bounds the outputs an object's status holds (the
+// non-sensitive ones): the manager caches every object, and one module's
+// outputs must not fill its memory.
+const MaxStatusOutputBytes = 64 << 10
+
+// checkOutputsSize refuses outputs the status cannot hold.
+func checkOutputsSize(outputs map[string]run.Output) error {
+	n := 0
+	for name, o := range outputs {
+		if !o.Sensitive {
+			n += len(name) + len(o.Value)
+		}
+	}
+	if n > MaxStatusOutputBytes {
+		return fmt.Errorf("the module's non-sensitive outputs take %d bytes, more than the %d an object's status holds: mark large outputs sensitive (they stay out of the status) or make them smaller", n, MaxStatusOutputBytes)
+	}
+	return nil
+}

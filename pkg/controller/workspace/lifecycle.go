@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,7 +50,7 @@ func (e *engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	case d.AddFinalizer:
 		obj.SetFinalizers(append(obj.GetFinalizers(), l.Finalizer))
 		if d.BlockMove {
-			setBlockMove(obj, true)
+			addBlockMove(obj)
 		}
 		if err := r.Update(ctx); err != nil {
 			return false, err
@@ -57,7 +58,7 @@ func (e *engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 	case d.UnblockMove:
 		// Written by the sync's next update of the object (the provider
 		// ID of the apply that just ended, say) or at its end.
-		r.Unwritten = setBlockMove(obj, false) || r.Unwritten
+		r.Unwritten = unblockMove(obj) || r.Unwritten
 	}
 	if d.Paused {
 		SetCondition(obj, infrav1.ConditionPaused, metav1.ConditionTrue, ReasonPaused, why)
@@ -84,4 +85,16 @@ func (e *engine) Reconcile(ctx context.Context, r *Sync, l Lifecycle) (bool, err
 // release gave it.
 func HoldsFinalizer(obj metav1.Object, finalizer string) bool {
 	return slices.Contains(obj.GetFinalizers(), finalizer)
+}
+
+// unblockMove takes clusterctl's block-move annotation off obj, and tells
+// whether it was there.
+func unblockMove(obj Object) bool {
+	if _, ok := obj.GetAnnotations()[capi.BlockMoveAnnotation]; !ok {
+		return false
+	}
+	annotations := maps.Clone(obj.GetAnnotations())
+	delete(annotations, capi.BlockMoveAnnotation)
+	obj.SetAnnotations(annotations)
+	return true
 }

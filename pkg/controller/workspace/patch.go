@@ -1,12 +1,17 @@
 package workspace
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
@@ -118,4 +123,26 @@ func CachedAnnotations(annotations map[string]string) map[string]string {
 		kept[k] = v
 	}
 	return kept
+}
+
+// update writes what the sync changed of obj's metadata and spec since
+// base, as a patch: the cache leaves out what no controller reads, which an
+// update of the cached object would erase. obj keeps the status this sync
+// computed and takes the new resourceVersion and generation.
+func (c *Controller[T]) update(ctx context.Context, base, obj T) error {
+	patch, err := mergePatch(base, obj)
+	if err != nil {
+		return err
+	}
+	updated, err := c.kind.Client(c.captf, obj.GetNamespace()).Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: c.fieldManager})
+	if apierrors.IsNotFound(err) && obj.GetDeletionTimestamp() != nil {
+		return nil // the last finalizer went
+	}
+	if err != nil {
+		return err
+	}
+	obj.SetResourceVersion(updated.GetResourceVersion())
+	obj.SetGeneration(updated.GetGeneration())
+	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())
+	return nil
 }

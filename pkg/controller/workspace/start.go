@@ -238,28 +238,23 @@ func (e *engine) createRunInputs(ctx context.Context, r *Sync, job *batchv1.Job,
 // move copies the state Secrets, and must not copy a state a Job is still
 // changing.
 func (e *engine) blockMove(ctx context.Context, r *Sync) error {
-	if !setBlockMove(r.Obj, true) {
+	if !addBlockMove(r.Obj) {
 		return nil
 	}
 	return r.Update(ctx)
 }
 
-// setBlockMove sets or removes the annotation on obj and tells whether that
-// changed it.
-func setBlockMove(obj Object, block bool) bool {
-	annotations := obj.GetAnnotations()
-	if _, ok := annotations[capi.BlockMoveAnnotation]; ok == block {
+// addBlockMove puts clusterctl's block-move annotation on obj, and tells
+// whether it was missing.
+func addBlockMove(obj Object) bool {
+	if _, ok := obj.GetAnnotations()[capi.BlockMoveAnnotation]; ok {
 		return false
 	}
-	annotations = maps.Clone(annotations)
+	annotations := maps.Clone(obj.GetAnnotations())
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	if block {
-		annotations[capi.BlockMoveAnnotation] = "captf: a Job may change the state"
-	} else {
-		delete(annotations, capi.BlockMoveAnnotation)
-	}
+	annotations[capi.BlockMoveAnnotation] = "captf: a Job may change the state"
 	obj.SetAnnotations(annotations)
 	return true
 }
