@@ -279,3 +279,29 @@ func (a RunnerAPI) ca() (string, error) {
 	}
 	return string(b), nil
 }
+
+// deletePreviousRunSecrets deletes the run Secrets of the Job that ran op
+// before job: once a newer Job of the operation runs, nothing reads them
+// again. (The runner deletes its inputs itself when it is done; these are
+// what a killed runner left.) Each object so keeps at most the result of the
+// latest Job of each operation, not two Secrets per Job of its history.
+func (e *engine) deletePreviousRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
+	for _, prev := range r.Jobs { // newest first
+		if prev.Name == job.Name || prev.Operation != job.Operation {
+			continue
+		}
+		e.deleteRunSecrets(ctx, r, prev)
+		return
+	}
+}
+
+// deleteRunSecrets deletes the run inputs and the result of job.
+func (e *engine) deleteRunSecrets(ctx context.Context, r *Sync, job *runnerjob.Cached) {
+	n := r.Names
+	e.RunInputs.Forget(job.Namespace, n.RunInputs(job.Name))
+	for _, name := range []string{n.RunInputs(job.Name), n.Result(job.Name)} {
+		if err := e.Kube.CoreV1().Secrets(job.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Deleting a run Secret of an earlier Job", "secret", klog.KRef(job.Namespace, name))
+		}
+	}
+}
