@@ -137,8 +137,7 @@ func (e *engine) CheckDrift(ctx context.Context, r *Sync, appliedHash string) er
 func (e *engine) recordDrift(ctx context.Context, r *Sync, job *runnerjob.Cached) []string {
 	obj := r.Obj
 	st := obj.WorkspaceStatus()
-	t := metav1.NewTime(runnerjob.FinishTime(job))
-	st.LastDriftCheckTime = &t
+	recordTime(&st.LastDriftCheckTime, job)
 	kind := e.GVK.Kind
 	res, err := e.readResult(ctx, r, job)
 	_, succeeded := runnerjob.Finished(job)
@@ -187,8 +186,7 @@ func (e *engine) refreshResult(ctx context.Context, r *Sync) (*run.Result, *runn
 	if !succeeded {
 		// Tried again after the next drift check finds outputs moved.
 		e.RecordJob(r, job, run.OutcomeFailed, nil)
-		t := metav1.NewTime(runnerjob.FinishTime(job))
-		st.LastRefreshTime = &t
+		recordTime(&st.LastRefreshTime, job)
 		e.Recorder.Event(r.Obj, corev1.EventTypeWarning, ReasonRefreshFailed, runnerjob.FailureMessage(job))
 		return nil, nil, nil
 	}

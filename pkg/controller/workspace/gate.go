@@ -40,7 +40,7 @@ func (e *engine) protectedChange(r *Sync, job *runnerjob.Cached, res *run.Result
 	}
 	obj, plan := r.Obj, res.Plan
 	st := obj.WorkspaceStatus()
-	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: res.Operation, Summary: plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
+	recordPlan(st, job, res.Operation, plan)
 	what := "Plan " + plan.Hash
 	if res.Operation == infrav1.OperationDestroy {
 		what = "Destroying (plan " + plan.Hash + ")"

@@ -83,7 +83,7 @@ func (e *engine) restore(ctx context.Context, r *Sync) (bool, error) {
 		return false, err
 	}
 	st := obj.WorkspaceStatus()
-	st.LastRestore = &infrav1.StateRestore{Backup: backup, PreviousState: store.LastBackup, Time: metav1.NewTime(e.Clock.Now().Truncate(time.Second))}
+	recordRestore(st, backup, store.LastBackup, e.Clock.Now())
 	msg := fmt.Sprintf("The state is restored from backup %s; the state before it is backup %s. The next apply plans against it.", backup, store.LastBackup)
 	SetCondition(obj, infrav1.ConditionStateRestored, metav1.ConditionTrue, ReasonRestored, msg)
 	e.Recorder.Event(obj, corev1.EventTypeNormal, infrav1.ConditionStateRestored, msg)

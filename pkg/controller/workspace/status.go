@@ -122,8 +122,7 @@ func (e *engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res 
 	st := r.Obj.WorkspaceStatus()
 	st.Outputs = publicOutputs(res.Outputs)
 	if res.Operation == infrav1.OperationRefresh {
-		t := metav1.NewTime(runnerjob.FinishTime(job))
-		st.LastRefreshTime = &t
+		recordTime(&st.LastRefreshTime, job)
 		learnModule(st, res)
 		e.RecordJob(r, job, run.OutcomeSucceeded, res)
 		return
@@ -135,7 +134,7 @@ func (e *engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res 
 	st.AppliedRecord, st.AppliedRecordDigest = res.Record, res.RecordDigest
 	if res.Plan != nil {
 		st.AppliedPlanHash = res.Plan.Hash
-		st.LastPlan = &infrav1.PlanStatus{Hash: res.Plan.Hash, Operation: infrav1.OperationApply, Summary: res.Plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
+		recordPlan(st, job, infrav1.OperationApply, res.Plan)
 	}
 	msg := appliedMessage(st)
 	applied := metav1.NewTime(runnerjob.FinishTime(job))
@@ -217,7 +216,7 @@ func (e *engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
 	st := obj.WorkspaceStatus()
 	e.warnOnChange(obj, condType, metav1.ConditionTrue, reason, condType, msg)
 	SetCondition(obj, other, metav1.ConditionFalse, ReasonNoPlanAwaitingApproval, "")
-	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: infrav1.OperationApply, Summary: plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
+	recordPlan(st, job, infrav1.OperationApply, plan)
 	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
 		// What is provisioned keeps serving while a change waits.
 		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a change waits for approval (%s)", st.AppliedPlanHash, condType))
@@ -276,4 +275,22 @@ func publicOutputs(outputs map[string]run.Output) map[string]runtime.RawExtensio
 		return nil
 	}
 	return out
+}
+
+// recordTime sets a time the status keeps of a Job (a drift check's, a
+// refresh's): when it finished.
+func recordTime(field **metav1.Time, job *runnerjob.Cached) {
+	t := metav1.NewTime(runnerjob.FinishTime(job))
+	*field = &t
+}
+
+// recordPlan notes the plan a Job of op made.
+func recordPlan(st *infrav1.WorkspaceStatus, job *runnerjob.Cached, op infrav1.Operation, plan *run.Plan) {
+	st.LastPlan = &infrav1.PlanStatus{Hash: plan.Hash, Operation: op, Summary: plan.Summary, Time: metav1.NewTime(runnerjob.FinishTime(job))}
+}
+
+// recordRestore notes a restore of backup made at now; previous is the
+// backup the state before it became.
+func recordRestore(st *infrav1.WorkspaceStatus, backup, previous string, now time.Time) {
+	st.LastRestore = &infrav1.StateRestore{Backup: backup, PreviousState: previous, Time: metav1.NewTime(now.Truncate(time.Second))}
 }
