@@ -566,6 +566,8 @@ mutant missing-state-runs pkg/controller/workspace/decide.go \
 	'if f.Applied && (f.Head == nil || !f.Head.HasState) {' 'if false {'
 mutant others-state-taken pkg/controller/workspace/decide.go \
 	'if head.NamesObject && (head.ObjectName != f.Name || head.Kind != f.Label) {' 'if false {'
+mutant held-job-still-reads pkg/controller/workspace/gather.go \
+	'if decideStart(f).Stop != startGo { // decided by what the object says' 'if false {'
 mutant abandoned-state-taken pkg/controller/workspace/decide.go \
 	'		if head.Abandoned {' '		if false {'
 

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,7 +142,7 @@ func (e *env) objectRow(depth int, kind string, obj object) row {
 	// The instances it holds, as the manager and the webhook read them.
 	switch ids, _ := providerid.Held(obj); {
 	case len(ids) == 1 && kind == "TerraformMachine":
-		notes = append(notes, "instance "+ids[0])
+		notes = append(notes, "instance "+oneLine(ids[0]))
 	case len(ids) == 1:
 		notes = append(notes, "1 instance")
 	case len(ids) > 1:
@@ -194,4 +196,14 @@ func printTree(w io.Writer, rows []row) {
 		pad := width - len([]rune(names[i]))
 		fmt.Fprintf(w, "%s%s  %-7s  %s\n", names[i], strings.Repeat(" ", pad), r.ready, r.note)
 	}
+}
+
+// oneLine is s as it is when it holds no space or control character, else
+// quoted: a provider ID comes from module code, and must not add a line
+// (or a column) to the tree.
+func oneLine(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -97,6 +97,8 @@ func TestSync(t *testing.T) {
 			wantServiceAcc string
 			// wantDurable checks the durable inputs Secret after the sync.
 			wantDurable func(t *testing.T, s *corev1.Secret)
+			// wantNoGets are resources the sync must not read.
+			wantNoGets []string
 		}
 		tests := map[string]syncCase{
 			"no owner: waits, writes only its status": {
@@ -120,6 +122,18 @@ func TestSync(t *testing.T) {
 				wantReady:  workspace.ReasonRunnerServiceAccountNotAllowed,
 				wantEvents: []string{"Warning RunnerServiceAccountNotAllowed"},
 				wantNoJob:  true,
+			},
+			"a rescued state holds the Job before anything is read": {
+				obj: newObject(k, func(o workspace.Object) {
+					o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "admin"}
+					o.WorkspaceStatus().Conditions = []metav1.Condition{{Type: infrav1.ConditionStateRescued, Status: metav1.ConditionTrue,
+						Reason: workspace.ReasonStateRescued, Message: "rescued into b-1", LastTransitionTime: metav1.Now()}}
+				}),
+				capi:       k.capi,
+				wantWrites: []string{"patch {res} prod", "update {res}/status prod"},
+				wantReady:  workspace.ReasonStateRescued,
+				wantNoJob:  true,
+				wantNoGets: []string{"serviceaccounts"},
 			},
 			"a labelled runner ServiceAccount runs the Job": {
 				obj:  newObject(k, func(o workspace.Object) { o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud"} }),
@@ -226,6 +240,11 @@ func TestSync(t *testing.T) {
 				if tc.wantReady != "" {
 					if r := f.readyReason(); r != tc.wantReady {
 						t.Errorf("Ready reason = %q, want %q", r, tc.wantReady)
+					}
+				}
+				for _, a := range f.kube.Actions() {
+					if g, ok := a.(k8stesting.GetAction); ok && slices.Contains(tc.wantNoGets, g.GetResource().Resource) {
+						t.Errorf("read %s %s", g.GetResource().Resource, g.GetName())
 					}
 				}
 				jobs := f.createdJobs()

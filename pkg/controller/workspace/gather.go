@@ -94,8 +94,10 @@ func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister,
 }
 
 // gatherStart reads what decides whether a Job of op may start
-// (decideStart). Its live read: the runner's ServiceAccount, when it is
-// not CAPTF's own (access.go).
+// (decideStart), in the checks' order: a check that stops the Job ends
+// the reading, so that a held Job costs no read, and a failed read hides
+// no hold. Its live read: the runner's ServiceAccount, when it is not
+// CAPTF's own (access.go).
 func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation) (startFacts, error) {
 	st := r.Obj.WorkspaceStatus()
 	f := startFacts{LastRestore: st.LastRestore}
@@ -105,6 +107,9 @@ func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation)
 	if errs := e.RunnerPods.Check(&r.Policy.JobPolicy, field.NewPath("spec", "jobs")); len(errs) > 0 {
 		f.PodRules = errs.ToAggregate().Error()
 	}
+	if decideStart(f).Stop != startGo { // decided by what the object says
+		return f, nil
+	}
 	plans := op == infrav1.OperationDrift
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
@@ -113,6 +118,7 @@ func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation)
 		if !errors.As(err, &f.Account) {
 			return f, err
 		}
+		return f, nil
 	}
 	var err error
 	f.State, err = e.gatherState(ctx, r)

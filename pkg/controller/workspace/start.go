@@ -42,10 +42,13 @@ func (e *engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 // expectState: the object was applied, its runner must find a state.
 func (e *engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (expectState, ok bool, err error) {
 	f, err := e.gatherStart(ctx, r, op)
+	d := decideStart(f)
 	if err != nil {
+		// What the checks before the failed read found stands: a
+		// restore after a rescue ends it.
+		_, _ = e.actOnStart(ctx, r, startDecision{RescueRestored: d.RescueRestored})
 		return false, false, err
 	}
-	d := decideStart(f)
 	ok, err = e.actOnStart(ctx, r, d)
 	return d.ExpectState, ok, err
 }
