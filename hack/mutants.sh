@@ -207,7 +207,7 @@ mutant restore-without-move-right pkg/webhook/admission.go \
 	}
 	found, paused'
 mutant provider-ids-mean-nothing pkg/controller/workspace/gather.go \
-	' || providerid.HoldsInstances(obj) {' ' {'
+	' || providerid.HoldsInstances(obj) {' ' || providerid.HoldsInstances(nil) {'
 mutant restored-results-left pkg/controller/workspace/state.go \
 	'				if len(s.OwnerReferences) == 0 {' '				if false {'
 mutant restored-inputs-left pkg/controller/workspace/state.go \
@@ -249,8 +249,6 @@ mutant jobs-of-the-whole-bucket pkg/runnerjob/job.go \
 	'if !ok || job.ObjectUID != obj.GetUID() || job.Namespace != obj.GetNamespace() {' 'if !ok || job.Namespace != obj.GetNamespace() {'
 mutant capi-informer-dynamic-lister pkg/manager/informers.go \
 	'		inf = capiInformer{inf, gvr}' '		_ = capiInformer{inf, gvr}'
-mutant capi-dynamic-lister pkg/controller/workspace/controller.go \
-	'owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster)' 'owners: owners.Lister(), clusters: clusters.Lister()'
 # A cached Job keeps its controller, why it failed, and an uncounted pod.
 mutant cached-job-without-controller pkg/runnerjob/job.go \
 	'		c.Controller = JobController{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}' '		_ = owner'
@@ -521,7 +519,8 @@ mutant job-never-observed pkg/controller/workspace/handlers.go \
 # writes again what is written.
 mutant written-version-not-recorded pkg/controller/workspace/patch.go \
 	'	obj.SetGeneration(updated.GetGeneration())
-	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())' '	obj.SetGeneration(updated.GetGeneration())'
+	c.written.Wrote(cache.MetaObjectToName(obj), updated.GetResourceVersion())' '	obj.SetGeneration(updated.GetGeneration())
+	_ = cache.MetaObjectToName(obj)'
 mutant written-status-not-recorded pkg/controller/workspace/controller.go \
 	'		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -136,7 +135,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	clk := cc.ClockOrReal()
 	c := &Controller[T]{
 		kind: kind, captf: cc.CAPTF,
-		objects: informer.GetIndexer(), owners: capiLister(owners, kind.Owner), clusters: capiLister(clusters, capi.Cluster), tcs: tcs.Lister(),
+		objects: informer.GetIndexer(), owners: owners.Lister(), clusters: clusters.Lister(), tcs: tcs.Lister(),
 		loop: loop, expectations: controller.NewExpectations(clk), written: controller.NewWrittenVersions(), rendered: newRenderedInputs(),
 		providerIDs: providerIDs, fieldManager: kind.Name(), belongsToCluster: kind.Owner.ClusterNamePath != nil,
 	}
@@ -458,13 +457,6 @@ func byCluster(obj any) ([]string, error) {
 		return []string{m.GetNamespace() + "/" + name}, nil
 	}
 	return nil, nil
-}
-
-// capiLister lists what inf caches of kind's objects: capi.Objects in the
-// manager (the dynamic informer's own lister takes every object for an
-// unstructured one).
-func capiLister(inf informers.GenericInformer, kind capi.Kind) cache.GenericLister {
-	return cache.NewGenericLister(inf.Informer().GetIndexer(), kind.Resource.GroupResource())
 }
 
 // cachedChanged: an update of a Cluster API object changed what CAPTF
