@@ -51,7 +51,7 @@ for p in ${PLUGIN_PLATFORMS}; do
   # The flags of the images' captf build (hack/build-images.sh): on this
   # machine's platform the plugin reuses what that build compiled.
   (cd "${ROOT}" && CGO_ENABLED=0 GOOS=${os} GOARCH=${arch} go build -trimpath -ldflags "-s -w -X github.com/captf/captf/pkg/version.Version=${VERSION}" -o "${work}/kubectl-captf" ./cmd/kubectl-captf)
-  cp "${ROOT}/LICENSE" "${work}/" 2>/dev/null || true
+  cp "${ROOT}/LICENSE" "${work}/"
   archive=kubectl-captf_${VERSION}_${os}_${arch}.tar.gz
   tar -C "${work}" -czf "${OUT}/${archive}" .
   rm -rf "${work}"

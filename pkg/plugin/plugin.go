@@ -67,10 +67,7 @@ func (u usageError) Error() string { return u.msg }
 // its exit code: 0, or 1 on any error, as kubectl's.
 func Main(args []string, in io.Reader, out, errOut io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(out)
-		if len(args) == 0 {
-			return 1
-		}
+		usage(out) // with no arguments too, as kubectl: help is no error
 		return 0
 	}
 	var cmd *command

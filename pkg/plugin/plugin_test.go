@@ -316,3 +316,23 @@ func TestDescribeShowsInstances(t *testing.T) {
 		})
 	}
 }
+
+// TestHelp: with no arguments, as with -h, the plugin prints its help and
+// exits 0, as kubectl does; an unknown command exits 1.
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{nil, 0, "kubectl captf: see and act on the Terraform runs"},
+		{[]string{"-h"}, 0, "kubectl captf: see and act on the Terraform runs"},
+		{[]string{"help"}, 0, "kubectl captf: see and act on the Terraform runs"},
+		{[]string{"aply"}, 1, ""},
+	} {
+		var out bytes.Buffer
+		if code := Main(tc.args, strings.NewReader(""), &out, io.Discard); code != tc.code || !strings.Contains(out.String(), tc.out) {
+			t.Errorf("kubectl captf %v: exit %d, printed %q; want exit %d and %q", tc.args, code, out.String(), tc.code, tc.out)
+		}
+	}
+}

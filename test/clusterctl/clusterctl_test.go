@@ -960,6 +960,10 @@ func checkPlugin(t *testing.T, dir, version string) {
 	if out, err := exec.Command("tar", "-C", unpacked, "-xzf", archive).CombinedOutput(); err != nil {
 		t.Fatalf("unpacking %s: %v\n%s", archive, err, out)
 	}
+	// krew installs only archives that carry the license.
+	if _, err := os.Stat(filepath.Join(unpacked, "LICENSE")); err != nil {
+		t.Errorf("the plugin's archive %s carries no LICENSE: %v", archive, err)
+	}
 	out, err := exec.Command(filepath.Join(unpacked, p.Bin), "version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "kubectl-captf "+version) {
 		t.Errorf("the released plugin says %q (%v), want its version %s", out, err, version)
