@@ -330,13 +330,14 @@ func machine(t *testing.T, ns, root, instances string) {
 	if tmNow.Status.FailureDomain != "zone-a" || !tmNow.Status.Ready {
 		t.Errorf("TerraformMachine status = %+v", tmNow.Status)
 	}
-	// kubectl captf describe shows the instance as the manager holds it.
+	// kubectl captf describe shows the instance as the manager holds it
+	// (the last note of the line: a drift check may run meanwhile).
 	plugin, err := framework.PluginBinary("kubectl-captf-capi")
 	if err != nil {
 		t.Fatal(err)
 	}
 	describe, err := exec.Command(plugin, "describe", "cluster", "work", "-n", ns, "--kubeconfig", plane.KubeconfigFile).CombinedOutput()
-	if err != nil || !regexp.MustCompile(`TerraformMachine/worker-0 +True +Applied; instance local:///worker-0`).Match(describe) {
+	if err != nil || !regexp.MustCompile(`(?m)^ *└─TerraformMachine/worker-0 +True +Applied;.* instance local:///worker-0$`).Match(describe) {
 		t.Errorf("kubectl captf describe cluster work (%v) does not show worker-0's instance:\n%s", err, describe)
 	}
 	if d := applyJobDeadline(t, ns, "tfm-worker-0-apply-"); d != clusterDeadline {
