@@ -15,7 +15,6 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
-	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -57,7 +56,7 @@ func (c *Controller[T]) newSync(cached, obj T) *Sync {
 // NewSync starts a sync of obj; clusterDefaults is the cluster's
 // spec.defaults.jobs for machines and pools, nil for clusters.
 func (e *engine) NewSync(obj Object, clusterDefaults *infrav1.JobPolicy) *Sync {
-	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Names: names.ObjectOf(e.GVK.Kind, obj.GetName()), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
+	r := &Sync{Obj: obj, Key: cache.MetaObjectToName(obj), Names: e.Names(obj), Policy: runnerjob.EffectivePolicy(obj.Workspace().Jobs, clusterDefaults),
 		ReapplyAfter: e.remediationTime(obj)}
 	r.Jobs = runnerjob.OfObject(e.JobIndex, obj)
 	return r

@@ -137,8 +137,7 @@ func (e *engine) RecordApplied(r *Sync, hash string, job *runnerjob.Cached, res 
 		recordPlan(st, job, infrav1.OperationApply, res.Plan)
 	}
 	msg := appliedMessage(st)
-	applied := metav1.NewTime(runnerjob.FinishTime(job))
-	st.LastAppliedTime = &applied
+	recordTime(&st.LastAppliedTime, job)
 	provisioned := true
 	st.Initialization = &infrav1.Initialization{Provisioned: &provisioned}
 	st.Ready = true
