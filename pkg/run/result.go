@@ -54,9 +54,8 @@ const DefaultMaxStateBytes = 128 << 20
 
 // Module is what the runner installs as the root module.
 type Module struct {
-	Source  string `json:"source,omitempty"`
-	Version string `json:"version,omitempty"`
-	Inline  string `json:"inline,omitempty"`
+	Source string `json:"source,omitempty"`
+	Inline string `json:"inline,omitempty"`
 	// Files are the module's files from a ConfigMap, by name.
 	Files map[string]string `json:"files,omitempty"`
 }

@@ -115,9 +115,6 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 	}
 	switch {
 	case m.Source != "":
-		if m.Version != "" {
-			return errors.New("module version constraints are not supported yet: pin the version in the source address")
-		}
 		// Terraform's own installer fetches the module (git, registry,
 		// https, s3, ...) into the empty working directory.
 		if _, err := r.exec(ctx, tf, dir, r.env, "init", "-input=false", "-no-color", "-backend=false", "-from-module="+m.Source); err != nil {

@@ -430,11 +430,11 @@ func TestDeletingObjectsKeepTheRules(t *testing.T) {
 		{"an abandon value that is not a bool", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
 			m.Annotations = map[string]string{infrav1.AnnotationAbandonInfrastructure: "yes"}
 		}), deleted(machine("local:///a"), nil), `must be "true" or "false"`},
-		{"a new spec error", deleted(machine("local:///a"), broken), deleted(machine("local:///a"), nil), "exactly one of source, configMap or inline"},
+		{"a new spec error", deleted(machine("local:///a"), broken), deleted(machine("local:///a"), nil), "exactly one of source, configMap, inline or catalogRef"},
 		{"the provider ID changes", deleted(machine("local:///b"), nil), deleted(machine("local:///a"), nil), "spec.providerID: Forbidden"},
 		{"a spec change that breaks a rule the object already broke", deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) {
-			m.Spec.Module.Source, m.Spec.Module.Version = "git::https://example.com/m.git", "1.3.0"
-		}), deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) { m.Spec.Module.Version = "1.2.0" }), "spec.module.version: Forbidden"},
+			m.Spec.Module.Source = " git::https://example.com/m.git"
+		}), deleted(machine("local:///a"), func(m *infrav1.TerraformMachine) { m.Spec.Module.Source = " ./m" }), "must not start or end with white space"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

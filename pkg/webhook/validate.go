@@ -281,18 +281,13 @@ func validateWorkspace(ws *infrav1.WorkspaceSpec, path *field.Path) field.ErrorL
 func validateModule(m *infrav1.Module, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	set := 0
-	for _, b := range []bool{m.Source != "", m.ConfigMap != nil, m.Inline != ""} {
+	for _, b := range []bool{m.Source != "", m.ConfigMap != nil, m.Inline != "", m.CatalogRef != nil} {
 		if b {
 			set++
 		}
 	}
 	if set != 1 {
-		errs = append(errs, field.Invalid(path, fmt.Sprintf("%d sources", set), "exactly one of source, configMap or inline must be set"))
-	}
-	if m.Version != "" {
-		// terraform init -from-module takes no version; a ref in the
-		// source pins one.
-		errs = append(errs, field.Forbidden(path.Child("version"), `is not supported: pin the module in the source instead, e.g. "git::https://example.com/modules.git//cluster?ref=v1.2.0"`))
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("%d sources", set), "exactly one of source, configMap, inline or catalogRef must be set"))
 	}
 	if m.Source != "" && strings.TrimSpace(m.Source) != m.Source {
 		errs = append(errs, field.Invalid(path.Child("source"), m.Source, "must not start or end with white space"))

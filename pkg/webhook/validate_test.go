@@ -44,11 +44,11 @@ func TestValidateTerraformCluster(t *testing.T) {
 		{name: "protect with a newline", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Protect = []string{"a.b\nc.d"} },
 			want: "spec.protect[0]: Invalid value: \"a.b\\nc.d\": a resource address pattern holds only printable characters"},
 		{name: "two module sources", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Inline = "x" },
-			want: "spec.module: Invalid value: \"2 sources\": exactly one of source, configMap or inline must be set"},
+			want: "spec.module: Invalid value: \"2 sources\": exactly one of source, configMap, inline or catalogRef must be set"},
 		{name: "no module source", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Source = "" },
-			want: "exactly one of source, configMap or inline"},
-		{name: "module version", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Version = "1.0.0" },
-			want: "spec.module.version: Forbidden: is not supported: pin the module in the source"},
+			want: "exactly one of source, configMap, inline or catalogRef"},
+		{name: "white space around the source", change: func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Source = " ./m" },
+			want: "spec.module.source: Invalid value: \" ./m\": must not start or end with white space"},
 		{name: "configMap name", change: func(tc *infrav1.TerraformCluster) {
 			tc.Spec.Module = infrav1.Module{ConfigMap: &infrav1.ConfigMapModule{Name: "Bad_Name"}}
 		}, want: "spec.module.configMap.name: Invalid value: \"Bad_Name\""},

@@ -645,20 +645,20 @@ func TestDeletingObjectLosesItsFinalizer(t *testing.T) {
 	// Made before the rule existed (the webhook is not registered yet),
 	// held by another controller's finalizer.
 	old := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: e.ns, Finalizers: []string{"example.com/hold"}},
-		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "./m", Version: "1.2.0"}}}}
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: " ./m"}}}}
 	if _, err := admin.Create(ctx, old, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.startManagerWithWebhook()
 	// The rule is in force for live objects.
 	err := updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Labels = map[string]string{"touched": "yes"} })
-	if err == nil || !strings.Contains(err.Error(), "version") {
+	if err == nil || !strings.Contains(err.Error(), "white space") {
 		t.Fatalf("an update of a live invalid object: %v, want the webhook's refusal", err)
 	}
 	if err := admin.Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Version = "1.3.0" })
+	err = updateCluster(e.ns, "old", func(tc *infrav1.TerraformCluster) { tc.Spec.Module.Source = " ./n" })
 	if err == nil {
 		t.Error("a spec change of a deleting object was admitted")
 	}

@@ -223,15 +223,15 @@ func TestValidation(t *testing.T) {
 		},
 		"empty module": {
 			spec: `{"module":{}}`,
-			want: []string{"spec.module: Invalid value", "exactly one of source, configMap or inline must be set"},
+			want: []string{"spec.module: Invalid value", "exactly one of source, configMap, inline or catalogRef must be set"},
 		},
 		"two module sources": {
 			spec: `{"module":{"source":"git::https://example.com/m.git","inline":"x"}}`,
-			want: []string{"spec.module: Invalid value", "exactly one of source, configMap or inline must be set"},
+			want: []string{"spec.module: Invalid value", "exactly one of source, configMap, inline or catalogRef must be set"},
 		},
-		"version without source": {
-			spec: `{"module":{"inline":"x","version":"1.0.0"}}`,
-			want: []string{"spec.module", "version can only be set together with source"},
+		"a catalog module beside an inline one": {
+			spec: `{"module":{"inline":"x","catalogRef":{"name":"vpc","version":"v1"}}}`,
+			want: []string{"spec.module: Invalid value", "exactly one of source, configMap, inline or catalogRef must be set"},
 		},
 		"port out of range": {
 			spec: `{"module":{"inline":"x"},"controlPlaneEndpoint":{"host":"a","port":70000}}`,

@@ -67,7 +67,7 @@ func (e *InputError) Error() string { return e.Message }
 // Secrets and ConfigMaps are read directly, never cached: the manager's
 // memory must not grow with them.
 func Render(ctx context.Context, client kubernetes.Interface, namespace string, ws infrav1.WorkspaceSpec, captf map[string]any) (*Inputs, error) {
-	in := &Inputs{Module: run.Module{Source: ws.Module.Source, Version: ws.Module.Version, Inline: ws.Module.Inline}}
+	in := &Inputs{Module: run.Module{Source: ws.Module.Source, Inline: ws.Module.Inline}}
 	if ws.Module.ConfigMap != nil {
 		cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, ws.Module.ConfigMap.Name, metav1.GetOptions{})
 		if err != nil {

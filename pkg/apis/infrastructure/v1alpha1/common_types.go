@@ -32,10 +32,9 @@ type WorkspaceSpec struct {
 	Drift *DriftPolicy `json:"drift,omitempty"`
 }
 
-// Module names a Terraform module. Exactly one of source, configMap and inline
-// is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.source), has(self.configMap), has(self.inline)].filter(x, x).size() == 1",message="exactly one of source, configMap or inline must be set"
-// +kubebuilder:validation:XValidation:rule="!has(self.version) || has(self.source)",message="version can only be set together with source"
+// Module names a Terraform module. Exactly one of source, configMap, inline
+// and catalogRef is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.source), has(self.configMap), has(self.inline), has(self.catalogRef)].filter(x, x).size() == 1",message="exactly one of source, configMap, inline or catalogRef must be set"
 type Module struct {
 	// Source is a module source address as Terraform's module block takes it:
 	// a registry address, a git URL, an https archive, ...
@@ -43,12 +42,6 @@ type Module struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	Source string `json:"source,omitempty"`
-
-	// Version constrains a registry module's version.
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=256
-	Version string `json:"version,omitempty"`
 
 	// ConfigMap takes the module's files from the keys of a ConfigMap in the
 	// object's namespace; each key is a file name.
@@ -60,6 +53,13 @@ type Module struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=65536
 	Inline string `json:"inline,omitempty"`
+
+	// CatalogRef takes the module from the module catalog: a version of a
+	// TerraformModule the object's namespace may use. Its code is the code
+	// the catalog pinned, and its variables are checked when the object is
+	// written.
+	// +optional
+	CatalogRef *CatalogRef `json:"catalogRef,omitempty"`
 }
 
 // ConfigMapModule names a ConfigMap that holds a module's files.

@@ -65,3 +65,7 @@ type TerraformMachineTemplateListerExpansion interface{}
 // TerraformMachineTemplateNamespaceListerExpansion allows custom methods to be added to
 // TerraformMachineTemplateNamespaceLister.
 type TerraformMachineTemplateNamespaceListerExpansion interface{}
+
+// TerraformModuleListerExpansion allows custom methods to be added to
+// TerraformModuleLister.
+type TerraformModuleListerExpansion interface{}

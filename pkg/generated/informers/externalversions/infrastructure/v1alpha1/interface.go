@@ -36,6 +36,8 @@ type Interface interface {
 	TerraformMachinePoolTemplates() TypedTerraformMachinePoolTemplateInformer
 	// TerraformMachineTemplates returns a TerraformMachineTemplateInformer.
 	TerraformMachineTemplates() TypedTerraformMachineTemplateInformer
+	// TerraformModules returns a TerraformModuleInformer.
+	TerraformModules() TypedTerraformModuleInformer
 }
 
 type version struct {
@@ -77,4 +79,9 @@ func (v *version) TerraformMachinePoolTemplates() TypedTerraformMachinePoolTempl
 // TerraformMachineTemplates returns a TypedTerraformMachineTemplateInformer.
 func (v *version) TerraformMachineTemplates() TypedTerraformMachineTemplateInformer {
 	return &terraformMachineTemplateInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// TerraformModules returns a TypedTerraformModuleInformer.
+func (v *version) TerraformModules() TypedTerraformModuleInformer {
+	return &terraformModuleInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }

@@ -29,3 +29,5 @@ type TerraformMachinePoolExpansion interface{}
 type TerraformMachinePoolTemplateExpansion interface{}
 
 type TerraformMachineTemplateExpansion interface{}
+
+type TerraformModuleExpansion interface{}

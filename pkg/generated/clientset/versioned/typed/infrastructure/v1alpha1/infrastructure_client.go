@@ -34,6 +34,7 @@ type InfrastructureV1alpha1Interface interface {
 	TerraformMachinePoolsGetter
 	TerraformMachinePoolTemplatesGetter
 	TerraformMachineTemplatesGetter
+	TerraformModulesGetter
 }
 
 // InfrastructureV1alpha1Client is used to interact with features provided by the infrastructure.cluster.x-k8s.io group.
@@ -63,6 +64,10 @@ func (c *InfrastructureV1alpha1Client) TerraformMachinePoolTemplates(namespace s
 
 func (c *InfrastructureV1alpha1Client) TerraformMachineTemplates(namespace string) TerraformMachineTemplateInterface {
 	return newTerraformMachineTemplates(c, namespace)
+}
+
+func (c *InfrastructureV1alpha1Client) TerraformModules() TerraformModuleInterface {
+	return newTerraformModules(c)
 }
 
 // NewForConfig creates a new InfrastructureV1alpha1Client for the given config.

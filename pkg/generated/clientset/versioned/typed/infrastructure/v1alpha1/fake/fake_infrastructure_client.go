@@ -52,6 +52,10 @@ func (c *FakeInfrastructureV1alpha1) TerraformMachineTemplates(namespace string)
 	return newFakeTerraformMachineTemplates(c, namespace)
 }
 
+func (c *FakeInfrastructureV1alpha1) TerraformModules() v1alpha1.TerraformModuleInterface {
+	return newFakeTerraformModules(c)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeInfrastructureV1alpha1) RESTClient() rest.Interface {
