@@ -27,7 +27,8 @@ const (
 	// LabelObjectName is the name of that object (hashed when too long for
 	// a label; AnnotationObjectName holds it in full).
 	LabelObjectName = "captf.io/object-name"
-	// LabelKind is the short kind of that object: tfc, tfm or tfmp.
+	// LabelKind is the short kind of that object: tfc, tfm, tfmp, or
+	// tfmod (a catalog entry's resolve Jobs).
 	LabelKind = "captf.io/kind"
 	// LabelOperation is the operation of a Job or run Secret.
 	LabelOperation = "captf.io/operation"
@@ -166,7 +167,8 @@ const maxJobName = 63 - 5 - 30
 // Jobs of two objects never share a name, whatever their names.
 func (o Object) Job(uid, op, inputsHash string, attempt int) string {
 	name := strings.ReplaceAll(o.Name, ".", "-") // Jobs' names end up in DNS labels
-	name = strings.TrimRight(name[:min(len(name), maxJobName)], "-")
+	room := maxJobName - max(0, len(o.Kind)-len("tfmp")) // tfmod
+	name = strings.TrimRight(name[:min(len(name), room)], "-")
 	return fmt.Sprintf("%s-%s-%s-%s-%d", o.Kind, name, op, hash(strings.Join([]string{o.Kind, o.Name, uid, op, inputsHash}, "/"), 16), attempt)
 }
 
@@ -296,6 +298,8 @@ func ShortKind(kind string) string {
 		return "tfm"
 	case "TerraformMachinePool":
 		return "tfmp"
+	case "TerraformModule":
+		return "tfmod"
 	}
 	return strings.ToLower(kind)
 }

@@ -56,6 +56,12 @@ const DefaultMaxStateBytes = 128 << 20
 type Module struct {
 	Source string `json:"source,omitempty"`
 	Inline string `json:"inline,omitempty"`
+	// Git is a catalog version to resolve: the runner finds the commit
+	// its ref names and fetches the module at that commit.
+	Git *GitModule `json:"git,omitempty"`
+	// Digest is the catalog's digest of the module: the run runs no code
+	// of another.
+	Digest string `json:"digest,omitempty"`
 	// Files are the module's files from a ConfigMap, by name.
 	Files map[string]string `json:"files,omitempty"`
 }
@@ -90,6 +96,10 @@ const ReasonProtectedResourceChange = "ProtectedResourceChange"
 // accepted for the object; the run stopped before any of it ran.
 const ReasonModuleAwaitingApproval = "ModuleAwaitingApproval"
 
+// ReasonCatalogDigestMismatch: a catalog module's source no longer holds
+// the code the catalog resolved, and none of it ran.
+const ReasonCatalogDigestMismatch = "CatalogDigestMismatch"
+
 // ModuleCode is what a run would execute: the root module's files, the
 // modules it calls and the dependency lock file, as terraform init left
 // them in the working directory.
@@ -116,6 +126,8 @@ type Result struct {
 	Plan  *Plan  `json:"plan,omitempty"`
 	// Module is the code the run found once terraform init had run.
 	Module *ModuleCode `json:"module,omitempty"`
+	// Resolved is a resolve run's finding.
+	Resolved *Resolved `json:"resolved,omitempty"`
 	// Record names the run record the runner wrote, and its RecordDigest.
 	Record       string `json:"record,omitempty"`
 	RecordDigest string `json:"recordDigest,omitempty"`
@@ -134,6 +146,22 @@ type Result struct {
 	// RescuedState names the backup holding the state terraform could not
 	// save (its errored.tfstate).
 	RescuedState string `json:"rescuedState,omitempty"`
+}
+
+// GitModule is a module of a git repository at a ref.
+type GitModule struct {
+	URL  string `json:"url"`
+	Path string `json:"path,omitempty"`
+	Ref  string `json:"ref"`
+}
+
+// Resolved is what a resolve run learned of a catalog version.
+type Resolved struct {
+	// Source is the address runs fetch: at the commit, for git.
+	Source    string                   `json:"source"`
+	Commit    string                   `json:"commit,omitempty"`
+	Variables []infrav1.ModuleVariable `json:"variables,omitempty"`
+	Outputs   []infrav1.ModuleOutput   `json:"outputs,omitempty"`
 }
 
 // PlanHash is the hash of res's plan, "" without one.

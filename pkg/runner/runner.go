@@ -58,6 +58,7 @@ type Runner struct {
 	obj    names.Object
 	redact *Redactor // nil until the inputs are read
 	env    []string  // terraform's environment, before the backend's
+	module run.Module
 	mu     sync.Mutex
 	child  *exec.Cmd
 	// interrupted is the child already sent its one SIGTERM.
@@ -162,7 +163,12 @@ func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 		}
 	}()
 
-	err := r.run(ctx, res)
+	var err error
+	if r.Config.Operation == infrav1.OperationResolve {
+		err = r.resolve(ctx, res)
+	} else {
+		err = r.run(ctx, res)
+	}
 	r.mu.Lock()
 	if r.lockLost != nil {
 		err = errors.Join(r.lockLost, err)
@@ -187,8 +193,11 @@ func (r *Runner) Run(ctx context.Context) (*run.Result, error) {
 	res.Interrupted = r.signal
 	r.mu.Unlock()
 	// Before the result: the manager reports what the result says, and a
-	// user who reads that finds the record.
-	r.writeRecord(context.WithoutCancel(ctx), res, metav1.NewTime(r.clock().Now()))
+	// user who reads that finds the record. A resolve has the catalog's
+	// status for a record.
+	if r.Config.Operation != infrav1.OperationResolve {
+		r.writeRecord(context.WithoutCancel(ctx), res, metav1.NewTime(r.clock().Now()))
+	}
 	if werr := r.writeResult(context.WithoutCancel(ctx), res); werr != nil {
 		return res, errors.Join(err, fmt.Errorf("writing the result: %w", werr))
 	}
@@ -244,6 +253,10 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	}
 	if res.Module, err = moduleCode(r.Config.WorkDir); err != nil {
 		return fmt.Errorf("hashing the module's code: %w", err)
+	}
+	if want := r.module.Digest; want != "" && res.Module.Digest != want {
+		return fmt.Errorf("%w: its digest is %s, the catalog's %s (its source changed since the catalog resolved it); none of it ran",
+			errCatalogDigest, res.Module.Digest, want)
 	}
 	if mods := r.Config.ApprovedModules; len(mods) > 0 && !slices.Contains(mods, res.Module.Digest) {
 		if r.Config.Operation != infrav1.OperationApply {
@@ -334,6 +347,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if err := json.Unmarshal(inputs.Data[run.KeyModule], &module); err != nil {
 		return nil, "", fmt.Errorf("inputs secret %s: %s: %w", inputsName, run.KeyModule, err)
 	}
+	r.module = module
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
 		if why := run.ForbiddenEnv(name, value, r.Config.WorkDir); why != "" {
@@ -618,7 +632,7 @@ func (r *Runner) writeResultOnce(ctx context.Context, data map[string][]byte) er
 var failureReasons = []struct {
 	err    error
 	reason string
-}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {statestore.ErrChangedSincePlan, "StateChangedSincePlan"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}, {errModuleNotApproved, run.ReasonModuleAwaitingApproval}}
+}{{statestore.ErrStateMissing, "StateMissing"}, {statestore.ErrOtherOwner, "StateOwnedByOther"}, {statestore.ErrStateTooLarge, "StateTooLarge"}, {statestore.ErrLockLost, "LockLost"}, {statestore.ErrFenced, "LockLost"}, {statestore.ErrChangedSincePlan, "StateChangedSincePlan"}, {errOutOfMemory, "RunnerOutOfMemory"}, {errProtected, run.ReasonProtectedResourceChange}, {errModuleNotApproved, run.ReasonModuleAwaitingApproval}, {errCatalogDigest, run.ReasonCatalogDigestMismatch}}
 
 // ReasonCloudQuotaExceeded: the cloud refused to make a resource for
 // want of quota (terraform's error says so, in the words of the clouds'

@@ -69,6 +69,9 @@ func (id *Identity) authorize(r *http.Request, body []byte) (*request, error) {
 		return nil, err
 	}
 	forbid := func(why string) error { return id.forbid(resource, name, r.Method, why) }
+	if why := id.catalogRefused(resource, name, r.Method); why != "" {
+		return nil, forbid(why)
+	}
 	if resource == "pods" && r.Method == http.MethodGet && name != "" {
 		return &request{pod: name}, nil
 	}
@@ -163,6 +166,24 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 	return ""
 }
 
+// catalogRefused says why a catalog Job may not use method on resource
+// name, or "": it reads its inputs and writes its result.
+func (id *Identity) catalogRefused(resource, name, method string) string {
+	if !id.Catalog {
+		return ""
+	}
+	result := name == id.Object.Result(id.Job) || (name == "" && method == http.MethodPost)
+	switch {
+	case resource != "secrets":
+		return "a catalog Job reads its inputs and writes its result, nothing else"
+	case method == http.MethodGet && (name == id.Object.RunInputs(id.Job) || result):
+	case (method == http.MethodPost || method == http.MethodPut) && result:
+	default:
+		return "a catalog Job reads its inputs and writes its result, nothing else"
+	}
+	return ""
+}
+
 // checkedSecret is the Secret a run writes, once checked: one of the
 // object's state family or this Job's result, Opaque, CAPTF's labels that
 // match its name, owned by nothing but the object.
@@ -176,6 +197,9 @@ func (id *Identity) checkedSecret(body []byte, name string, forbid func(string) 
 	}
 	if id.ReadOnly && id.Object.HoldsState(sec.Name) {
 		return nil, forbid("a drift check only reads the state")
+	}
+	if id.Catalog && sec.Name != id.Object.Result(id.Job) {
+		return nil, forbid("a catalog Job writes only its result")
 	}
 	// Never a ServiceAccount token Secret or another type the API
 	// server gives meaning to.

@@ -50,6 +50,10 @@ type Identity struct {
 	// has none (Keyless), and its pod writes with its token alone.
 	WriteKey string
 	Keyless  bool
+	// Catalog: the Job resolves a version of a TerraformModule (Object),
+	// in the manager's namespace. It reads its inputs and writes its
+	// result, nothing else.
+	Catalog bool
 }
 
 // bearer is the runner a request comes from, by its bearer token; an
@@ -215,7 +219,11 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 		return nil, refuse("the pod's Job belongs to no Terraform object")
 	}
 	key, keyed := run.WriteKeyOf(&job.Spec.Template.Spec)
-	return &Identity{Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
+	catalog := owner.Kind == "TerraformModule"
+	if catalog && (s.CatalogNamespace == "" || namespace != s.CatalogNamespace) {
+		return nil, refuse("a catalog Job runs only in the manager's namespace")
+	}
+	return &Identity{Catalog: catalog,Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
 		ReadOnly: job.Labels[names.LabelOperation] == string(infrav1.OperationDrift),
 		WriteKey: key, Keyless: !keyed,
 		Object:    names.ObjectOf(owner.Kind, owner.Name),
@@ -258,7 +266,7 @@ func unavailable(err error) error {
 
 func isKind(kind string) bool {
 	switch kind {
-	case "TerraformCluster", "TerraformMachine", "TerraformMachinePool":
+	case "TerraformCluster", "TerraformMachine", "TerraformMachinePool", "TerraformModule":
 		return true
 	}
 	return false

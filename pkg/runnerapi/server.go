@@ -98,6 +98,9 @@ type Server struct {
 	// inputs then makes no request. Nil, or nil returned (a standby, a
 	// second read), reads it from the API server.
 	RunInputs func(namespace, name string) *corev1.Secret
+	// CatalogNamespace is the manager's namespace, where the catalog's
+	// resolve Jobs run; "" refuses every catalog Job.
+	CatalogNamespace string
 	// JWKS reads the API server's token signing keys (a JWKS document);
 	// nil reads /openid/v1/jwks with the manager's client.
 	JWKS func(ctx context.Context) ([]byte, error)

@@ -963,3 +963,47 @@ func TestOnlyTheRunnerWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthorizeCatalog: a catalog entry's resolve Job reads its inputs and
+// writes its result; no state, lock or record, not even of its own entry.
+func TestAuthorizeCatalog(t *testing.T) {
+	resolver := &Identity{Namespace: "ns", Pod: "p", Job: "tfmod-vpc-resolve-0123456789abcdef-0", Keyless: true, Catalog: true,
+		Object:    names.ObjectOf("TerraformModule", "vpc"),
+		ObjectRef: metav1.OwnerReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "TerraformModule", Name: "vpc", UID: "uid-vpc"}}
+	const secrets = "/api/v1/namespaces/ns/secrets"
+	body := func(name string) []byte {
+		b, err := json.Marshal(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tests := map[string]struct {
+		method, path string
+		body         []byte
+		allowed      bool
+	}{
+		"read its inputs":      {method: "GET", path: secrets + "/" + resolver.Job, allowed: true},
+		"create its result":    {method: "POST", path: secrets, body: body(resolver.Job + "-result"), allowed: true},
+		"write its result":     {method: "PUT", path: secrets + "/" + resolver.Job + "-result", body: body(resolver.Job + "-result"), allowed: true},
+		"read the credentials": {method: "GET", path: secrets + "/git-credentials"},
+		"create a state":       {method: "POST", path: secrets, body: body(resolver.Object.State())},
+		"write a state":        {method: "PUT", path: secrets + "/" + resolver.Object.State(), body: body(resolver.Object.State())},
+		"read a state":         {method: "GET", path: secrets + "/" + resolver.Object.State()},
+		"take a lock":          {method: "POST", path: "/apis/coordination.k8s.io/v1/namespaces/ns/leases", body: []byte(`{"metadata":{"name":"` + resolver.Object.Lock() + `"}}`)},
+		"write a record":       {method: "POST", path: "/api/v1/namespaces/ns/configmaps", body: []byte(`{"metadata":{"name":"x"}}`)},
+		"delete its inputs":    {method: "DELETE", path: secrets + "/" + resolver.Job},
+		"ask a pod's phase":    {method: "GET", path: "/api/v1/namespaces/ns/pods/x"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.path, bytes.NewReader(tc.body))
+			if tc.body != nil {
+				r.Header.Set("Content-Type", "application/json")
+			}
+			if _, err := resolver.authorize(r, tc.body); tc.allowed != (err == nil) {
+				t.Fatalf("authorize = %v, want allowed %v", err, tc.allowed)
+			}
+		})
+	}
+}

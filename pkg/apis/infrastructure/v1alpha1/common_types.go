@@ -410,6 +410,9 @@ const (
 	OperationDestroy Operation = "destroy"
 	OperationDrift   Operation = "drift"
 	OperationRefresh Operation = "refresh"
+	// OperationResolve is a module catalog's Job: it fetches one version
+	// of a TerraformModule and reads its code; it plans nothing.
+	OperationResolve Operation = "resolve"
 )
 
 // JobReference names the latest Job of one operation.
