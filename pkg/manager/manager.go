@@ -53,6 +53,7 @@ import (
 	"github.com/captf/captf/pkg/controller/terraformmachine"
 	"github.com/captf/captf/pkg/controller/terraformmachinepool"
 	"github.com/captf/captf/pkg/controller/terraformmachinetemplate"
+	"github.com/captf/captf/pkg/controller/terraformmodule"
 	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 
@@ -174,7 +175,7 @@ func Main(args []string) error {
 	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
 	v, _ := version.Get()
 	cfg.UserAgent = "captf-manager/" + v
-	m := &manager{options: o, clock: clock.RealClock{}}
+	m := &manager{options: o, clock: clock.RealClock{}, namespace: podNamespace}
 	health := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if err := m.serve(ctx, cfg, health, podNamespace, serviceAccount); err != nil {
 		return err
@@ -241,7 +242,7 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 		return err
 	}
 	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock,
-		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs})
+		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs, CatalogNamespace: m.namespace})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	metrics.WatchCertificate(m.runnerAPI.Name, m.runnerAPI.NotAfter)
@@ -306,6 +307,9 @@ func (m *manager) lead(ctx context.Context, cfg *rest.Config, health *leaderelec
 
 type manager struct {
 	options Options
+	// namespace is the manager's own (POD_NAMESPACE): the catalog's
+	// resolve Jobs and credentials are there.
+	namespace string
 	// synced: the leader's controllers have synced their informers (or
 	// this replica is a standby). Readiness does not wait for it.
 	synced  atomic.Bool
@@ -417,6 +421,11 @@ func (m *manager) controllers() []controllerDescriptor {
 		workspaceController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
 		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
+		}},
+		{terraformmodule.ControllerName, 1, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
+			return terraformmodule.NewController(ctx, cc, terraformmodule.Config{Namespace: m.namespace, RunnerImage: o.RunnerImage,
+				ProviderMirrorImage: o.ProviderMirrorImage, RunnerAPI: config.RunnerAPI, RunnerPods: o.runnerPods, Results: config.Results,
+				EnsureAccount: config.Access.Ensure, Jobs: &runnerjob.APIControl{Client: cc.Kube, FieldManager: terraformmodule.ControllerName}})
 		}},
 		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
 			return jobmetrics.NewController(ctx, cc, config.Results)

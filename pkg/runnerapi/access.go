@@ -167,7 +167,8 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 }
 
 // catalogRefused says why a catalog Job may not use method on resource
-// name, or "": it reads its inputs and writes its result.
+// name, or "": it reads its inputs (and deletes them once done) and writes
+// its result.
 func (id *Identity) catalogRefused(resource, name, method string) string {
 	if !id.Catalog {
 		return ""
@@ -178,6 +179,7 @@ func (id *Identity) catalogRefused(resource, name, method string) string {
 		return "a catalog Job reads its inputs and writes its result, nothing else"
 	case method == http.MethodGet && (name == id.Object.RunInputs(id.Job) || result):
 	case (method == http.MethodPost || method == http.MethodPut) && result:
+	case method == http.MethodDelete && name == id.Object.RunInputs(id.Job):
 	default:
 		return "a catalog Job reads its inputs and writes its result, nothing else"
 	}

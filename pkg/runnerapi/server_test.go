@@ -992,7 +992,8 @@ func TestAuthorizeCatalog(t *testing.T) {
 		"read a state":         {method: "GET", path: secrets + "/" + resolver.Object.State()},
 		"take a lock":          {method: "POST", path: "/apis/coordination.k8s.io/v1/namespaces/ns/leases", body: []byte(`{"metadata":{"name":"` + resolver.Object.Lock() + `"}}`)},
 		"write a record":       {method: "POST", path: "/api/v1/namespaces/ns/configmaps", body: []byte(`{"metadata":{"name":"x"}}`)},
-		"delete its inputs":    {method: "DELETE", path: secrets + "/" + resolver.Job},
+		"delete its inputs":    {method: "DELETE", path: secrets + "/" + resolver.Job, allowed: true},
+		"delete its result":    {method: "DELETE", path: secrets + "/" + resolver.Job + "-result"},
 		"ask a pod's phase":    {method: "GET", path: "/api/v1/namespaces/ns/pods/x"},
 	}
 	for name, tc := range tests {

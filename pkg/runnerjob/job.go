@@ -100,6 +100,9 @@ func EffectivePolicy(own, clusterDefaults *infrav1.JobPolicy) Policy {
 
 // Spec is what one runner Job does.
 type Spec struct {
+	// Namespace is where the Job runs: the owner's namespace when empty
+	// (a catalog entry, cluster-scoped, runs its Jobs in the manager's).
+	Namespace  string
 	Owner      metav1.Object
 	OwnerGVK   schema.GroupVersionKind
 	Operation  infrav1.Operation
@@ -182,7 +185,7 @@ func Build(s Spec) *batchv1.Job {
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: s.Owner.GetNamespace(), Labels: labels, Annotations: annotations,
+			Name: name, Namespace: cmp.Or(s.Namespace, s.Owner.GetNamespace()), Labels: labels, Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(s.Owner, s.OwnerGVK)},
 		},
 		Spec: batchv1.JobSpec{
@@ -224,7 +227,7 @@ func Build(s Spec) *batchv1.Job {
 
 // runnerSpec is what the Job named name tells its runner.
 func runnerSpec(s Spec, name string) run.Spec {
-	spec := run.Spec{Namespace: s.Owner.GetNamespace(), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
+	spec := run.Spec{Namespace: cmp.Or(s.Namespace, s.Owner.GetNamespace()), ObjectKind: s.OwnerGVK.Kind, ObjectName: s.Owner.GetName(), ObjectUID: s.Owner.GetUID(),
 		ObjectAPIVersion: s.OwnerGVK.GroupVersion().String(), Operation: s.Operation, Job: name, WorkDir: run.JobWorkDir,
 		StateBackups: s.Backups, LockTimeout: s.Policy.LockTimeout, UseDurableInputs: s.DurableOnly, ExpectState: s.ExpectState,
 		MaxStateBytes: s.MaxStateBytes}
@@ -481,6 +484,20 @@ func OfObject(index cache.Indexer, obj metav1.Object) []*Cached {
 			continue
 		}
 		jobs = append(jobs, job)
+	}
+	Sort(jobs)
+	return jobs
+}
+
+// OfUID are the cached Jobs labelled with the object UID uid, newest
+// first, wherever they are and whatever controls them: the caller checks.
+func OfUID(index cache.Indexer, uid types.UID) []*Cached {
+	var jobs []*Cached
+	objs, _ := index.ByIndex(ByObjectUID, uidBucket(uid))
+	for _, o := range objs {
+		if job, ok := o.(*Cached); ok && job.ObjectUID == uid {
+			jobs = append(jobs, job)
+		}
 	}
 	Sort(jobs)
 	return jobs

@@ -96,7 +96,7 @@ func (e *engine) actOnStart(ctx context.Context, r *Sync, d startDecision) (bool
 
 // buildJob is the Job of one attempt of op, with the approvals of an apply.
 func (e *engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte, expectState bool) (*batchv1.Job, error) {
-	ca, err := e.RunnerAPI.ca()
+	ca, err := e.RunnerAPI.CA()
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +271,8 @@ type RunnerAPI struct {
 	CAFile string
 }
 
-// ca reads the CA bundle now: a renewed one reaches the next Job.
-func (a RunnerAPI) ca() (string, error) {
+// CA reads the CA bundle now: a renewed one reaches the next Job.
+func (a RunnerAPI) CA() (string, error) {
 	if a.CAFile == "" {
 		return "", nil
 	}

@@ -1,0 +1,294 @@
+package terraformmodule
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/run"
+	"github.com/captf/captf/pkg/runnerjob"
+)
+
+// Ready reasons of a catalog entry.
+const (
+	ReasonResolved      = "Resolved"
+	ReasonResolving     = "Resolving"
+	ReasonResolveFailed = "ResolveFailed"
+)
+
+// CredentialsDir is where a resolve Job finds its entry's credentials.
+const CredentialsDir = "/captf/credentials"
+
+// kubeSecrets are the controller's reads and writes of Secrets and
+// ConfigMaps in the manager's namespace.
+type kubeSecrets interface {
+	CreateSecret(ctx context.Context, sec *corev1.Secret) error
+	DeleteSecret(ctx context.Context, namespace, name string) error
+	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+}
+
+type apiSecrets struct{ kube kubernetes.Interface }
+
+func (a apiSecrets) CreateSecret(ctx context.Context, sec *corev1.Secret) error {
+	_, err := a.kube.CoreV1().Secrets(sec.Namespace).Create(ctx, sec, metav1.CreateOptions{FieldManager: ControllerName})
+	return err
+}
+
+func (a apiSecrets) DeleteSecret(ctx context.Context, namespace, name string) error {
+	err := a.kube.CoreV1().Secrets(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (a apiSecrets) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	return a.kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// sync resolves the versions of one entry not resolved yet, and records
+// what their Jobs found.
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
+	cached, err := c.modules.Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m := cached.DeepCopy()
+	logger := klog.FromContext(ctx).WithValues("module", klog.KObj(m))
+	jobs := c.jobsOf(m)
+	known := map[string]infrav1.CatalogVersionStatus{}
+	for _, st := range m.Status.Versions {
+		known[st.Name] = st
+	}
+	var versions []infrav1.CatalogVersionStatus
+	wanted := map[string]bool{} // inputs hashes of versions being resolved
+	var requeue time.Duration
+	for _, v := range m.Spec.Versions {
+		ref := cmp.Or(v.Ref, v.Name)
+		st, ok := known[v.Name]
+		if ok && st.Digest != "" && st.Ref == ref {
+			versions = append(versions, st) // resolved once, for good
+			continue
+		}
+		if !ok || st.Ref != ref {
+			st = infrav1.CatalogVersionStatus{Name: v.Name, Ref: ref}
+		}
+		hash := inputsHash(m.Spec.Source, v.Name, ref)
+		wanted[hash] = true
+		after, err := c.resolveVersion(ctx, m, &st, hash, jobsWithHash(jobs, hash))
+		if err != nil {
+			return err
+		}
+		if after > 0 && (requeue == 0 || after < requeue) {
+			requeue = after
+		}
+		versions = append(versions, st)
+	}
+	m.Status.Versions = versions
+	setReady(m)
+	m.Status.ObservedGeneration = m.Generation
+	if !equality.Semantic.DeepEqual(m.Status, cached.Status) {
+		if _, err := c.captf.InfrastructureV1alpha1().TerraformModules().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: ControllerName}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		logger.V(2).Info("Recorded the catalog entry's versions", "ready", meta.FindStatusCondition(m.Status.Conditions, "Ready").Reason)
+		return nil // the next sync, on the status written, cleans up
+	}
+	// Jobs of versions resolved (or gone) are done with once recorded.
+	for _, job := range jobs {
+		if wanted[job.InputsHash] {
+			continue
+		}
+		if err := c.Jobs.Delete(ctx, job, metav1.DeletePropagationBackground); err != nil {
+			return err
+		}
+		if err := c.kube.DeleteSecret(ctx, c.Namespace, names.ObjectOf(GVK.Kind, m.Name).Result(job.Name)); err != nil {
+			return err
+		}
+	}
+	if requeue > 0 {
+		c.loop.Queue.AddAfter(key, requeue)
+	}
+	return nil
+}
+
+// resolveVersion moves one version on: starts its Job, or records the
+// result of the Job that ended, or retries after a failure's backoff. It
+// returns when to look again.
+func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, hash string, jobs []*runnerjob.Cached) (time.Duration, error) {
+	if len(jobs) == 0 {
+		return 0, c.startJob(ctx, m, st, hash, 0)
+	}
+	latest := jobs[0]
+	finished, succeeded := runnerjob.Finished(latest)
+	if !finished {
+		return 0, nil
+	}
+	obj := names.ObjectOf(GVK.Kind, m.Name)
+	res, err := c.Results.Read(ctx, c.Namespace, obj.Result(latest.Name), latest.UID)
+	switch {
+	case err == nil && succeeded && res.Outcome == run.OutcomeSucceeded && res.Resolved != nil && res.Module != nil:
+		now := metav1.NewTime(c.clock.Now())
+		*st = infrav1.CatalogVersionStatus{Name: st.Name, Ref: st.Ref, Source: res.Resolved.Source, Commit: res.Resolved.Commit,
+			Digest: res.Module.Digest, ResolvedTime: &now, Variables: res.Resolved.Variables, Outputs: res.Resolved.Outputs}
+		return 0, nil
+	case err == nil && res.Error != "":
+		st.Error = res.Error
+	case err != nil && !apierrors.IsNotFound(err):
+		return 0, err
+	default:
+		st.Error = runnerjob.FailureMessage(latest)
+	}
+	failures := len(jobs)
+	retry := latest.Status.EndTime.Add(runnerjob.Backoff(failures))
+	if wait := retry.Sub(c.clock.Now()); wait > 0 {
+		return wait, nil
+	}
+	return 0, c.startJob(ctx, m, st, hash, latest.Attempt+1)
+}
+
+// startJob creates the inputs and the Job of one attempt to resolve st.
+func (c *Controller) startJob(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, hash string, attempt int) error {
+	module, err := c.moduleOf(ctx, m, st.Ref)
+	if err != nil {
+		st.Error = err.Error()
+		return nil // the entry's to fix: its status says so
+	}
+	data, err := json.Marshal(module)
+	if err != nil {
+		return err
+	}
+	if err := c.EnsureAccount(ctx, c.Namespace); err != nil {
+		return err
+	}
+	ca, err := c.RunnerAPI.CA()
+	if err != nil {
+		return err
+	}
+	job := runnerjob.Build(runnerjob.Spec{Namespace: c.Namespace, Owner: m, OwnerGVK: GVK, Operation: infrav1.OperationResolve,
+		InputsHash: hash, Attempt: attempt, Image: c.RunnerImage, ProviderMirrorImage: c.ProviderMirrorImage,
+		Policy: runnerjob.EffectivePolicy(nil, nil), RunnerAPI: c.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: c.RunnerPods,
+		WriteKey: run.NewWriteKey()})
+	withCredentials(job.Spec.Template.Spec.Containers, &job.Spec.Template.Spec.Volumes, m.Spec.CredentialsSecretName)
+	labels := maps.Clone(job.Labels)
+	labels[names.LabelSecretType] = names.SecretTypeRunInputs
+	inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.ObjectOf(GVK.Kind, m.Name).RunInputs(job.Name), Namespace: c.Namespace, Labels: labels},
+		Data: map[string][]byte{run.KeyModule: data}}
+	if err := c.kube.CreateSecret(ctx, inputs); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if err := c.Jobs.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	klog.FromContext(ctx).Info("Resolving a catalog version", "module", klog.KObj(m), "version", st.Name, "ref", st.Ref, "job", klog.KObj(job))
+	return nil
+}
+
+// withCredentials gives the containers the entry's credentials Secret as
+// read-only files, and git the store of .git-credentials in it.
+func withCredentials(containers []corev1.Container, volumes *[]corev1.Volume, secret string) {
+	if secret == "" {
+		return
+	}
+	*volumes = append(*volumes, corev1.Volume{Name: "credentials", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr(int32(0o400))}}})
+	for i := range containers {
+		c := &containers[i]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "credentials", MountPath: CredentialsDir, ReadOnly: true})
+		c.Env = append(c.Env,
+			corev1.EnvVar{Name: "GIT_CONFIG_COUNT", Value: "1"},
+			corev1.EnvVar{Name: "GIT_CONFIG_KEY_0", Value: "credential.helper"},
+			corev1.EnvVar{Name: "GIT_CONFIG_VALUE_0", Value: "store --file=" + filepath.Join(CredentialsDir, ".git-credentials")},
+			corev1.EnvVar{Name: "GIT_TERMINAL_PROMPT", Value: "0"})
+	}
+}
+
+// moduleOf is what the resolve Job of ref fetches.
+func (c *Controller) moduleOf(ctx context.Context, m *infrav1.TerraformModule, ref string) (*run.Module, error) {
+	src := m.Spec.Source
+	switch {
+	case src.Git != nil:
+		return &run.Module{Git: &run.GitModule{URL: src.Git.URL, Path: src.Git.Path, Ref: ref}}, nil
+	case src.ConfigMap != nil:
+		cm, err := c.kube.ConfigMap(ctx, c.Namespace, ref)
+		if err != nil {
+			return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", c.Namespace, ref, err)
+		}
+		return &run.Module{Files: maps.Clone(cm.Data)}, nil
+	}
+	return nil, fmt.Errorf("registry sources are not resolved yet: use a git source")
+}
+
+// jobsOf are the resolve Jobs of m, newest first: in the manager's
+// namespace and controlled by m.
+func (c *Controller) jobsOf(m *infrav1.TerraformModule) []*runnerjob.Cached {
+	var jobs []*runnerjob.Cached
+	for _, j := range runnerjob.OfUID(c.jobs, m.UID) {
+		if j.Namespace == c.Namespace && j.Controller.UID == m.UID && j.Controller.Kind == GVK.Kind {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs
+}
+
+func jobsWithHash(jobs []*runnerjob.Cached, hash string) []*runnerjob.Cached {
+	var out []*runnerjob.Cached
+	for _, j := range jobs {
+		if j.InputsHash == hash {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// inputsHash names what one version's resolve fetches.
+func inputsHash(src infrav1.CatalogSource, version, ref string) string {
+	b, _ := json.Marshal(struct {
+		Source       infrav1.CatalogSource
+		Version, Ref string
+	}{src, version, ref})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// setReady says whether every version is resolved.
+func setReady(m *infrav1.TerraformModule) {
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: ReasonResolved, ObservedGeneration: m.Generation,
+		Message: fmt.Sprintf("%d versions resolved", len(m.Status.Versions))}
+	for _, st := range m.Status.Versions {
+		switch {
+		case st.Error != "":
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonResolveFailed
+			cond.Message = fmt.Sprintf("version %s (%s): %s", st.Name, st.Ref, st.Error)
+		case st.Digest == "" && cond.Reason != ReasonResolveFailed:
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonResolving
+			cond.Message = fmt.Sprintf("version %s (%s) is being resolved", st.Name, st.Ref)
+		}
+	}
+	meta.SetStatusCondition(&m.Status.Conditions, cond)
+}
+
+func ptr[T any](v T) *T { return &v }
