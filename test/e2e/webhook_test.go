@@ -79,10 +79,10 @@ func TestWebhook(t *testing.T) {
 		write   func() error
 		want    string
 	}{
-		{"cluster: module version", "terraformcluster", func() error {
-			_, err := admin.TerraformClusters(e.ns).Create(ctx, &infrav1.TerraformCluster{ObjectMeta: meta("versioned"), Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "./m", Version: "1.2.0"}}}}, metav1.CreateOptions{})
+		{"cluster: white space around the module source", "terraformcluster", func() error {
+			_, err := admin.TerraformClusters(e.ns).Create(ctx, &infrav1.TerraformCluster{ObjectMeta: meta("versioned"), Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: " ./m"}}}}, metav1.CreateOptions{})
 			return err
-		}, "spec.module.version: Forbidden: is not supported: pin the module in the source instead"},
+		}, "spec.module.source: Invalid value: \" ./m\": must not start or end with white space"},
 		{"cluster: approval that is no plan hash", "terraformcluster", func() error {
 			return updateCluster(e.ns, cluster.Name, func(c *infrav1.TerraformCluster) {
 				c.Annotations = map[string]string{infrav1.AnnotationApprovePlan: "latest"}

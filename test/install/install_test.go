@@ -664,20 +664,21 @@ func podLog(executor *framework.Executor, p *corev1.Pod) string {
 }
 
 // waitWebhookRejects waits until CAPTF's webhook refuses a TerraformCluster
-// whose module has a version (the CRD's schema lets it through).
+// whose module source starts with white space (the CRD's schema lets it
+// through).
 func waitWebhookRejects(t *testing.T) {
 	t.Helper()
 	bad := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "versioned", Namespace: "default"},
-		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: "./m", Version: "1.2.0"}}}}
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{Module: infrav1.Module{Source: " ./m"}}}}
 	var last error
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, last = plane.Captf.InfrastructureV1alpha1().TerraformClusters("default").Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return last != nil && strings.Contains(last.Error(), "spec.module.version"), nil
+		return last != nil && strings.Contains(last.Error(), "spec.module.source"), nil
 	})
 	if err != nil {
-		t.Fatalf("the webhook never refused a TerraformCluster with a module version (last: %v)", last)
+		t.Fatalf("the webhook never refused a TerraformCluster with white space around its module source (last: %v)", last)
 	}
-	if !strings.Contains(last.Error(), "admission webhook") || !strings.Contains(last.Error(), "pin the module in the source") {
+	if !strings.Contains(last.Error(), "admission webhook") || !strings.Contains(last.Error(), "must not start or end with white space") {
 		t.Errorf("refused, but not by the webhook: %v", last)
 	}
 	t.Logf("webhook through its Service: %v", last)
