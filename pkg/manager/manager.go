@@ -389,6 +389,16 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 		ReadTemplate: func(ctx context.Context, namespace, resource, name string) ([]byte, error) {
 			return captf.InfrastructureV1alpha1().RESTClient().Get().Namespace(namespace).Resource(resource).Name(name).DoRaw(ctx)
 		},
+		CatalogEntry: func(ctx context.Context, name string) (*infrav1.TerraformModule, error) {
+			return captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, name, metav1.GetOptions{})
+		},
+		NamespaceLabels: func(ctx context.Context, namespace string) (map[string]string, error) {
+			ns, err := kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return ns.Labels, nil
+		},
 		Cluster: func(ctx context.Context, namespace, name string) (found, paused bool, err error) {
 			cluster, err := dyn.Resource(capi.Cluster.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {

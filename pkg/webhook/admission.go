@@ -107,6 +107,10 @@ type Handler struct {
 	// an object cloned from it may read only what it names. Nil: no
 	// cloned object gets a new reference.
 	ReadTemplate func(ctx context.Context, namespace, resource, name string) ([]byte, error)
+	// CatalogEntry reads a TerraformModule; nil checks no catalog module.
+	CatalogEntry func(ctx context.Context, name string) (*infrav1.TerraformModule, error)
+	// NamespaceLabels reads a namespace's labels (the catalog's selectors).
+	NamespaceLabels func(ctx context.Context, namespace string) (map[string]string, error)
 
 	// reading and slots share requests by source: reading bounds the
 	// bodies being read or held, slots the requests being decided.
@@ -329,7 +333,11 @@ func (h *Handler) decide(ctx context.Context, kind string, req *admissionv1.Admi
 	if err != nil {
 		return nil, &internalError{err}
 	}
-	return append(errs, refErrs...), nil
+	catalogErrs, err := h.checkCatalog(ctx, req, specs)
+	if err != nil {
+		return nil, &internalError{err}
+	}
+	return append(append(errs, refErrs...), catalogErrs...), nil
 }
 
 // deletingMetadataOnly tells an update of an object being deleted that

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/test/framework"
@@ -158,5 +160,113 @@ func TestCatalogDigestPinned(t *testing.T) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// resolvedEntry is a catalog entry of catalogModule at version v1, selecting
+// namespaces by selector, once resolved.
+func (e *env) resolvedEntry(name string, selector *metav1.LabelSelector) *infrav1.TerraformModule {
+	e.t.Helper()
+	git := gitServer(e.t, "", "")
+	if _, err := git.Commit(name, "main", map[string]string{"main.tf": catalogModule}); err != nil {
+		e.t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:            infrav1.CatalogSource{Git: &infrav1.GitSource{URL: git.URL + "/" + name + ".git"}},
+			Versions:          []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}},
+			NamespaceSelector: selector,
+		}})
+	if st := e.waitForVersion(entry.Name, "v1", 2*time.Minute); st.Error != "" {
+		e.t.Fatalf("resolving v1: %s", st.Error)
+	}
+	return entry
+}
+
+// catalogCluster is a TerraformCluster of catalog module entry v1 with
+// variables.
+func (e *env) catalogCluster(name, entry string, vars ...infrav1.Variable) *infrav1.TerraformCluster {
+	return &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: infrav1.TerraformClusterSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module:    infrav1.Module{CatalogRef: &infrav1.CatalogRef{Name: entry, Version: "v1"}},
+			Variables: vars,
+		}}}
+}
+
+func jsonVar(name, raw string) infrav1.Variable {
+	return infrav1.Variable{Name: name, Value: &runtime.RawExtension{Raw: []byte(raw)}}
+}
+
+// TestCatalogVariablesCheckedAtAdmission (issue 52): a wrong variable used
+// to be found by the first plan, in a Job; the webhook now refuses it when
+// the object is written, with the module's own description.
+func TestCatalogVariablesCheckedAtAdmission(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManagerWithWebhook()
+	entry := e.resolvedEntry("network", &metav1.LabelSelector{})
+	tcs := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	cases := []struct {
+		name string
+		vars []infrav1.Variable
+		want string // "" admitted
+	}{
+		{"a required variable missing", nil,
+			"spec.variables: Required value: catalog module " + entry.Name + " v1 requires variable region (string): The region the network is made in."},
+		{"an unknown name", []infrav1.Variable{jsonVar("region", `"eu"`), jsonVar("regoin", `"eu"`)},
+			`spec.variables[1].name: Not found: "regoin: catalog module ` + entry.Name + ` v1 declares no such variable (it declares cidrs, region)"`},
+		{"a value of the wrong type", []infrav1.Variable{jsonVar("region", `"eu"`), jsonVar("cidrs", `"10.0.0.0/8"`)},
+			`spec.variables[1].value: Invalid value: "\"10.0.0.0/8\"": cidrs is not a list(string)`},
+		{"a wrong type, with the description", []infrav1.Variable{jsonVar("region", `{"a":1}`)},
+			`region is not a string: string required: The region the network is made in.`},
+		{"all good", []infrav1.Variable{jsonVar("region", `"eu"`), jsonVar("cidrs", `["10.1.0.0/16"]`)}, ""},
+	}
+	for i, tc := range cases {
+		_, err := tcs.Create(ctx, e.catalogCluster(fmt.Sprintf("c%d", i), entry.Name, tc.vars...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want a refusal with %q", tc.name, err, tc.want)
+		}
+	}
+	_, err := tcs.Create(ctx, e.catalogCluster("nover", entry.Name, jsonVar("region", `"eu"`)), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := e.catalogCluster("badver", entry.Name, jsonVar("region", `"eu"`))
+	bad.Spec.Module.CatalogRef.Version = "v9"
+	if _, err := tcs.Create(ctx, bad, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.module.catalogRef.version: Not found: \"v9: catalog module "+entry.Name+" offers v1\"") {
+		t.Errorf("a version the entry does not offer: %v", err)
+	}
+}
+
+// TestCatalogNamespaceSelector (issue 52): an entry says which namespaces
+// may use it; the webhook refuses the others, naming entry and namespace.
+func TestCatalogNamespaceSelector(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManagerWithWebhook()
+	entry := e.resolvedEntry("db", &metav1.LabelSelector{MatchLabels: map[string]string{"team": "data"}})
+	tcs := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	want := "spec.module.catalogRef.name: Forbidden: namespace " + e.ns + " may not use catalog module " + entry.Name
+	if _, err := tcs.Create(ctx, e.catalogCluster("db", entry.Name, jsonVar("region", `"eu"`)), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a namespace the selector does not select: %v, want %q", err, want)
+	}
+	ns, err := plane.Kube.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["team"] = "data"
+	if _, err := plane.Kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tcs.Create(ctx, e.catalogCluster("db", entry.Name, jsonVar("region", `"eu"`)), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("once the namespace is selected: %v", err)
+	}
+	// No selector selects no namespace.
+	none := e.resolvedEntry("none", nil)
+	if _, err := tcs.Create(ctx, e.catalogCluster("none", none.Name, jsonVar("region", `"eu"`)), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "may not use catalog module "+none.Name) {
+		t.Errorf("an entry without a selector: %v, want a refusal", err)
 	}
 }

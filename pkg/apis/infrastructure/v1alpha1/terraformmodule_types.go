@@ -13,8 +13,9 @@ type TerraformModuleSpec struct {
 	// +required
 	Source CatalogSource `json:"source"`
 
-	// Versions are the versions objects may name. A version's ref cannot
-	// change once set: publish a new version instead.
+	// Versions are the versions objects may name. Each is resolved once;
+	// a version whose ref is changed is resolved again, so publish a new
+	// version instead.
 	// +required
 	// +listType=map
 	// +listMapKey=name
