@@ -166,7 +166,7 @@ const maxJobName = 63 - 5 - 30
 // object's kind, full name and UID, the operation and the inputs, so the
 // Jobs of two objects never share a name, whatever their names.
 func (o Object) Job(uid, op, inputsHash string, attempt int) string {
-	name := strings.ReplaceAll(o.Name, ".", "-") // Jobs' names end up in DNS labels
+	name := strings.ReplaceAll(o.Name, ".", "-")         // Jobs' names end up in DNS labels
 	room := maxJobName - max(0, len(o.Kind)-len("tfmp")) // tfmod
 	name = strings.TrimRight(name[:min(len(name), room)], "-")
 	return fmt.Sprintf("%s-%s-%s-%s-%d", o.Kind, name, op, hash(strings.Join([]string{o.Kind, o.Name, uid, op, inputsHash}, "/"), 16), attempt)

@@ -223,7 +223,7 @@ func (s *Server) identify(ctx context.Context, namespace, podName string, podUID
 	if catalog && (s.CatalogNamespace == "" || namespace != s.CatalogNamespace) {
 		return nil, refuse("a catalog Job runs only in the manager's namespace")
 	}
-	return &Identity{Catalog: catalog,Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
+	return &Identity{Catalog: catalog, Namespace: namespace, Pod: podName, PodUID: podUID, Job: job.Name, JobUID: job.UID,
 		ReadOnly: job.Labels[names.LabelOperation] == string(infrav1.OperationDrift),
 		WriteKey: key, Keyless: !keyed,
 		Object:    names.ObjectOf(owner.Kind, owner.Name),

@@ -105,4 +105,3 @@ func (h *Handler) namespaceMayUse(ctx context.Context, namespace string, entry *
 	}
 	return sel.Matches(labels.Set(nsLabels)), nil
 }
-

@@ -218,7 +218,7 @@ func TestCatalogVariablesCheckedAtAdmission(t *testing.T) {
 		{"a value of the wrong type", []infrav1.Variable{jsonVar("region", `"eu"`), jsonVar("cidrs", `"10.0.0.0/8"`)},
 			`spec.variables[1].value: Invalid value: "\"10.0.0.0/8\"": cidrs is not a list(string)`},
 		{"a wrong type, with the description", []infrav1.Variable{jsonVar("region", `{"a":1}`)},
-			`region is not a string: string required: The region the network is made in.`},
+			`region is not a string: string required, but have object: The region the network is made in.`},
 		{"all good", []infrav1.Variable{jsonVar("region", `"eu"`), jsonVar("cidrs", `["10.1.0.0/16"]`)}, ""},
 	}
 	for i, tc := range cases {

@@ -16,10 +16,10 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/controller"
+	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/runnerjob"
-	"github.com/captf/captf/pkg/controller/workspace"
 	"github.com/captf/captf/pkg/runnerpod"
 )
 
