@@ -241,8 +241,12 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 	if err != nil {
 		return err
 	}
+	captf, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock,
-		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs, CatalogNamespace: m.namespace})
+		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs, CatalogNamespace: m.namespace, CatalogCredentials: catalogCredentials(kube, captf)})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	metrics.WatchCertificate(m.runnerAPI.Name, m.runnerAPI.NotAfter)
@@ -540,7 +544,8 @@ func (m *manager) informers(cfg *rest.Config) (controller.Context, workspace.Con
 	}
 	config := workspace.Config{Access: access, RunnerAPI: api, Slots: slots, RunnerPods: o.runnerPods, RunnerImage: o.RunnerImage, ProviderMirrorImage: o.ProviderMirrorImage, StateBackups: o.StateBackups, DriftDefaultInterval: o.DriftDefaultInterval,
 		MaxStateBytes: o.MaxStateBytes, StateSecrets: stateSecrets, Metrics: &workspace.Collector{MaxStateBytes: o.MaxStateBytes},
-		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &runnerjob.Results{Kube: cc.Kube}, RunInputs: &workspace.RunInputs{}, Records: &workspace.APIRunRecords{Meta: meta}}
+		BootstrapConfigs: bootstrapConfigs(cc.Kube, meta, m.clock), Results: &runnerjob.Results{Kube: cc.Kube}, RunInputs: &workspace.RunInputs{}, Records: &workspace.APIRunRecords{Meta: meta},
+		Catalog: &workspace.Catalog{Modules: cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformModules().Lister(), Namespace: m.namespace}}
 	start := func(ctx context.Context) func() {
 		cc.CAPTFInformers.Start(ctx.Done())
 		cc.KubeInformers.Start(ctx.Done())

@@ -62,6 +62,10 @@ type Module struct {
 	// Digest is the catalog's digest of the module: the run runs no code
 	// of another.
 	Digest string `json:"digest,omitempty"`
+	// Credentials names the catalog entry's credentials Secret, in the
+	// manager's namespace: the runner reads it through the runner API for
+	// terraform init alone, and removes it before any module code runs.
+	Credentials *SecretRef `json:"credentials,omitempty"`
 	// Files are the module's files from a ConfigMap, by name.
 	Files map[string]string `json:"files,omitempty"`
 }
@@ -146,6 +150,12 @@ type Result struct {
 	// RescuedState names the backup holding the state terraform could not
 	// save (its errored.tfstate).
 	RescuedState string `json:"rescuedState,omitempty"`
+}
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 }
 
 // GitModule is a module of a git repository at a ref.

@@ -24,6 +24,7 @@ var runnerFiles = map[string]bool{
 	tfvarsFile:                     true,
 	planFile:                       true,
 	cliConfigFile:                  true,
+	credentialsDir:                 true,
 	".terraform/terraform.tfstate": true,
 	".terraform/environment":       true,
 	".terraform/providers":         true,

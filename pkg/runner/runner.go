@@ -245,6 +245,11 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	if _, err := r.exec(ctx, tf, r.Config.WorkDir, env, "init", "-input=false", "-no-color"); err != nil {
 		return err
 	}
+	// Fetching is done: no code of the module may read what fetched it.
+	if err := r.dropCredentials(); err != nil {
+		return err
+	}
+	env = withoutCredentials(env)
 	// Before terraform plans, no code of the module has run: stop here
 	// when it is not code an approver accepted for the object.
 	res.Stage = run.StageModule
@@ -360,6 +365,16 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	}
 	if r.env, err = r.providerInstallation(ctx); err != nil {
 		return nil, "", err
+	}
+	secrets, err := r.withCredentials(ctx, module.Credentials, "")
+	if err != nil {
+		return nil, "", err
+	}
+	if len(secrets) > 0 {
+		// Never in the log: git and terraform may quote what they got.
+		if r.redact, err = NewRedactor(inputs.Data[run.KeyVariables], inputs.Data[run.KeySensitive], append(env, secrets...)...); err != nil {
+			return nil, "", err
+		}
 	}
 	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, inputs.Data[run.KeyVariables]); err != nil {
 		return nil, "", err

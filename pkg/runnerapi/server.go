@@ -99,8 +99,13 @@ type Server struct {
 	// second read), reads it from the API server.
 	RunInputs func(namespace, name string) *corev1.Secret
 	// CatalogNamespace is the manager's namespace, where the catalog's
-	// resolve Jobs run; "" refuses every catalog Job.
+	// resolve Jobs run and its entries' credentials are; "" refuses every
+	// catalog Job and credentials request.
 	CatalogNamespace string
+	// CatalogCredentials says why the runner of id may not read the
+	// credentials Secret name of CatalogNamespace, or nil when its object
+	// uses a catalog entry that names it. Nil refuses every request.
+	CatalogCredentials func(ctx context.Context, id *Identity, name string) error
 	// JWKS reads the API server's token signing keys (a JWKS document);
 	// nil reads /openid/v1/jwks with the manager's client.
 	JWKS func(ctx context.Context) ([]byte, error)
@@ -189,6 +194,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	if name, ok := s.credentialsRequest(r); ok {
+		s.serveCredentials(ctx, w, r, id, name)
+		return
+	}
 	req, err := id.authorize(r, body)
 	if err != nil {
 		logger.V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "method", r.Method, "path", r.URL.Path, "err", err)
@@ -226,6 +235,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code := s.forward(ctx, w, r.Method, r.URL.Path, forwardedQueryOf(r), req.body) // the path checked, not its encoding
 	if req.result != nil && code/100 == 2 && s.ResultWritten != nil {
 		s.ResultWritten(id.JobUID, req.result.Data)
+	}
+}
+
+// credentialsRequest tells a read of a Secret of the catalog's namespace,
+// and its name.
+func (s *Server) credentialsRequest(r *http.Request) (string, bool) {
+	if s.CatalogNamespace == "" {
+		return "", false
+	}
+	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/namespaces/"+s.CatalogNamespace+"/secrets/")
+	return name, ok && name != "" && !strings.Contains(name, "/")
+}
+
+// serveCredentials forwards a runner's read of its catalog entry's
+// credentials: only the runner's (it carries the write key, which the
+// module's code never sees), never a resolve Job's (it mounts them), and
+// only of the entry its object uses.
+func (s *Server) serveCredentials(ctx context.Context, w http.ResponseWriter, r *http.Request, id *Identity, name string) {
+	forbid := func(why string) {
+		klog.FromContext(ctx).WithName("runner-api").V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "credentials", name, "why", why)
+		writeStatus(w, id.forbid("secrets", name, r.Method, why))
+	}
+	switch {
+	case r.Method != http.MethodGet:
+		forbid("a run only reads its catalog module's credentials")
+	case id.Catalog || id.Keyless || !id.writes(r):
+		forbid("only a runner that carries its write key reads its catalog module's credentials")
+	case s.CatalogCredentials == nil:
+		forbid("this manager serves no catalog credentials")
+	default:
+		if err := s.CatalogCredentials(ctx, id, name); err != nil {
+			forbid(err.Error())
+			return
+		}
+		s.forward(ctx, w, http.MethodGet, r.URL.Path, "", nil)
 	}
 }
 

@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -269,4 +273,118 @@ func TestCatalogNamespaceSelector(t *testing.T) {
 	if _, err := tcs.Create(ctx, e.catalogCluster("none", none.Name, jsonVar("region", `"eu"`)), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "may not use catalog module "+none.Name) {
 		t.Errorf("an entry without a selector: %v, want a refusal", err)
 	}
+}
+
+// credentialsProbe is module code that tells, at plan time, whether the
+// credentials the runner fetched the module with are still there.
+const credentialsProbe = `
+output "credentials_visible" {
+  value = fileexists("${path.module}/.terraform/captf-credentials/.git-credentials")
+}
+`
+
+// privateCatalogCluster publishes the local cloud's module in a private git
+// repository (basic auth) as a catalog entry with its credentials, and
+// creates a TerraformCluster of it; it returns the cluster once Ready, the
+// entry, the password and the manager.
+func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *infrav1.TerraformModule, string, *framework.Manager) {
+	ctx := context.Background()
+	m := e.startManagerWithWebhook()
+	password := "pw-" + strings.ReplaceAll(e.ns, "-", "") + "-s3cr3t"
+	git := gitServer(t, "platform", password)
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := git.Commit("cloud", "main", map[string]string{"modules/cloud/main.tf": string(module), "modules/cloud/probe.tf": credentialsProbe}); err != nil {
+		t.Fatal(err)
+	}
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-git", Namespace: e.ns},
+		StringData: map[string]string{".git-credentials": strings.Replace(git.URL, "http://", "http://platform:"+password+"@", 1) + "\n"}}
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "cloud"},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:                infrav1.CatalogSource{Git: &infrav1.GitSource{URL: git.URL + "/cloud.git", Path: "modules/cloud"}},
+			Versions:              []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}},
+			NamespaceSelector:     &metav1.LabelSelector{},
+			CredentialsSecretName: creds.Name,
+		}})
+	if st := e.waitForVersion(entry.Name, "v1", 2*time.Minute); st.Error != "" {
+		t.Fatalf("resolving a private module: %s", st.Error)
+	}
+	tc := e.catalogCluster("private", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
+	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "private"}
+	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("private", false))}
+	e.create(tc)
+	return e.waitFor("private", 2*time.Minute, "Ready", isReady), entry, password, m
+}
+
+// TestCatalogPrivateGitModule (issue 52): a module in a private git
+// repository, published in the catalog with its credentials, is what a
+// TerraformCluster runs: at the commit the catalog pinned, with the
+// credentials for fetching only.
+func TestCatalogPrivateGitModule(t *testing.T) {
+	e := newEnv(t)
+	tc, entry, _, _ := e.privateCatalogCluster(t)
+	v1 := e.waitForVersion(entry.Name, "v1", time.Second)
+	if tc.Status.AppliedModule != v1.Digest {
+		t.Errorf("applied module %q, want the catalog's digest %s", tc.Status.AppliedModule, v1.Digest)
+	}
+	if out := tc.Status.Outputs["credentials_visible"]; string(out.Raw) != "false" {
+		t.Errorf("the module's code saw the credentials at plan time: credentials_visible = %s", out.Raw)
+	}
+	if tc.Status.Outputs["control_plane_endpoint"].Raw == nil {
+		t.Errorf("outputs %v: the local cloud's module did not run", tc.Status.Outputs)
+	}
+}
+
+// TestCatalogCredentialsNeverLeak (issue 52): a catalog entry's credentials
+// reach no run record, status, event or log.
+func TestCatalogCredentialsNeverLeak(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	tc, entry, password, m := e.privateCatalogCluster(t)
+	var places []string
+	check := func(where string, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		places = append(places, where)
+		if strings.Contains(string(b), password) {
+			t.Errorf("the password is in %s", where)
+		}
+	}
+	check("the TerraformCluster", tc)
+	got, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, entry.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("the catalog entry", got)
+	records, err := plane.Kube.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "captf.io/run-record=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(records.Items) == 0 {
+		t.Error("no run record to look into")
+	}
+	check("the run records", records.Items)
+	events, err := plane.Kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("the events", events.Items)
+	secrets, err := plane.Kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=captf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("CAPTF's Secrets (state, inputs, results)", secrets.Items)
+	log, err := os.ReadFile(m.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("the manager's log", string(log))
+	t.Logf("looked into %s", strings.Join(places, ", "))
 }

@@ -111,7 +111,7 @@ func TestBootstrapDataMadeFor(t *testing.T) {
 // TestBootstrapInputsAreSensitive: the bootstrap data and its format are
 // kept out of logs and outputs.
 func TestBootstrapInputsAreSensitive(t *testing.T) {
-	in, err := Render(context.Background(), fake.NewClientset(), "ns", infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: "x"}},
+	in, err := Render(context.Background(), fake.NewClientset(), nil, "ns", infrav1.WorkspaceSpec{Module: infrav1.Module{Inline: "x"}},
 		map[string]any{"captf_bootstrap_data": "#cloud-config", "captf_bootstrap_format": "cloud-config", "captf_name": "m"})
 	if err != nil {
 		t.Fatal(err)

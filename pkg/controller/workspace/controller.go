@@ -145,7 +145,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	c.engine = &engine{Kube: cc.Kube, JobControl: &runnerjob.APIControl{Client: cc.Kube, FieldManager: fm}, FieldManager: fm, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage, ProviderMirrorImage: config.ProviderMirrorImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
-		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs}
+		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs, Catalog: config.Catalog}
 	if c.engine.Results == nil {
 		c.engine.Results = &runnerjob.Results{Kube: cc.Kube}
 	}
@@ -160,6 +160,9 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	}
 	if c.belongsToCluster {
 		loop.Synced = append(loop.Synced, clusters.Informer().HasSynced, tcs.Informer().HasSynced)
+	}
+	if config.Catalog != nil {
+		loop.Synced = append(loop.Synced, cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformModules().Informer().HasSynced)
 	}
 	// Only kinds of a cluster watch Clusters and TerraformClusters: asking
 	// for an informer starts it.

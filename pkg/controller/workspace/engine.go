@@ -92,6 +92,8 @@ type Config struct {
 	// RunInputs, if set, keeps the run inputs the controllers create for
 	// the runner API to serve.
 	RunInputs *RunInputs
+	// Catalog is the module catalog objects name; nil: none.
+	Catalog *Catalog
 }
 
 // engine is the part of a Controller[T] that does not depend on T: it runs
@@ -132,6 +134,8 @@ type engine struct {
 	// RunInputs keeps the run inputs created (Config.RunInputs); nil
 	// keeps none.
 	RunInputs *RunInputs
+	// Catalog: Config.Catalog.
+	Catalog *Catalog
 }
 
 // Sync is what one sync of one object knows and decides.

@@ -66,8 +66,15 @@ func (e *InputError) Error() string { return e.Message }
 // Render resolves the module and variables of ws with CAPTF's own inputs.
 // Secrets and ConfigMaps are read directly, never cached: the manager's
 // memory must not grow with them.
-func Render(ctx context.Context, client kubernetes.Interface, namespace string, ws infrav1.WorkspaceSpec, captf map[string]any) (*Inputs, error) {
+func Render(ctx context.Context, client kubernetes.Interface, catalog *Catalog, namespace string, ws infrav1.WorkspaceSpec, captf map[string]any) (*Inputs, error) {
 	in := &Inputs{Module: run.Module{Source: ws.Module.Source, Inline: ws.Module.Inline}}
+	if ref := ws.Module.CatalogRef; ref != nil {
+		m, declared, err := catalog.module(ctx, client, namespace, ref)
+		if err != nil {
+			return nil, err
+		}
+		in.Module, captf = m, onlyDeclared(captf, declared)
+	}
 	if ws.Module.ConfigMap != nil {
 		cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, ws.Module.ConfigMap.Name, metav1.GetOptions{})
 		if err != nil {
@@ -277,7 +284,7 @@ func (c *Controller[T]) renderOf(ctx context.Context, s *Sync, inputs map[string
 			return nil, err
 		}
 	}
-	in, err := Render(ctx, c.engine.Kube, s.Obj.GetNamespace(), *s.Obj.Workspace(), inputs)
+	in, err := Render(ctx, c.engine.Kube, c.engine.Catalog, s.Obj.GetNamespace(), *s.Obj.Workspace(), inputs)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func TestRender(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			in, err := Render(ctx, client, "ns", tc.ws, map[string]any{"captf_name": "prod"})
+			in, err := Render(ctx, client, nil, "ns", tc.ws, map[string]any{"captf_name": "prod"})
 			if tc.wantReason != "" {
 				ie, ok := err.(*InputError)
 				if !ok || ie.Reason != tc.wantReason {
@@ -67,9 +67,9 @@ func TestRender(t *testing.T) {
 		})
 	}
 
-	a, _ := Render(ctx, client, "ns", ws(val("a", "1"), val("b", "2")), nil)
-	b, _ := Render(ctx, client, "ns", ws(val("b", "2"), val("a", "1")), nil)
-	c, _ := Render(ctx, client, "ns", ws(val("a", "1"), val("b", "3")), nil)
+	a, _ := Render(ctx, client, nil, "ns", ws(val("a", "1"), val("b", "2")), nil)
+	b, _ := Render(ctx, client, nil, "ns", ws(val("b", "2"), val("a", "1")), nil)
+	c, _ := Render(ctx, client, nil, "ns", ws(val("a", "1"), val("b", "3")), nil)
 	if a.Hash != b.Hash {
 		t.Error("the order of variables changed the hash")
 	}
@@ -80,7 +80,7 @@ func TestRender(t *testing.T) {
 	// the new list to the durable inputs, so the hash changes.
 	secret := ws(val("a", "1"), val("b", "2"))
 	secret.Variables[1].Sensitive = true
-	d, _ := Render(ctx, client, "ns", secret, nil)
+	d, _ := Render(ctx, client, nil, "ns", secret, nil)
 	if a.Hash == d.Hash {
 		t.Error("marking a variable sensitive kept the hash")
 	}

@@ -1,0 +1,77 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
+	"github.com/captf/captf/pkg/runnerapi"
+)
+
+// catalogCredentials says why the runner of id may not read the credentials
+// Secret name, or nil: its object (this very one, by UID) names a catalog
+// entry whose credentials are name and that selects its namespace. Read
+// live: once per run, and a credential is worth the request.
+func catalogCredentials(kube kubernetes.Interface, captf versioned.Interface) func(ctx context.Context, id *runnerapi.Identity, name string) error {
+	return func(ctx context.Context, id *runnerapi.Identity, name string) error {
+		ws, uid, err := workspaceOf(ctx, captf, id.Namespace, id.ObjectRef.Kind, id.ObjectRef.Name)
+		if err != nil {
+			return fmt.Errorf("reading the run's object: %w", err)
+		}
+		if uid != string(id.ObjectRef.UID) || ws.Module.CatalogRef == nil {
+			return errors.New("the run's object names no catalog module")
+		}
+		entry, err := captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, ws.Module.CatalogRef.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading catalog module %s: %w", ws.Module.CatalogRef.Name, err)
+		}
+		if entry.Spec.CredentialsSecretName != name {
+			return fmt.Errorf("catalog module %s does not name these credentials", entry.Name)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(entry.Spec.NamespaceSelector)
+		if entry.Spec.NamespaceSelector == nil || err != nil {
+			return fmt.Errorf("catalog module %s selects no namespace", entry.Name)
+		}
+		ns, err := kube.CoreV1().Namespaces().Get(ctx, id.Namespace, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !sel.Matches(labels.Set(ns.Labels)) {
+			return fmt.Errorf("catalog module %s does not select namespace %s", entry.Name, id.Namespace)
+		}
+		return nil
+	}
+}
+
+// workspaceOf reads the spec and UID of a Terraform* object.
+func workspaceOf(ctx context.Context, captf versioned.Interface, namespace, kind, name string) (*infrav1.WorkspaceSpec, string, error) {
+	c := captf.InfrastructureV1alpha1()
+	get := metav1.GetOptions{}
+	switch kind {
+	case "TerraformCluster":
+		o, err := c.TerraformClusters(namespace).Get(ctx, name, get)
+		if err != nil {
+			return nil, "", err
+		}
+		return &o.Spec.WorkspaceSpec, string(o.UID), nil
+	case "TerraformMachine":
+		o, err := c.TerraformMachines(namespace).Get(ctx, name, get)
+		if err != nil {
+			return nil, "", err
+		}
+		return &o.Spec.WorkspaceSpec, string(o.UID), nil
+	case "TerraformMachinePool":
+		o, err := c.TerraformMachinePools(namespace).Get(ctx, name, get)
+		if err != nil {
+			return nil, "", err
+		}
+		return &o.Spec.WorkspaceSpec, string(o.UID), nil
+	}
+	return nil, "", fmt.Errorf("kind %s runs no module", kind)
+}

@@ -1,0 +1,110 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/captf/captf/pkg/retry"
+	"github.com/captf/captf/pkg/run"
+)
+
+// credentialsDir holds a catalog module's credentials while terraform init
+// fetches the module: in the pod's own working directory (never the
+// module's: the digest skips it), removed before any module code runs.
+const credentialsDir = ".terraform/captf-credentials"
+
+// Keys of a catalog entry's credentials Secret the runner uses.
+const (
+	credentialGit   = ".git-credentials"
+	credentialToken = "token"
+)
+
+// withCredentials reads the catalog entry's credentials through the runner
+// API and gives them to git (a credential store) and terraform (a registry
+// token) in r.env. It returns the secret values, for the redactor.
+// dropCredentials takes them back.
+func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, registryHost string) ([]string, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	var sec map[string][]byte
+	err := retry.Transiently(ctx, func() error {
+		s, err := r.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err == nil {
+			sec = s.Data
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the catalog module's credentials %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	dir := filepath.Join(r.Config.WorkDir, credentialsDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	var secrets []string
+	if b := sec[credentialGit]; len(b) > 0 {
+		path := filepath.Join(dir, credentialGit)
+		if err := os.WriteFile(path, b, 0o400); err != nil {
+			return nil, err
+		}
+		r.env = append(r.env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=credential.helper", "GIT_CONFIG_VALUE_0=store --file="+path, "GIT_TERMINAL_PROMPT=0")
+		secrets = append(secrets, gitPasswords(string(b))...)
+	}
+	if b := strings.TrimSpace(string(sec[credentialToken])); b != "" && registryHost != "" {
+		r.env = append(r.env, "TF_TOKEN_"+tokenHost(registryHost)+"="+b)
+		secrets = append(secrets, b)
+	}
+	return secrets, nil
+}
+
+// dropCredentials removes what withCredentials gave.
+func (r *Runner) dropCredentials() error {
+	r.env = withoutCredentials(r.env)
+	err := os.RemoveAll(filepath.Join(r.Config.WorkDir, credentialsDir))
+	if err != nil {
+		return errors.New("removing the catalog module's credentials: " + err.Error())
+	}
+	return nil
+}
+
+// withoutCredentials is env without what withCredentials added.
+func withoutCredentials(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "GIT_CONFIG_") || strings.HasPrefix(name, "TF_TOKEN_") || name == "GIT_TERMINAL_PROMPT" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// gitPasswords are the passwords (tokens) of a .git-credentials file's
+// URLs.
+func gitPasswords(s string) []string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if _, rest, ok := strings.Cut(strings.TrimSpace(line), "://"); ok {
+			if userinfo, _, ok := strings.Cut(rest, "@"); ok {
+				if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
+					out = append(out, pw)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tokenHost is a host as TF_TOKEN_ names it: dots as underscores, dashes
+// as double underscores.
+func tokenHost(host string) string {
+	return strings.NewReplacer(".", "_", "-", "__").Replace(host)
+}
