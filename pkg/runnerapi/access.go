@@ -141,7 +141,7 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 			return "a run only creates its record"
 		}
 	case "secrets":
-		readable := id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
+		readable := id.runSecret(name)
 		switch method {
 		case http.MethodGet:
 			if !readable {
@@ -164,6 +164,12 @@ func (id *Identity) verbRefused(resource, name, method string) string {
 		return "not part of a run"
 	}
 	return ""
+}
+
+// runSecret tells a Secret of the run: its object's state family, its
+// inputs, its result.
+func (id *Identity) runSecret(name string) bool {
+	return id.Object.HoldsState(name) || name == id.Object.RunInputs(id.Job) || name == id.Object.Result(id.Job)
 }
 
 // catalogRefused says why a catalog Job may not use method on resource

@@ -194,7 +194,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if name, ok := s.credentialsRequest(r); ok {
+	if name, ok := s.credentialsRequest(r); ok && !(id.Namespace == s.CatalogNamespace && id.runSecret(name)) {
 		s.serveCredentials(ctx, w, r, id, name)
 		return
 	}
