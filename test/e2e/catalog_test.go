@@ -286,8 +286,8 @@ output "credentials_visible" {
 // privateCatalogCluster publishes the local cloud's module in a private git
 // repository (basic auth) as a catalog entry with its credentials, and
 // creates a TerraformCluster of it; it returns the cluster once Ready, the
-// entry, the password and the manager.
-func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *infrav1.TerraformModule, string, *framework.Manager) {
+// entry, the password, the manager and the git server.
+func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *infrav1.TerraformModule, string, *framework.Manager, *framework.GitServer) {
 	ctx := context.Background()
 	m := e.startManagerWithWebhook()
 	password := "pw-" + strings.ReplaceAll(e.ns, "-", "") + "-s3cr3t"
@@ -318,7 +318,7 @@ func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *i
 	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "private"}
 	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("private", false))}
 	e.create(tc)
-	return e.waitFor("private", 2*time.Minute, "Ready", isReady), entry, password, m
+	return e.waitFor("private", 2*time.Minute, "Ready", isReady), entry, password, m, git
 }
 
 // TestCatalogPrivateGitModule (issue 52): a module in a private git
@@ -327,7 +327,7 @@ func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *i
 // credentials for fetching only.
 func TestCatalogPrivateGitModule(t *testing.T) {
 	e := newEnv(t)
-	tc, entry, _, _ := e.privateCatalogCluster(t)
+	tc, entry, _, _, _ := e.privateCatalogCluster(t)
 	v1 := e.waitForVersion(entry.Name, "v1", time.Second)
 	if tc.Status.AppliedModule != v1.Digest {
 		t.Errorf("applied module %q, want the catalog's digest %s", tc.Status.AppliedModule, v1.Digest)
@@ -345,7 +345,7 @@ func TestCatalogPrivateGitModule(t *testing.T) {
 func TestCatalogCredentialsNeverLeak(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	tc, entry, password, m := e.privateCatalogCluster(t)
+	tc, entry, password, m, _ := e.privateCatalogCluster(t)
 	var places []string
 	check := func(where string, v any) {
 		b, err := json.Marshal(v)
@@ -387,4 +387,47 @@ func TestCatalogCredentialsNeverLeak(t *testing.T) {
 	}
 	check("the manager's log", string(log))
 	t.Logf("looked into %s", strings.Join(places, ", "))
+}
+
+// TestCatalogVersionIsApprovedCode (issue 52, item 5): under the approval
+// policy, code an approver has not accepted waits (ModuleAwaitingApproval);
+// a catalog version is code the platform team accepted, so moving an
+// applied cluster to a new version runs it without a per-object approval.
+func TestCatalogVersionIsApprovedCode(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	installApprovalPolicy(t)
+	tc, entry, _, _, git := e.privateCatalogCluster(t)
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := git.Commit("cloud", "main", map[string]string{"modules/cloud/main.tf": string(module) + "\noutput \"release\" {\n  value = \"v2\"\n}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, entry.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Versions = append(got.Spec.Versions, infrav1.CatalogVersion{Name: "v2", Ref: "main"})
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v2 := e.waitForVersion(entry.Name, "v2", 2*time.Minute)
+	if v2.Error != "" {
+		t.Fatalf("resolving v2: %s", v2.Error)
+	}
+	if err := updateCluster(e.ns, tc.Name, func(c *infrav1.TerraformCluster) { c.Spec.Module.CatalogRef.Version = "v2" }); err != nil {
+		t.Fatal(err)
+	}
+	done := e.waitFor(tc.Name, 2*time.Minute, "applied at v2 or waiting", func(c *infrav1.TerraformCluster) bool {
+		r := condition(c, infrav1.ConditionReady)
+		return c.Status.AppliedModule == v2.Digest || (r != nil && r.Reason == "ModuleAwaitingApproval")
+	})
+	if done.Status.AppliedModule != v2.Digest {
+		t.Fatalf("the catalog's v2 was not applied: Ready %+v", condition(done, infrav1.ConditionReady))
+	}
+	if string(done.Status.Outputs["release"].Raw) != `"v2"` {
+		t.Errorf("outputs %v, want release v2", done.Status.Outputs)
+	}
 }

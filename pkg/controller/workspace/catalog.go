@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -95,6 +96,16 @@ func namespaceSelected(ctx context.Context, client kubernetes.Interface, namespa
 		return false, fmt.Errorf("reading namespace %s: %w", namespace, err)
 	}
 	return sel.Matches(labels.Set(ns.Labels)), nil
+}
+
+// catalogDigest is the catalog's digest of the module of run inputs data,
+// "" when it is no catalog module's (or the run reads its durable inputs).
+func catalogDigest(data map[string][]byte) string {
+	var m run.Module
+	if json.Unmarshal(data[run.KeyModule], &m) != nil {
+		return ""
+	}
+	return m.Digest
 }
 
 // onlyDeclared keeps of CAPTF's inputs those the module declares: terraform

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"os"
 	"strings"
 	"time"
@@ -114,6 +115,11 @@ func (e *engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	// inputs it ran with: a run of those inputs runs (and records it).
 	if g := r.Gate; g != nil && !(g.Unrecorded() && (data == nil || hash == r.Obj.WorkspaceStatus().AppliedInputsHash)) {
 		spec.ApprovedModules = g.RunnableModules()
+		// A catalog version is code the platform team approved: its runs
+		// need no approval of the object's (and run no other code).
+		if d := catalogDigest(data); d != "" && spec.ApprovedModules != nil && !slices.Contains(spec.ApprovedModules, d) {
+			spec.ApprovedModules = append(spec.ApprovedModules, d)
+		}
 	}
 	return runnerjob.Build(spec), nil
 }
