@@ -421,11 +421,11 @@ func TestCatalogVersionIsApprovedCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := e.waitFor(tc.Name, 2*time.Minute, "applied at v2 or waiting", func(c *infrav1.TerraformCluster) bool {
-		r := condition(c, infrav1.ConditionReady)
-		return c.Status.AppliedModule == v2.Digest || (r != nil && r.Reason == "ModuleAwaitingApproval")
+		w := condition(c, infrav1.ConditionPlanAwaitingApproval)
+		return c.Status.AppliedModule == v2.Digest || (w != nil && w.Reason == "ModuleAwaitingApproval")
 	})
 	if done.Status.AppliedModule != v2.Digest {
-		t.Fatalf("the catalog's v2 was not applied: Ready %+v", condition(done, infrav1.ConditionReady))
+		t.Fatalf("the catalog's v2 was not applied: %+v", condition(done, infrav1.ConditionPlanAwaitingApproval))
 	}
 	if string(done.Status.Outputs["release"].Raw) != `"v2"` {
 		t.Errorf("outputs %v, want release v2", done.Status.Outputs)
