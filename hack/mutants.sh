@@ -570,6 +570,23 @@ mutant held-job-still-reads pkg/controller/workspace/gather.go \
 mutant abandoned-state-taken pkg/controller/workspace/decide.go \
 	'		if head.Abandoned {' '		if false {'
 
+mutant catalog-job-reads-anything pkg/runnerapi/access.go \
+	'	if !id.Catalog {' '	if true {'
+mutant catalog-job-writes-state pkg/runnerapi/access.go \
+	'if id.Catalog && sec.Name != id.Object.Result(id.Job) {' 'if false {'
+mutant credentials-without-write-key pkg/runnerapi/server.go \
+	'case id.Catalog || id.Keyless || !id.writes(r):' 'case id.Catalog:'
+mutant credentials-of-any-entry pkg/runnerapi/server.go \
+	'if err := s.CatalogCredentials(ctx, id, name); err != nil {' 'if err := s.CatalogCredentials(ctx, id, name); false && err != nil {'
+mutant catalog-values-unchecked pkg/catalog/check.go \
+	'if why := CheckValue(d, v.Value.Raw); why != "" {' 'if why := CheckValue(d, v.Value.Raw); false && why != "" {'
+mutant catalog-required-not-required pkg/catalog/check.go \
+	'if d.Required && !given[d.Name]' 'if false && d.Required && !given[d.Name]'
+mutant catalog-namespace-unchecked pkg/webhook/catalog.go \
+	'		if !allowed {' '		if !allowed && false {'
+mutant catalog-unresolved-admitted pkg/webhook/catalog.go \
+	'if i < 0 || entry.Status.Versions[i].Digest == "" {' 'if i < 0 {'
+
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"
 else

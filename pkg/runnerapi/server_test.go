@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -972,7 +973,14 @@ func TestAuthorizeCatalog(t *testing.T) {
 		ObjectRef: metav1.OwnerReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "TerraformModule", Name: "vpc", UID: "uid-vpc"}}
 	const secrets = "/api/v1/namespaces/ns/secrets"
 	body := func(name string) []byte {
-		b, err := json.Marshal(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.LabelManagedBy: names.ManagedByValue}}})
+		// As a run writes it: the entry's labels, the family's type and
+		// finalizer.
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: names.ObjectLabels("TerraformModule", "vpc", "uid-vpc")}}
+		if types := resolver.Object.FamilyTypes(name); types != nil {
+			sec.Labels[names.LabelSecretType] = types[0]
+			sec.Finalizers = []string{names.StateFinalizer}
+		}
+		b, err := json.Marshal(sec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1006,5 +1014,70 @@ func TestAuthorizeCatalog(t *testing.T) {
 				t.Fatalf("authorize = %v, want allowed %v", err, tc.allowed)
 			}
 		})
+	}
+}
+
+// TestCatalogCredentials: a catalog entry's credentials go to the runner
+// (its write key) of an object the manager says uses the entry, as a read;
+// never to the module's code, a resolve Job or a write.
+func TestCatalogCredentials(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"kind":"Secret","metadata":{"name":%q}}`, path.Base(r.URL.Path))
+	}))
+	defer api.Close()
+	runner := *me
+	runner.WriteKey, runner.Keyless = "the-key", false
+	resolver := runner
+	resolver.Catalog = true
+	const creds = "/api/v1/namespaces/captf-system/secrets/vpc-git"
+	tests := map[string]struct {
+		id      *Identity
+		method  string
+		key     string
+		allowed bool
+	}{
+		"the runner":                     {id: &runner, method: "GET", key: "the-key", allowed: true},
+		"the module's code, no key":      {id: &runner, method: "GET"},
+		"a Job made before write keys":   {id: me, method: "GET"},
+		"a resolve Job (it mounts them)": {id: &resolver, method: "GET", key: "the-key"},
+		"a write":                        {id: &runner, method: "PUT", key: "the-key"},
+		"another entry's":                {id: &runner, method: "GET", key: "the-key"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var asked []string
+			s := &Server{CatalogNamespace: "captf-system", host: api.URL, client: api.Client(),
+				CatalogCredentials: func(_ context.Context, id *Identity, secret string) error {
+					asked = append(asked, secret)
+					if name == "another entry's" {
+						return errors.New("catalog module vpc does not name these credentials")
+					}
+					return nil
+				}}
+			r := httptest.NewRequest(tc.method, creds, nil)
+			if tc.key != "" {
+				r.Header.Set(run.HeaderWriteKey, tc.key)
+			}
+			secret, ok := s.credentialsRequest(r)
+			if !ok || secret != "vpc-git" {
+				t.Fatalf("credentialsRequest = %q, %v", secret, ok)
+			}
+			w := httptest.NewRecorder()
+			s.serveCredentials(context.Background(), w, r, tc.id, secret)
+			if got := w.Code == http.StatusOK; got != tc.allowed {
+				t.Fatalf("answer %d %s, want allowed %v", w.Code, w.Body, tc.allowed)
+			}
+			if tc.allowed && !strings.Contains(w.Body.String(), `"vpc-git"`) {
+				t.Errorf("forwarded %s", w.Body)
+			}
+		})
+	}
+	// Another namespace's Secrets are no credentials request.
+	s := &Server{CatalogNamespace: "captf-system"}
+	for _, p := range []string{"/api/v1/namespaces/ns/secrets/vpc-git", "/api/v1/namespaces/captf-system/secrets/", "/api/v1/namespaces/captf-system/secrets/a/b"} {
+		if name, ok := s.credentialsRequest(httptest.NewRequest("GET", p, nil)); ok {
+			t.Errorf("%s read as a credentials request of %q", p, name)
+		}
 	}
 }
