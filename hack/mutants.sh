@@ -587,6 +587,13 @@ mutant catalog-namespace-unchecked pkg/webhook/catalog.go \
 mutant catalog-unresolved-admitted pkg/webhook/catalog.go \
 	'if i < 0 || entry.Status.Versions[i].Digest == "" {' 'if i < 0 {'
 
+mutant resolved-version-resolved-again pkg/controller/terraformmodule/sync.go \
+	'if ok && st.Digest != "" && st.Ref == ref {' 'if false {'
+mutant resolve-backoff-skipped pkg/controller/terraformmodule/sync.go \
+	'if wait := retry.Sub(c.clock.Now()); wait > 0 {' 'if wait := retry.Sub(c.clock.Now()); false && wait > 0 {'
+mutant resolve-jobs-kept pkg/controller/terraformmodule/sync.go \
+	'		if wanted[job.InputsHash] {' '		if true {'
+
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"
 else

@@ -10,6 +10,7 @@ import (
 	"context"
 
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -53,8 +54,10 @@ type Controller struct {
 	kube    kubeSecrets
 	modules infralisters.TerraformModuleLister
 	jobs    cache.Indexer
-	clock   clock.PassiveClock
-	loop    *controller.Loop
+	// users are the informers of the kinds that name catalog modules.
+	users []cache.SharedIndexInformer
+	clock clock.PassiveClock
+	loop  *controller.Loop
 }
 
 // NewController wires the controller to the catalog's and the Jobs'
@@ -75,6 +78,25 @@ func NewController(ctx context.Context, cc controller.Context, config Config) (*
 		AddFunc: enqueue, UpdateFunc: func(_, cur any) { enqueue(cur) },
 	}); err != nil {
 		return nil, err
+	}
+	v1 := cc.CAPTFInformers.Infrastructure().V1alpha1()
+	c.users = []cache.SharedIndexInformer{v1.TerraformClusters().Informer(), v1.TerraformMachines().Informer(), v1.TerraformMachinePools().Informer()}
+	for _, inf := range c.users {
+		c.loop.Synced = append(c.loop.Synced, inf.HasSynced)
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) { c.enqueueEntryOf(obj) },
+			UpdateFunc: func(old, cur any) {
+				// Only a change of the module named changes a count: the
+				// status writes of a fleet do not each cost a count.
+				if a, b := catalogRefOf(old), catalogRefOf(cur); !equality.Semantic.DeepEqual(a, b) {
+					c.enqueueEntryOf(old)
+					c.enqueueEntryOf(cur)
+				}
+			},
+			DeleteFunc: func(obj any) { c.enqueueEntryOf(obj) },
+		}); err != nil {
+			return nil, err
+		}
 	}
 	// A resolve Job that ends wakes its entry.
 	onJob := func(obj any) {
@@ -101,6 +123,38 @@ func NewController(ctx context.Context, cc controller.Context, config Config) (*
 		return nil, err
 	}
 	return c, nil
+}
+
+// enqueueEntryOf enqueues the catalog entry obj names, if any: its count
+// of users changes.
+func (c *Controller) enqueueEntryOf(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if ref := catalogRefOf(obj); ref != nil {
+		c.loop.Queue.Add(cache.ObjectName{Name: ref.Name})
+	}
+}
+
+// catalogRefOf is the catalog module obj (a Terraform* object) names.
+func catalogRefOf(obj any) *infrav1.CatalogRef {
+	if w, ok := obj.(interface{ Workspace() *infrav1.WorkspaceSpec }); ok && w.Workspace() != nil {
+		return w.Workspace().Module.CatalogRef
+	}
+	return nil
+}
+
+// usersOf counts the objects that name each version of entry.
+func (c *Controller) usersOf(entry string) map[string]int32 {
+	counts := map[string]int32{}
+	for _, inf := range c.users {
+		for _, obj := range inf.GetStore().List() {
+			if ref := catalogRefOf(obj); ref != nil && ref.Name == entry {
+				counts[ref.Version]++
+			}
+		}
+	}
+	return counts
 }
 
 // Run starts workers and blocks until ctx ends.

@@ -104,6 +104,10 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		}
 		versions = append(versions, st)
 	}
+	users := c.usersOf(m.Name)
+	for i := range versions {
+		versions[i].UsedBy = users[versions[i].Name]
+	}
 	m.Status.Versions = versions
 	setReady(m)
 	m.Status.ObservedGeneration = m.Generation
