@@ -107,7 +107,9 @@ func TestSync(t *testing.T) {
 			wantReady: ReasonResolving,
 		},
 		"a Job that succeeded: recorded, cleaned up at the next sync": {
-			jobs:    func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Complete")} },
+			jobs: func(m *infrav1.TerraformModule) []*runnerjob.Cached {
+				return []*runnerjob.Cached{resolveJob(m, 0, "Complete")}
+			},
 			results: map[int]*run.Result{0: okResult}, users: 2, wantReady: ReasonResolved,
 			wantVersion: func(t *testing.T, st infrav1.CatalogVersionStatus) {
 				if st.Digest != "sha256:bb" || st.Commit != strings.Repeat("b", 40) || len(st.Variables) != 1 || st.ResolvedTime == nil || st.UsedBy != 2 {
@@ -117,7 +119,9 @@ func TestSync(t *testing.T) {
 		},
 		"resolved once: never again, its Jobs go": {
 			status: []infrav1.CatalogVersionStatus{resolved},
-			jobs:   func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Complete")} },
+			jobs: func(m *infrav1.TerraformModule) []*runnerjob.Cached {
+				return []*runnerjob.Cached{resolveJob(m, 0, "Complete")}
+			},
 			// The status is current but for the Ready condition; the
 			// next sync deletes.
 			wantReady: ReasonResolved,
@@ -128,7 +132,9 @@ func TestSync(t *testing.T) {
 			},
 		},
 		"a failure: the error, and a retry after its backoff": {
-			jobs:      func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Failed")} },
+			jobs: func(m *infrav1.TerraformModule) []*runnerjob.Cached {
+				return []*runnerjob.Cached{resolveJob(m, 0, "Failed")}
+			},
 			results:   map[int]*run.Result{0: failed},
 			wantReady: ReasonResolveFailed,
 			wantVersion: func(t *testing.T, st infrav1.CatalogVersionStatus) {
