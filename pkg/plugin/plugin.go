@@ -54,7 +54,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{planCommand, approveCommand, runsCommand, logsCommand, backupsCommand, restoreCommand, abandonCommand,
-		describeCommand, completionCommand, versionCommand, completeCommand}
+		describeCommand, modulesCommand, completionCommand, versionCommand, completeCommand}
 }
 
 // usageError is a mistake in the command line: exit code 1, with the

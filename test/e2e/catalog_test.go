@@ -338,6 +338,24 @@ func TestCatalogPrivateGitModule(t *testing.T) {
 	if tc.Status.Outputs["control_plane_endpoint"].Raw == nil {
 		t.Errorf("outputs %v: the local cloud's module did not run", tc.Status.Outputs)
 	}
+	// What uses what: the entry's status and kubectl captf modules.
+	var used infrav1.CatalogVersionStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for used.UsedBy != 1 && time.Now().Before(deadline) {
+		used = e.waitForVersion(entry.Name, "v1", time.Second)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if used.UsedBy != 1 {
+		t.Errorf("usedBy %d, want 1", used.UsedBy)
+	}
+	r := e.kubectlCaptf(pluginBinary(t), plane.KubeconfigFile, "", "modules", entry.Name)
+	for _, want := range []string{entry.Name + "  v1       main", v1.Commit[:12], "1        resolved", "v1 is used by (all namespaces): tfc/private -n " + e.ns,
+		"instance_dir", "Where instance files go."} {
+		if r.code != 0 || !strings.Contains(r.out, want) {
+			t.Errorf("kubectl captf modules %s (exit %d):\n%s%s\nwant %q", entry.Name, r.code, r.out, r.err, want)
+			break
+		}
+	}
 }
 
 // TestCatalogCredentialsNeverLeak (issue 52): a catalog entry's credentials
