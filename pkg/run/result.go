@@ -59,6 +59,9 @@ type Module struct {
 	// Git is a catalog version to resolve: the runner finds the commit
 	// its ref names and fetches the module at that commit.
 	Git *GitModule `json:"git,omitempty"`
+	// Registry is a catalog version to resolve from a module registry:
+	// the runner asks the registry where the version's code is.
+	Registry *RegistryModule `json:"registry,omitempty"`
 	// Digest is the catalog's digest of the module: the run runs no code
 	// of another.
 	Digest string `json:"digest,omitempty"`
@@ -151,6 +154,17 @@ type Result struct {
 	// save (its errored.tfstate).
 	RescuedState string `json:"rescuedState,omitempty"`
 }
+
+// RegistryModule is a version of a module registry's module.
+type RegistryModule struct {
+	// Address is HOST/NAMESPACE/NAME/SYSTEM.
+	Address string `json:"address"`
+	Version string `json:"version"`
+}
+
+// CatalogCredentialsDir is where a catalog's resolve Job finds its entry's
+// credentials files.
+const CatalogCredentialsDir = "/captf/credentials"
 
 // SecretRef names a Secret.
 type SecretRef struct {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -52,6 +53,21 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 			return err
 		}
 		module = run.Module{Source: GitSource(g.URL, g.Path, resolved.Commit)}
+	}
+	if reg := module.Registry; reg != nil {
+		token, err := resolveToken()
+		if err != nil {
+			return fmt.Errorf("reading the registry token: %w", err)
+		}
+		// The token is the entry's: never in the log.
+		if r.redact, err = NewRedactor(nil, nil, token); err != nil {
+			return err
+		}
+		source, err := registrySource(ctx, http.DefaultClient, reg, token)
+		if err != nil {
+			return err
+		}
+		module = run.Module{Source: source}
 	}
 	resolved.Source = module.Source
 	res.Stage = run.StageInit

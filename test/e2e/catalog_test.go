@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -447,5 +450,99 @@ func TestCatalogVersionIsApprovedCode(t *testing.T) {
 	}
 	if string(done.Status.Outputs["release"].Raw) != `"v2"` {
 		t.Errorf("outputs %v, want release v2", done.Status.Outputs)
+	}
+}
+
+// registryServer is a private module registry on loopback: Terraform's
+// module registry protocol, with a bearer token, whose versions' code is in
+// git (the location it answers). It counts the requests it refused.
+func registryServer(t *testing.T, token string, versions map[string]string) (host string, refused *atomic.Int32) {
+	t.Helper()
+	refused = &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			refused.Add(1)
+			http.Error(w, "a token is required", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path == "/.well-known/terraform.json" {
+			fmt.Fprint(w, `{"modules.v1":"/v1/modules/"}`)
+			return
+		}
+		for v, loc := range versions {
+			if r.URL.Path == "/v1/modules/platform/cloud/local/"+v+"/download" {
+				w.Header().Set("X-Terraform-Get", loc)
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), refused
+}
+
+// TestCatalogRegistryModuleVersion (issue 52): a module of a private
+// registry, pinned by version in the catalog: the registry's token resolves
+// it, the version's code runs, and spec.module.version is gone (the catalog
+// pins registry versions).
+func TestCatalogRegistryModuleVersion(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManagerWithWebhook()
+	git := gitServer(t, "", "")
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := git.Commit("cloud", "main", map[string]string{"main.tf": string(module) + "output \"release\" {\n  value = \"1.0.0\"\n}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := git.Tag("cloud", "main", "v1.0.0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := git.Commit("cloud", "main", map[string]string{"main.tf": string(module) + "output \"release\" {\n  value = \"2.0.0\"\n}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	token := "reg-" + strings.ReplaceAll(e.ns, "-", "") + "-token"
+	host, refused := registryServer(t, token, map[string]string{
+		"1.0.0": "git::" + git.URL + "/cloud.git?ref=v1.0.0",
+		"2.0.0": "git::" + git.URL + "/cloud.git?ref=main",
+	})
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-token", Namespace: e.ns}, StringData: map[string]string{"token": token}}
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:                infrav1.CatalogSource{Registry: &infrav1.RegistrySource{Address: host + "/platform/cloud/local"}},
+			Versions:              []infrav1.CatalogVersion{{Name: "1.0.0"}, {Name: "9.9.9"}},
+			NamespaceSelector:     &metav1.LabelSelector{},
+			CredentialsSecretName: creds.Name,
+		}})
+	v1 := e.waitForVersion(entry.Name, "1.0.0", 2*time.Minute)
+	if v1.Error != "" || v1.Source != "git::"+git.URL+"/cloud.git?ref=v1.0.0" {
+		t.Fatalf("1.0.0 resolved to %+v, want the registry's location", v1)
+	}
+	if missing := e.waitForVersion(entry.Name, "9.9.9", time.Minute); !strings.Contains(missing.Error, "404") {
+		t.Errorf("a version the registry does not have: %+v, want its 404", missing)
+	}
+	tc := e.catalogCluster("reg", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
+	tc.Spec.Module.CatalogRef.Version = "1.0.0"
+	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "reg"}
+	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("reg", false))}
+	e.create(tc)
+	ready := e.waitFor("reg", 2*time.Minute, "Ready", isReady)
+	if string(ready.Status.Outputs["release"].Raw) != `"1.0.0"` || ready.Status.AppliedModule != v1.Digest {
+		t.Errorf("applied %s (release %s), want the code of 1.0.0 (%s)", ready.Status.AppliedModule, ready.Status.Outputs["release"].Raw, v1.Digest)
+	}
+	if n := refused.Load(); n != 0 {
+		t.Errorf("the registry refused %d requests: the entry's token was not sent", n)
+	}
+	// No version beside the source: the field left the CRD.
+	raw := []byte(`{"apiVersion":"infrastructure.cluster.x-k8s.io/v1alpha1","kind":"TerraformCluster","metadata":{"name":"v","namespace":"` + e.ns + `"},"spec":{"module":{"source":"x","version":"1.0.0"}}}`)
+	err = plane.Captf.InfrastructureV1alpha1().RESTClient().Post().Namespace(e.ns).Resource("terraformclusters").Param("fieldValidation", "Strict").Body(raw).Do(ctx).Error()
+	if err == nil || !strings.Contains(err.Error(), `unknown field "spec.module.version"`) {
+		t.Errorf("spec.module.version: %v, want it unknown", err)
 	}
 }

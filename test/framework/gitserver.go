@@ -103,3 +103,12 @@ func (g *GitServer) Commit(name, branch string, files map[string]string) (string
 	}
 	return git("rev-parse", "HEAD")
 }
+
+// Tag points tag of repository name at the head of branch.
+func (g *GitServer) Tag(name, branch, tag string) error {
+	bare := filepath.Join(g.Root, name+".git")
+	if out, err := exec.Command("git", "-C", bare, "tag", "-f", tag, branch).CombinedOutput(); err != nil {
+		return fmt.Errorf("git tag: %v: %s", err, out)
+	}
+	return nil
+}

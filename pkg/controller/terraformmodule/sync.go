@@ -34,7 +34,7 @@ const (
 )
 
 // CredentialsDir is where a resolve Job finds its entry's credentials.
-const CredentialsDir = "/captf/credentials"
+const CredentialsDir = run.CatalogCredentialsDir
 
 // kubeSecrets are the controller's reads and writes of Secrets and
 // ConfigMaps in the manager's namespace.
@@ -242,8 +242,10 @@ func (c *Controller) moduleOf(ctx context.Context, m *infrav1.TerraformModule, r
 			return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", c.Namespace, ref, err)
 		}
 		return &run.Module{Files: maps.Clone(cm.Data)}, nil
+	case src.Registry != nil:
+		return &run.Module{Registry: &run.RegistryModule{Address: src.Registry.Address, Version: ref}}, nil
 	}
-	return nil, fmt.Errorf("registry sources are not resolved yet: use a git source")
+	return nil, fmt.Errorf("the entry names no source")
 }
 
 // jobsOf are the resolve Jobs of m, newest first: in the manager's
