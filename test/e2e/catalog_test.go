@@ -546,3 +546,59 @@ func TestCatalogRegistryModuleVersion(t *testing.T) {
 		t.Errorf("spec.module.version: %v, want it unknown", err)
 	}
 }
+
+// TestCatalogConfigMapPinned (issue 52): a version published from a
+// ConfigMap is pinned to the digest of its files: once the ConfigMap is
+// edited, runs of the version run none of the new code
+// (CatalogDigestMismatch) until the platform team publishes it as a new
+// version.
+func TestCatalogConfigMapPinned(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startManagerWithWebhook()
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cloud-v1", Namespace: e.ns}, Data: map[string]string{"main.tf": string(module)}}
+	if _, err := plane.Kube.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "cloud"},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:            infrav1.CatalogSource{ConfigMap: &infrav1.CatalogConfigMapSource{}},
+			Versions:          []infrav1.CatalogVersion{{Name: "v1", Ref: cm.Name}},
+			NamespaceSelector: &metav1.LabelSelector{},
+		}})
+	v1 := e.waitForVersion(entry.Name, "v1", 2*time.Minute)
+	if v1.Error != "" || v1.Digest == "" {
+		t.Fatalf("v1 resolved to %+v", v1)
+	}
+	tc := e.catalogCluster("cm", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
+	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "cm"}
+	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("cm", false))}
+	e.create(tc)
+	if got := e.waitFor("cm", 2*time.Minute, "Ready", isReady); got.Status.AppliedModule != v1.Digest {
+		t.Errorf("applied %s, want v1's %s", got.Status.AppliedModule, v1.Digest)
+	}
+	// The ConfigMap is edited, then the object asks for a new apply.
+	cm.Data["main.tf"] = string(module) + "output \"edited\" {\n  value = true\n}\n"
+	if _, err := plane.Kube.CoreV1().ConfigMaps(e.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := updateCluster(e.ns, "cm", func(c *infrav1.TerraformCluster) {
+		c.Spec.Variables = append(c.Spec.Variables, jsonVar("instances", "2"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	failed := e.waitFor("cm", 2*time.Minute, "refusing the edited code", func(c *infrav1.TerraformCluster) bool {
+		r := condition(c, infrav1.ConditionReady)
+		return r != nil && r.Reason == "CatalogDigestMismatch"
+	})
+	if msg := condition(failed, infrav1.ConditionReady).Message; !strings.Contains(msg, v1.Digest) || !strings.Contains(msg, "none of it ran") {
+		t.Errorf("Ready message %q, want the catalog's digest and that nothing ran", msg)
+	}
+	if _, ok := failed.Status.Outputs["edited"]; ok {
+		t.Error("the edited code was applied")
+	}
+}
