@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -68,4 +70,26 @@ func described(d infrav1.ModuleVariable) string {
 		return ""
 	}
 	return ": " + d.Description
+}
+
+// Selects tells whether an entry's namespace selector selects a namespace
+// whose labels nsLabels reads (only when the selector needs them). No
+// selector selects none, {} every namespace, a selector that does not
+// parse none: the entry's to fix.
+func Selects(selector *metav1.LabelSelector, nsLabels func() (map[string]string, error)) (bool, error) {
+	if selector == nil {
+		return false, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return false, nil
+	}
+	if sel.Empty() {
+		return true, nil
+	}
+	l, err := nsLabels()
+	if err != nil {
+		return false, err
+	}
+	return sel.Matches(labels.Set(l)), nil
 }

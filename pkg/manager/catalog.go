@@ -6,10 +6,10 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/catalog"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
 	"github.com/captf/captf/pkg/runnerapi"
 )
@@ -34,15 +34,17 @@ func catalogCredentials(kube kubernetes.Interface, captf versioned.Interface) fu
 		if entry.Spec.CredentialsSecretName != name {
 			return fmt.Errorf("catalog module %s does not name these credentials", entry.Name)
 		}
-		sel, err := metav1.LabelSelectorAsSelector(entry.Spec.NamespaceSelector)
-		if entry.Spec.NamespaceSelector == nil || err != nil {
-			return fmt.Errorf("catalog module %s selects no namespace", entry.Name)
-		}
-		ns, err := kube.CoreV1().Namespaces().Get(ctx, id.Namespace, metav1.GetOptions{})
+		selected, err := catalog.Selects(entry.Spec.NamespaceSelector, func() (map[string]string, error) {
+			ns, err := kube.CoreV1().Namespaces().Get(ctx, id.Namespace, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return ns.Labels, nil
+		})
 		if err != nil {
 			return err
 		}
-		if !sel.Matches(labels.Set(ns.Labels)) {
+		if !selected {
 			return fmt.Errorf("catalog module %s does not select namespace %s", entry.Name, id.Namespace)
 		}
 		return nil

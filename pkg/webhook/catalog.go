@@ -9,8 +9,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -87,21 +85,11 @@ func checkCatalogVersion(entry *infrav1.TerraformModule, ref *infrav1.CatalogRef
 }
 
 // namespaceMayUse tells whether entry's namespace selector selects
-// namespace; no selector selects none.
+// namespace.
 func (h *Handler) namespaceMayUse(ctx context.Context, namespace string, entry *infrav1.TerraformModule) (bool, error) {
-	if entry.Spec.NamespaceSelector == nil {
-		return false, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(entry.Spec.NamespaceSelector)
-	if err != nil {
-		return false, nil // the entry's to fix; it selects nothing meanwhile
-	}
-	if sel.Empty() {
-		return true, nil
-	}
-	nsLabels, err := h.NamespaceLabels(ctx, namespace)
+	ok, err := catalog.Selects(entry.Spec.NamespaceSelector, func() (map[string]string, error) { return h.NamespaceLabels(ctx, namespace) })
 	if err != nil {
 		return false, fmt.Errorf("reading the labels of namespace %s: %w", namespace, err)
 	}
-	return sel.Matches(labels.Set(nsLabels)), nil
+	return ok, nil
 }

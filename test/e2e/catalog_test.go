@@ -200,6 +200,17 @@ func (e *env) catalogCluster(name, entry string, vars ...infrav1.Variable) *infr
 		}}}
 }
 
+// createCatalogCluster creates a Cluster and its TerraformCluster of the
+// local cloud's module published as version of catalog entry.
+func (e *env) createCatalogCluster(name, entry, version string) *infrav1.TerraformCluster {
+	e.t.Helper()
+	tc := e.catalogCluster(name, entry, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
+	tc.Spec.Module.CatalogRef.Version = version
+	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": name}
+	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster(name, false))}
+	return e.create(tc)
+}
+
 func jsonVar(name, raw string) infrav1.Variable {
 	return infrav1.Variable{Name: name, Value: &runtime.RawExtension{Raw: []byte(raw)}}
 }
@@ -317,10 +328,7 @@ func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *i
 	if st := e.waitForVersion(entry.Name, "v1", 2*time.Minute); st.Error != "" {
 		t.Fatalf("resolving a private module: %s", st.Error)
 	}
-	tc := e.catalogCluster("private", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
-	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "private"}
-	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("private", false))}
-	e.create(tc)
+	e.createCatalogCluster("private", entry.Name, "v1")
 	return e.waitFor("private", 2*time.Minute, "Ready", isReady), entry, password, m, git
 }
 
@@ -527,11 +535,7 @@ func TestCatalogRegistryModuleVersion(t *testing.T) {
 	if missing := e.waitForVersion(entry.Name, "9.9.9", time.Minute); !strings.Contains(missing.Error, "404") {
 		t.Errorf("a version the registry does not have: %+v, want its 404", missing)
 	}
-	tc := e.catalogCluster("reg", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
-	tc.Spec.Module.CatalogRef.Version = "1.0.0"
-	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "reg"}
-	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("reg", false))}
-	e.create(tc)
+	e.createCatalogCluster("reg", entry.Name, "1.0.0")
 	ready := e.waitFor("reg", 2*time.Minute, "Ready", isReady)
 	if string(ready.Status.Outputs["release"].Raw) != `"1.0.0"` || ready.Status.AppliedModule != v1.Digest {
 		t.Errorf("applied %s (release %s), want the code of 1.0.0 (%s)", ready.Status.AppliedModule, ready.Status.Outputs["release"].Raw, v1.Digest)
@@ -574,10 +578,7 @@ func TestCatalogConfigMapPinned(t *testing.T) {
 	if v1.Error != "" || v1.Digest == "" {
 		t.Fatalf("v1 resolved to %+v", v1)
 	}
-	tc := e.catalogCluster("cm", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
-	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "cm"}
-	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("cm", false))}
-	e.create(tc)
+	e.createCatalogCluster("cm", entry.Name, "v1")
 	if got := e.waitFor("cm", 2*time.Minute, "Ready", isReady); got.Status.AppliedModule != v1.Digest {
 		t.Errorf("applied %s, want v1's %s", got.Status.AppliedModule, v1.Digest)
 	}

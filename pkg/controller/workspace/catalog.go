@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -78,24 +77,15 @@ func (c *Catalog) module(ctx context.Context, client kubernetes.Interface, names
 	return m, st.Variables, nil
 }
 
-// namespaceSelected tells whether selector selects namespace; nil selects
-// none.
+// namespaceSelected tells whether selector selects namespace.
 func namespaceSelected(ctx context.Context, client kubernetes.Interface, namespace string, selector *metav1.LabelSelector) (bool, error) {
-	if selector == nil {
-		return false, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return false, nil
-	}
-	if sel.Empty() {
-		return true, nil
-	}
-	ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("reading namespace %s: %w", namespace, err)
-	}
-	return sel.Matches(labels.Set(ns.Labels)), nil
+	return catalog.Selects(selector, func() (map[string]string, error) {
+		ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading namespace %s: %w", namespace, err)
+		}
+		return ns.Labels, nil
+	})
 }
 
 // catalogDigest is the catalog's digest of the module of run inputs data,
