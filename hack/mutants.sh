@@ -575,7 +575,7 @@ mutant catalog-job-reads-anything pkg/runnerapi/access.go \
 mutant catalog-job-writes-state pkg/runnerapi/access.go \
 	'if id.Catalog && sec.Name != id.Object.Result(id.Job) {' 'if false {'
 mutant credentials-without-write-key pkg/runnerapi/server.go \
-	'case id.Catalog || id.Keyless || !id.writes(r):' 'case id.Catalog:'
+	'case id.Keyless || !id.writes(r):' 'case id.Keyless:'
 mutant credentials-of-any-entry pkg/runnerapi/server.go \
 	'if err := s.CatalogCredentials(ctx, id, name); err != nil {' 'if err := s.CatalogCredentials(ctx, id, name); false && err != nil {'
 mutant catalog-values-unchecked pkg/catalog/check.go \

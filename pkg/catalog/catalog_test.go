@@ -29,6 +29,11 @@ variable "captf_name" { type = string }
 variable "anything" {
   default = null
 }
+variable "password" {
+  type      = string
+  default   = "hunter22"
+  sensitive = true
+}
 output "vpc_id" {
   value       = "x"
   description = "The network's ID."
@@ -67,8 +72,11 @@ func TestInspect(t *testing.T) {
 	for _, v := range vars {
 		got[v.Name] = v
 	}
-	if len(vars) != 5 {
-		t.Fatalf("variables %+v, want 5", vars)
+	if len(vars) != 6 {
+		t.Fatalf("variables %+v, want 6", vars)
+	}
+	if p := got["password"]; p.Required || !p.Sensitive || p.Default != nil {
+		t.Errorf("password: %+v: a sensitive default is not recorded", p)
 	}
 	if r := got["region"]; !r.Required || r.Type != "string" || r.Description != "The cloud region of the network." {
 		t.Errorf("region: %+v", r)
@@ -115,7 +123,7 @@ func TestCheckVariables(t *testing.T) {
 		{"missing required", nil, []string{`spec.variables: Required value: vpc v1 requires variable region (string): The cloud region of the network.`}},
 		{"captf inputs are CAPTF's", []infrav1.Variable{val("region", `"a"`)}, nil},
 		{"unknown name", []infrav1.Variable{val("region", `"a"`), val("regoin", `"a"`)},
-			[]string{`spec.variables[1].name: Not found: "regoin: vpc v1 declares no such variable (it declares anything, cidrs, region, sizes)"`}},
+			[]string{`spec.variables[1].name: Not found: "regoin: vpc v1 declares no such variable (it declares anything, cidrs, password, region, sizes)"`}},
 		{"wrong type", []infrav1.Variable{val("region", `["a"]`)},
 			[]string{`spec.variables[0].value: Invalid value: "[\"a\"]": region is not a string`, `The cloud region of the network.`}},
 		{"wrong type deep inside", []infrav1.Variable{val("region", `"a"`), val("sizes", `{"a":{"cpu":"many"}}`)},

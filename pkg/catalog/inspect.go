@@ -175,7 +175,9 @@ func variable(b *hcl.Block, src []byte) (infrav1.ModuleVariable, error) {
 		if wrapped.Value == nil {
 			wrapped.Value = json.RawMessage("null")
 		}
-		if len(wrapped.Value) <= maxDefault {
+		// A sensitive variable's default is a secret of the module's: the
+		// status, readable by every tenant, says only that there is one.
+		if len(wrapped.Value) <= maxDefault && !v.Sensitive {
 			v.Default = &runtime.RawExtension{Raw: wrapped.Value}
 		}
 	}

@@ -18,8 +18,21 @@ import (
 // Secret name, or nil: its object (this very one, by UID) names a catalog
 // entry whose credentials are name and that selects its namespace. Read
 // live: once per run, and a credential is worth the request.
-func catalogCredentials(kube kubernetes.Interface, captf versioned.Interface) func(ctx context.Context, id *runnerapi.Identity, name string) error {
+func catalogCredentials(kube kubernetes.Interface, captf versioned.Interface, namespace string) func(ctx context.Context, id *runnerapi.Identity, name string) error {
 	return func(ctx context.Context, id *runnerapi.Identity, name string) error {
+		if err := designated(ctx, kube, namespace, name); err != nil {
+			return err
+		}
+		if id.Catalog {
+			entry, err := captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, id.ObjectRef.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading the Job's catalog module: %w", err)
+			}
+			if entry.UID != id.ObjectRef.UID || entry.Spec.CredentialsSecretName != name {
+				return errors.New("the Job's catalog module does not name these credentials")
+			}
+			return nil
+		}
 		ws, uid, err := workspaceOf(ctx, captf, id.Namespace, id.ObjectRef.Kind, id.ObjectRef.Name)
 		if err != nil {
 			return fmt.Errorf("reading the run's object: %w", err)
@@ -49,6 +62,21 @@ func catalogCredentials(kube kubernetes.Interface, captf versioned.Interface) fu
 		}
 		return nil
 	}
+}
+
+// designated checks that the Secret name of the manager's namespace (the
+// runner API's CatalogNamespace) was made for the catalog: its label says
+// so. Else a catalog entry could name any Secret there (the manager's own
+// certificates, a token) and hand it to runners.
+func designated(ctx context.Context, kube kubernetes.Interface, namespace, name string) error {
+	sec, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the credentials: %w", err)
+	}
+	if sec.Labels[infrav1.LabelCatalogCredentials] != "true" {
+		return fmt.Errorf("Secret %s is not labelled %s=true, which the platform team sets on the credentials of catalog modules", name, infrav1.LabelCatalogCredentials)
+	}
+	return nil
 }
 
 // workspaceOf reads the spec and UID of a Terraform* object.

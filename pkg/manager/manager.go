@@ -246,7 +246,7 @@ func (m *manager) serve(ctx context.Context, cfg *rest.Config, health *leaderele
 		return err
 	}
 	m.runnerAPI = webhook.NewServer(fmt.Sprintf(":%d", o.RunnerAPIPort), o.WebhookCertDir, o.WebhookCertName, o.WebhookKeyName, &runnerapi.Server{Kube: kube, Config: cfg, StateBackups: o.StateBackups, MaxStateBytes: o.MaxStateBytes, Clock: m.clock,
-		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs, CatalogNamespace: m.namespace, CatalogCredentials: catalogCredentials(kube, captf)})
+		CachedJob: m.cachedJob, ResultWritten: m.resultWritten, RunInputs: m.runInputs, CatalogNamespace: m.namespace, CatalogCredentials: catalogCredentials(kube, captf, m.namespace)})
 	m.runnerAPI.Clock = m.clock
 	m.runnerAPI.Name = "runner-api"
 	metrics.WatchCertificate(m.runnerAPI.Name, m.runnerAPI.NotAfter)
@@ -429,22 +429,29 @@ func startWebhook(ctx context.Context, o Options, cfg *rest.Config, podNamespace
 // and the manager is ready when all of them have synced.
 func (m *manager) controllers() []controllerDescriptor {
 	o := &m.options
-	return []controllerDescriptor{
+	ds := []controllerDescriptor{
 		workspaceController(terraformcluster.Kind, o.ClusterConcurrency),
 		workspaceController(terraformmachine.Kind, o.MachineConcurrency),
 		workspaceController(terraformmachinepool.Kind, o.MachinePoolConcurrency),
 		{terraformmachinetemplate.ControllerName, o.MachineTemplateConcurrency, func(ctx context.Context, cc controller.Context, _ workspace.Config) (controller.Interface, error) {
 			return terraformmachinetemplate.NewController(ctx, cc)
 		}},
-		{terraformmodule.ControllerName, 1, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
-			return terraformmodule.NewController(ctx, cc, terraformmodule.Config{Namespace: m.namespace, RunnerImage: o.RunnerImage,
-				ProviderMirrorImage: o.ProviderMirrorImage, RunnerAPI: config.RunnerAPI, RunnerPods: o.runnerPods, Results: config.Results,
-				EnsureAccount: config.Access.Ensure, Jobs: &runnerjob.APIControl{Client: cc.Kube, FieldManager: terraformmodule.ControllerName}})
-		}},
 		{jobmetrics.ControllerName, 2, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
 			return jobmetrics.NewController(ctx, cc, config.Results)
 		}},
 	}
+	// The catalog's resolve Jobs run in the manager's namespace, which a
+	// manager of another namespace does not watch.
+	if o.Namespace == "" || o.Namespace == m.namespace {
+		ds = append(ds, controllerDescriptor{terraformmodule.ControllerName, 1, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
+			return terraformmodule.NewController(ctx, cc, terraformmodule.Config{Namespace: m.namespace, RunnerImage: o.RunnerImage,
+				ProviderMirrorImage: o.ProviderMirrorImage, RunnerAPI: config.RunnerAPI, RunnerPods: o.runnerPods, Results: config.Results,
+				EnsureAccount: config.Access.Ensure, Jobs: &runnerjob.APIControl{Client: cc.Kube, FieldManager: terraformmodule.ControllerName}})
+		}})
+	} else {
+		klog.Background().Info("Warning: the module catalog is not served: --namespace is not the manager's own namespace, where its resolve Jobs run", "namespace", o.Namespace, "podNamespace", m.namespace)
+	}
+	return ds
 }
 
 // workspaceController describes the workspace controller of kind.

@@ -162,10 +162,6 @@ type RegistryModule struct {
 	Version string `json:"version"`
 }
 
-// CatalogCredentialsDir is where a catalog's resolve Job finds its entry's
-// credentials files.
-const CatalogCredentialsDir = "/captf/credentials"
-
 // SecretRef names a Secret.
 type SecretRef struct {
 	Namespace string `json:"namespace"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,9 +58,12 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 		r.env = append(r.env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=credential.helper", "GIT_CONFIG_VALUE_0=store --file="+path, "GIT_TERMINAL_PROMPT=0")
 		secrets = append(secrets, gitPasswords(string(b))...)
 	}
-	if b := strings.TrimSpace(string(sec[credentialToken])); b != "" && registryHost != "" {
-		r.env = append(r.env, "TF_TOKEN_"+tokenHost(registryHost)+"="+b)
+	if b := strings.TrimSpace(string(sec[credentialToken])); b != "" {
+		r.registryToken = b
 		secrets = append(secrets, b)
+		if registryHost != "" {
+			r.env = append(r.env, "TF_TOKEN_"+tokenHost(registryHost)+"="+b)
+		}
 	}
 	return secrets, nil
 }
@@ -67,6 +71,7 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 // dropCredentials removes what withCredentials gave.
 func (r *Runner) dropCredentials() error {
 	r.env = withoutCredentials(r.env)
+	r.registryToken = ""
 	err := os.RemoveAll(filepath.Join(r.Config.WorkDir, credentialsDir))
 	if err != nil {
 		return errors.New("removing the catalog module's credentials: " + err.Error())
@@ -87,21 +92,40 @@ func withoutCredentials(env []string) []string {
 	return out
 }
 
-// gitPasswords are the passwords (tokens) of a .git-credentials file's
-// URLs.
+// gitPasswords are the secrets of a .git-credentials file's URLs: each
+// password, and each user name long enough to be a token (one often
+// stands there; a short one is a name, and would blank out words of the
+// log), as written and unescaped.
 func gitPasswords(s string) []string {
 	var out []string
 	for _, line := range strings.Split(s, "\n") {
-		if _, rest, ok := strings.Cut(strings.TrimSpace(line), "://"); ok {
-			if userinfo, _, ok := strings.Cut(rest, "@"); ok {
-				if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
-					out = append(out, pw)
-				}
+		_, rest, ok := strings.Cut(strings.TrimSpace(line), "://")
+		if !ok {
+			continue
+		}
+		userinfo, _, ok := strings.Cut(rest, "@")
+		if !ok {
+			continue
+		}
+		user, pw, _ := strings.Cut(userinfo, ":")
+		if len(user) < minTokenUser {
+			user = ""
+		}
+		for _, v := range []string{user, pw} {
+			if v == "" {
+				continue
+			}
+			out = append(out, v)
+			if u, err := url.PathUnescape(v); err == nil && u != v {
+				out = append(out, u)
 			}
 		}
 	}
 	return out
 }
+
+// minTokenUser is the shortest user name of a git URL taken for a token.
+const minTokenUser = 20
 
 // tokenHost is a host as TF_TOKEN_ names it: dots as underscores, dashes
 // as double underscores.

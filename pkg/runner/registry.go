@@ -3,14 +3,11 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -115,12 +112,3 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// resolveToken is the registry token a resolve Job's credentials hold, ""
-// without one.
-func resolveToken() (string, error) {
-	b, err := os.ReadFile(filepath.Join(run.CatalogCredentialsDir, credentialToken))
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
-	}
-	return strings.TrimSpace(string(b)), err
-}

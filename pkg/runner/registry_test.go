@@ -62,3 +62,11 @@ func TestRegistrySource(t *testing.T) {
 		t.Error("an address without namespace, name and system was taken")
 	}
 }
+
+func TestGitPasswords(t *testing.T) {
+	got := gitPasswords("https://platform:s3cr%2Ft@git.example.com\nhttps://ghp_0123456789abcdefghij:x-oauth-basic@github.com\nnot a url\n")
+	want := []string{"s3cr%2Ft", "s3cr/t", "ghp_0123456789abcdefghij", "x-oauth-basic"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("gitPasswords = %q, want %q", got, want)
+	}
+}

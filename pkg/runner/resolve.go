@@ -47,6 +47,16 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 	if r.env, err = r.providerInstallation(ctx); err != nil {
 		return err
 	}
+	secrets, err := r.withCredentials(ctx, module.Credentials, "")
+	if err != nil {
+		return err
+	}
+	// Never in the log, status or a condition: git and a registry may
+	// quote what they were given.
+	if r.redact, err = NewRedactor(nil, nil, secrets...); err != nil {
+		return err
+	}
+	defer func() { _ = r.dropCredentials() }()
 	resolved := &run.Resolved{}
 	if g := module.Git; g != nil {
 		if resolved.Commit, err = r.gitCommit(ctx, g); err != nil {
@@ -55,15 +65,7 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 		module = run.Module{Source: GitSource(g.URL, g.Path, resolved.Commit)}
 	}
 	if reg := module.Registry; reg != nil {
-		token, err := resolveToken()
-		if err != nil {
-			return fmt.Errorf("reading the registry token: %w", err)
-		}
-		// The token is the entry's: never in the log.
-		if r.redact, err = NewRedactor(nil, nil, token); err != nil {
-			return err
-		}
-		source, err := registrySource(ctx, http.DefaultClient, reg, token)
+		source, err := registrySource(ctx, http.DefaultClient, reg, r.registryToken)
 		if err != nil {
 			return err
 		}

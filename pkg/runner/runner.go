@@ -59,6 +59,9 @@ type Runner struct {
 	redact *Redactor // nil until the inputs are read
 	env    []string  // terraform's environment, before the backend's
 	module run.Module
+	// registryToken is the catalog entry's registry token while the
+	// module is fetched.
+	registryToken string
 	mu     sync.Mutex
 	child  *exec.Cmd
 	// interrupted is the child already sent its one SIGTERM.

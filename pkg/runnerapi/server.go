@@ -104,7 +104,8 @@ type Server struct {
 	CatalogNamespace string
 	// CatalogCredentials says why the runner of id may not read the
 	// credentials Secret name of CatalogNamespace, or nil when its object
-	// uses a catalog entry that names it. Nil refuses every request.
+	// uses a catalog entry that names it (a resolve Job: its own entry).
+	// Nil refuses every request.
 	CatalogCredentials func(ctx context.Context, id *Identity, name string) error
 	// JWKS reads the API server's token signing keys (a JWKS document);
 	// nil reads /openid/v1/jwks with the manager's client.
@@ -250,8 +251,8 @@ func (s *Server) credentialsRequest(r *http.Request) (string, bool) {
 
 // serveCredentials forwards a runner's read of its catalog entry's
 // credentials: only the runner's (it carries the write key, which the
-// module's code never sees), never a resolve Job's (it mounts them), and
-// only of the entry its object uses.
+// module's code never sees), and only of the entry its object uses (or,
+// for a resolve Job, its own entry).
 func (s *Server) serveCredentials(ctx context.Context, w http.ResponseWriter, r *http.Request, id *Identity, name string) {
 	forbid := func(why string) {
 		klog.FromContext(ctx).WithName("runner-api").V(2).Info("Refused", "pod", klog.KRef(id.Namespace, id.Pod), "credentials", name, "why", why)
@@ -260,7 +261,7 @@ func (s *Server) serveCredentials(ctx context.Context, w http.ResponseWriter, r 
 	switch {
 	case r.Method != http.MethodGet:
 		forbid("a run only reads its catalog module's credentials")
-	case id.Catalog || id.Keyless || !id.writes(r):
+	case id.Keyless || !id.writes(r):
 		forbid("only a runner that carries its write key reads its catalog module's credentials")
 	case s.CatalogCredentials == nil:
 		forbid("this manager serves no catalog credentials")

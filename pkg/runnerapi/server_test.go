@@ -1040,7 +1040,7 @@ func TestCatalogCredentials(t *testing.T) {
 		"the runner":                     {id: &runner, method: "GET", key: "the-key", allowed: true},
 		"the module's code, no key":      {id: &runner, method: "GET"},
 		"a Job made before write keys":   {id: me, method: "GET"},
-		"a resolve Job (it mounts them)": {id: &resolver, method: "GET", key: "the-key"},
+		"a resolve Job, of its entry":   {id: &resolver, method: "GET", key: "the-key", allowed: true},
 		"a write":                        {id: &runner, method: "PUT", key: "the-key"},
 		"another entry's":                {id: &runner, method: "GET", key: "the-key"},
 	}

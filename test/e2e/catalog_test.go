@@ -313,7 +313,7 @@ func (e *env) privateCatalogCluster(t *testing.T) (*infrav1.TerraformCluster, *i
 	if _, err := git.Commit("cloud", "main", map[string]string{"modules/cloud/main.tf": string(module), "modules/cloud/probe.tf": credentialsProbe}); err != nil {
 		t.Fatal(err)
 	}
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-git", Namespace: e.ns},
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-git", Namespace: e.ns, Labels: map[string]string{infrav1.LabelCatalogCredentials: "true"}},
 		StringData: map[string]string{".git-credentials": strings.Replace(git.URL, "http://", "http://platform:"+password+"@", 1) + "\n"}}
 	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -517,7 +517,8 @@ func TestCatalogRegistryModuleVersion(t *testing.T) {
 		"1.0.0": "git::" + git.URL + "/cloud.git?ref=v1.0.0",
 		"2.0.0": "git::" + git.URL + "/cloud.git?ref=main",
 	})
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-token", Namespace: e.ns}, StringData: map[string]string{"token": token}}
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-token", Namespace: e.ns, Labels: map[string]string{infrav1.LabelCatalogCredentials: "true"}},
+		StringData: map[string]string{"token": token}}
 	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

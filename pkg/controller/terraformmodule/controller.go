@@ -65,6 +65,11 @@ type Controller struct {
 func NewController(ctx context.Context, cc controller.Context, config Config) (*Controller, error) {
 	modules := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformModules()
 	jobs := cc.KubeInformers.Batch().V1().Jobs().Informer()
+	if _, ok := jobs.GetIndexer().GetIndexers()[runnerjob.ByObjectUID]; !ok {
+		if err := jobs.AddIndexers(runnerjob.Indexers); err != nil {
+			return nil, err
+		}
+	}
 	c := &Controller{Config: config, captf: cc.CAPTF, kube: apiSecrets{cc.Kube}, modules: modules.Lister(), jobs: jobs.GetIndexer(),
 		clock: cc.ClockOrReal(), loop: controller.NewLoop(ctx, ControllerName, cc)}
 	c.loop.Synced = []cache.InformerSynced{modules.Informer().HasSynced, jobs.HasSynced}

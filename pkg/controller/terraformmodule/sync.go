@@ -6,9 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,8 +33,9 @@ const (
 	ReasonResolveFailed = "ResolveFailed"
 )
 
-// CredentialsDir is where a resolve Job finds its entry's credentials.
-const CredentialsDir = run.CatalogCredentialsDir
+// keptFailedJobs is how many of a version's failed resolve Jobs are kept
+// (with their results) for people to read; older ones are deleted.
+const keptFailedJobs = 3
 
 // kubeSecrets are the controller's reads and writes of Secrets and
 // ConfigMaps in the manager's namespace.
@@ -121,16 +122,23 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		logger.V(2).Info("Recorded the catalog entry's versions", "ready", meta.FindStatusCondition(m.Status.Conditions, "Ready").Reason)
 		return nil // the next sync, on the status written, cleans up
 	}
-	// Jobs of versions resolved (or gone) are done with once recorded.
-	for _, job := range jobs {
+	// Jobs of versions resolved (or gone) are done with once recorded;
+	// of a version that keeps failing, the last few are kept to read.
+	kept := map[string]int{}
+	for _, job := range jobs { // newest first
 		if wanted[job.InputsHash] {
-			continue
+			if kept[job.InputsHash]++; kept[job.InputsHash] <= keptFailedJobs {
+				continue
+			}
 		}
 		if err := c.Jobs.Delete(ctx, job, metav1.DeletePropagationBackground); err != nil {
 			return err
 		}
-		if err := c.kube.DeleteSecret(ctx, c.Namespace, names.ObjectOf(GVK.Kind, m.Name).Result(job.Name)); err != nil {
-			return err
+		obj := names.ObjectOf(GVK.Kind, m.Name)
+		for _, sec := range []string{obj.Result(job.Name), obj.RunInputs(job.Name)} {
+			if err := c.kube.DeleteSecret(ctx, c.Namespace, sec); err != nil {
+				return err
+			}
 		}
 	}
 	if requeue > 0 {
@@ -161,13 +169,16 @@ func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformMod
 		return 0, nil
 	case err == nil && res.Error != "":
 		st.Error = res.Error
+	case errors.Is(err, runnerjob.ErrUnreadableResult):
+		st.Error = fmt.Sprintf("Job %s wrote no result CAPTF can read", latest.Name)
 	case err != nil && !apierrors.IsNotFound(err):
 		return 0, err
 	default:
 		st.Error = runnerjob.FailureMessage(latest)
 	}
-	failures := len(jobs)
-	retry := latest.Status.EndTime.Add(runnerjob.Backoff(failures))
+	// By attempt, not by the Jobs kept: the backoff grows however many
+	// of them were deleted.
+	retry := latest.Status.EndTime.Add(runnerjob.Backoff(latest.Attempt + 1))
 	if wait := retry.Sub(c.clock.Now()); wait > 0 {
 		return wait, nil
 	}
@@ -196,7 +207,6 @@ func (c *Controller) startJob(ctx context.Context, m *infrav1.TerraformModule, s
 		InputsHash: hash, Attempt: attempt, Image: c.RunnerImage, ProviderMirrorImage: c.ProviderMirrorImage,
 		Policy: runnerjob.EffectivePolicy(nil, nil), RunnerAPI: c.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: c.RunnerPods,
 		WriteKey: run.NewWriteKey()})
-	withCredentials(job.Spec.Template.Spec.Containers, &job.Spec.Template.Spec.Volumes, m.Spec.CredentialsSecretName)
 	labels := maps.Clone(job.Labels)
 	labels[names.LabelSecretType] = names.SecretTypeRunInputs
 	inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.ObjectOf(GVK.Kind, m.Name).RunInputs(job.Name), Namespace: c.Namespace, Labels: labels},
@@ -211,27 +221,17 @@ func (c *Controller) startJob(ctx context.Context, m *infrav1.TerraformModule, s
 	return nil
 }
 
-// withCredentials gives the containers the entry's credentials Secret as
-// read-only files, and git the store of .git-credentials in it.
-func withCredentials(containers []corev1.Container, volumes *[]corev1.Volume, secret string) {
-	if secret == "" {
-		return
+// moduleOf is what the resolve Job of ref fetches, with the entry's
+// credentials, which the runner reads through the runner API.
+func (c *Controller) moduleOf(ctx context.Context, m *infrav1.TerraformModule, ref string) (*run.Module, error) {
+	mod, err := c.sourceOf(ctx, m, ref)
+	if err == nil && m.Spec.CredentialsSecretName != "" {
+		mod.Credentials = &run.SecretRef{Namespace: c.Namespace, Name: m.Spec.CredentialsSecretName}
 	}
-	*volumes = append(*volumes, corev1.Volume{Name: "credentials", VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr(int32(0o400))}}})
-	for i := range containers {
-		c := &containers[i]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "credentials", MountPath: CredentialsDir, ReadOnly: true})
-		c.Env = append(c.Env,
-			corev1.EnvVar{Name: "GIT_CONFIG_COUNT", Value: "1"},
-			corev1.EnvVar{Name: "GIT_CONFIG_KEY_0", Value: "credential.helper"},
-			corev1.EnvVar{Name: "GIT_CONFIG_VALUE_0", Value: "store --file=" + filepath.Join(CredentialsDir, ".git-credentials")},
-			corev1.EnvVar{Name: "GIT_TERMINAL_PROMPT", Value: "0"})
-	}
+	return mod, err
 }
 
-// moduleOf is what the resolve Job of ref fetches.
-func (c *Controller) moduleOf(ctx context.Context, m *infrav1.TerraformModule, ref string) (*run.Module, error) {
+func (c *Controller) sourceOf(ctx context.Context, m *infrav1.TerraformModule, ref string) (*run.Module, error) {
 	src := m.Spec.Source
 	switch {
 	case src.Git != nil:

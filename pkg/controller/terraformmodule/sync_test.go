@@ -262,7 +262,7 @@ func TestResolvedJobsGo(t *testing.T) {
 	if err := c.sync(ctx, cache.ObjectName{Name: "vpc"}); err != nil {
 		t.Fatal(err)
 	}
-	want := "delete job " + job.Name + "\ndelete secret " + job.Name + "-result"
+	want := "delete job " + job.Name + "\ndelete secret " + job.Name + "-result\ndelete secret " + job.Name
 	if got := strings.Join(f.log, "\n"); got != want {
 		t.Errorf("side effects:\n%s\nwant:\n%s", got, want)
 	}

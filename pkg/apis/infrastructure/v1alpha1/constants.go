@@ -60,6 +60,11 @@ const (
 // controlled by the Machine (or pool) or by its bootstrap config.
 const LabelBootstrapData = "captf.io/bootstrap-data"
 
+// LabelCatalogCredentials on a Secret of the manager's namespace lets a
+// catalog entry's spec.credentialsSecretName name it: only Secrets the
+// platform team made for it reach runners.
+const LabelCatalogCredentials = "captf.io/catalog-credentials"
+
 // LabelRunnerServiceAccount on a ServiceAccount lets spec.jobs.serviceAccountName
 // name it.
 const LabelRunnerServiceAccount = "captf.io/runner"

@@ -60,10 +60,12 @@ type CatalogSource struct {
 // GitSource is a module in a git repository.
 type GitSource struct {
 	// URL of the repository, as git clones it (https://, ssh://, file://).
+	// No credentials in it (they would show in status and errors): they
+	// go in the entry's credentials Secret.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^(https?|ssh|file)://[^\s?#]+$`
+	// +kubebuilder:validation:Pattern=`^((https?|file)://[^\s?#@]+|ssh://[^\s?#]+)$`
 	URL string `json:"url"`
 
 	// Path is the module's directory inside the repository.
