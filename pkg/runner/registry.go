@@ -111,4 +111,3 @@ func loopback(host string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
-

@@ -62,8 +62,8 @@ type Runner struct {
 	// registryToken is the catalog entry's registry token while the
 	// module is fetched.
 	registryToken string
-	mu     sync.Mutex
-	child  *exec.Cmd
+	mu            sync.Mutex
+	child         *exec.Cmd
 	// interrupted is the child already sent its one SIGTERM.
 	interrupted *exec.Cmd
 	signal      bool

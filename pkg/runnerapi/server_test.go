@@ -1037,12 +1037,12 @@ func TestCatalogCredentials(t *testing.T) {
 		key     string
 		allowed bool
 	}{
-		"the runner":                     {id: &runner, method: "GET", key: "the-key", allowed: true},
-		"the module's code, no key":      {id: &runner, method: "GET"},
-		"a Job made before write keys":   {id: me, method: "GET"},
-		"a resolve Job, of its entry":   {id: &resolver, method: "GET", key: "the-key", allowed: true},
-		"a write":                        {id: &runner, method: "PUT", key: "the-key"},
-		"another entry's":                {id: &runner, method: "GET", key: "the-key"},
+		"the runner":                   {id: &runner, method: "GET", key: "the-key", allowed: true},
+		"the module's code, no key":    {id: &runner, method: "GET"},
+		"a Job made before write keys": {id: me, method: "GET"},
+		"a resolve Job, of its entry":  {id: &resolver, method: "GET", key: "the-key", allowed: true},
+		"a write":                      {id: &runner, method: "PUT", key: "the-key"},
+		"another entry's":              {id: &runner, method: "GET", key: "the-key"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
