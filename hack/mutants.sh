@@ -588,7 +588,9 @@ mutant catalog-unresolved-admitted pkg/webhook/catalog.go \
 	'if i < 0 || entry.Status.Versions[i].Digest == "" {' 'if i < 0 {'
 
 mutant resolved-version-resolved-again pkg/controller/terraformmodule/sync.go \
-	'if ok && st.Digest != "" && st.Ref == ref {' 'if false {'
+	'if ok && st.Digest != "" && st.Ref == ref && (v.Digest == "" || v.Digest == st.Digest) {' 'if false {'
+mutant catalog-pin-ignored pkg/controller/terraformmodule/sync.go \
+	'&& pin != "" && res.Module.Digest != pin:' '&& false:'
 mutant resolve-backoff-skipped pkg/controller/terraformmodule/sync.go \
 	'if wait := retry.Sub(c.clock.Now()); wait > 0 {' 'if wait := retry.Sub(c.clock.Now()); false && wait > 0 {'
 mutant resolve-jobs-kept pkg/controller/terraformmodule/sync.go \

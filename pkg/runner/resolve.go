@@ -64,6 +64,7 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 		}
 		module = run.Module{Source: GitSource(g.URL, g.Path, resolved.Commit)}
 	}
+	fromRegistry := module.Registry != nil
 	if reg := module.Registry; reg != nil {
 		source, err := registrySource(ctx, http.DefaultClient, reg, r.registryToken)
 		if err != nil {
@@ -71,7 +72,11 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 		}
 		module = run.Module{Source: source}
 	}
-	resolved.Source = module.Source
+	if !fromRegistry {
+		// A registry's location may be short-lived (a signed URL):
+		// runs ask the registry again, and the digest pins the code.
+		resolved.Source = module.Source
+	}
 	res.Stage = run.StageInit
 	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, []byte("{}")); err != nil {
 		return err

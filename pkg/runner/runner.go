@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -376,6 +377,13 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if len(secrets) > 0 {
 		// Never in the log: git and terraform may quote what they got.
 		if r.redact, err = NewRedactor(inputs.Data[run.KeyVariables], inputs.Data[run.KeySensitive], append(env, secrets...)...); err != nil {
+			return nil, "", err
+		}
+	}
+	if reg := module.Registry; reg != nil {
+		// A catalog version of a registry: where its code is now (the
+		// digest checks it is the code the catalog resolved).
+		if module.Source, err = registrySource(ctx, http.DefaultClient, reg, r.registryToken); err != nil {
 			return nil, "", err
 		}
 	}

@@ -87,16 +87,16 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	for _, v := range m.Spec.Versions {
 		ref := cmp.Or(v.Ref, v.Name)
 		st, ok := known[v.Name]
-		if ok && st.Digest != "" && st.Ref == ref {
+		if ok && st.Digest != "" && st.Ref == ref && (v.Digest == "" || v.Digest == st.Digest) {
 			versions = append(versions, st) // resolved once, for good
 			continue
 		}
-		if !ok || st.Ref != ref {
+		if !ok || st.Ref != ref || st.Digest != "" {
 			st = infrav1.CatalogVersionStatus{Name: v.Name, Ref: ref}
 		}
 		hash := inputsHash(m.Spec.Source, v.Name, ref)
 		wanted[hash] = true
-		after, err := c.resolveVersion(ctx, m, &st, hash, jobsWithHash(jobs, hash))
+		after, err := c.resolveVersion(ctx, m, &st, v.Digest, hash, jobsWithHash(jobs, hash))
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 // resolveVersion moves one version on: starts its Job, or records the
 // result of the Job that ended, or retries after a failure's backoff. It
 // returns when to look again.
-func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, hash string, jobs []*runnerjob.Cached) (time.Duration, error) {
+func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, pin, hash string, jobs []*runnerjob.Cached) (time.Duration, error) {
 	if len(jobs) == 0 {
 		return 0, c.startJob(ctx, m, st, hash, 0)
 	}
@@ -162,6 +162,11 @@ func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformMod
 	obj := names.ObjectOf(GVK.Kind, m.Name)
 	res, err := c.Results.Read(ctx, c.Namespace, obj.Result(latest.Name), latest.UID)
 	switch {
+	case err == nil && succeeded && res.Outcome == run.OutcomeSucceeded && res.Resolved != nil && res.Module != nil && pin != "" && res.Module.Digest != pin:
+		// No retry: the source holds other code than the pin, and will
+		// until someone changes one of them.
+		st.Error = fmt.Sprintf("the ref names code of digest %s, not the %s that spec.versions[].digest pins: the source no longer holds the pinned code", res.Module.Digest, pin)
+		return 0, nil
 	case err == nil && succeeded && res.Outcome == run.OutcomeSucceeded && res.Resolved != nil && res.Module != nil:
 		now := metav1.NewTime(c.clock.Now())
 		*st = infrav1.CatalogVersionStatus{Name: st.Name, Ref: st.Ref, Source: res.Resolved.Source, Commit: res.Resolved.Commit,

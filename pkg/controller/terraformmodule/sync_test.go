@@ -94,6 +94,7 @@ func TestSync(t *testing.T) {
 		jobs    func(m *infrav1.TerraformModule) []*runnerjob.Cached
 		results map[int]*run.Result // by attempt
 		users   int
+		pin     string // spec.versions[0].digest
 		// wantLog: the side effects in order; wantVersion: v1's status.
 		wantLog     []string
 		wantReady   string
@@ -131,6 +132,21 @@ func TestSync(t *testing.T) {
 				}
 			},
 		},
+		"a pin the source no longer holds: the error, no retry": {
+			pin:     "sha256:" + strings.Repeat("c", 64),
+			jobs:    func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Complete")} },
+			results: map[int]*run.Result{0: okResult}, wantReady: ReasonResolveFailed,
+			wantVersion: func(t *testing.T, st infrav1.CatalogVersionStatus) {
+				if st.Digest != "" || !strings.Contains(st.Error, "not the sha256:ccc") {
+					t.Errorf("v1 = %+v", st)
+				}
+			},
+		},
+		"the pin the source holds": {
+			pin:     "sha256:bb",
+			jobs:    func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Complete")} },
+			results: map[int]*run.Result{0: okResult}, wantReady: ReasonResolved,
+		},
 		"a failure: the error, and a retry after its backoff": {
 			jobs: func(m *infrav1.TerraformModule) []*runnerjob.Cached {
 				return []*runnerjob.Cached{resolveJob(m, 0, "Failed")}
@@ -157,6 +173,7 @@ func TestSync(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			m := entry(tc.status...)
+			m.Spec.Versions[0].Digest = tc.pin
 			if tc.status != nil {
 				setReady(m)
 			}

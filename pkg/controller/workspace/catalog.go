@@ -64,6 +64,9 @@ func (c *Catalog) module(ctx context.Context, client kubernetes.Interface, names
 	}
 	st := entry.Status.Versions[i]
 	m := run.Module{Source: st.Source, Digest: st.Digest}
+	if reg := entry.Spec.Source.Registry; reg != nil {
+		m = run.Module{Registry: &run.RegistryModule{Address: reg.Address, Version: st.Ref}, Digest: st.Digest}
+	}
 	if entry.Spec.Source.ConfigMap != nil {
 		cm, err := client.CoreV1().ConfigMaps(c.Namespace).Get(ctx, st.Ref, metav1.GetOptions{})
 		if err != nil {

@@ -107,6 +107,14 @@ type CatalogVersion struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._+/-]*$`
 	Ref string `json:"ref,omitempty"`
+
+	// Digest, when set, is the only code the version may resolve to (as
+	// status.versions[].digest records it): copy it from status to keep
+	// the pin when the entry is made again (GitOps, a restore without
+	// status), where the ref would otherwise be resolved anew.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Digest string `json:"digest,omitempty"`
 }
 
 // TerraformModuleStatus is what the catalog learned of each version.
@@ -142,7 +150,9 @@ type CatalogVersionStatus struct {
 	Ref string `json:"ref,omitempty"`
 
 	// Source is the pinned source address runs fetch (a git URL at a
-	// commit, a registry version's download address).
+	// commit). None for a registry version: runs ask the registry where
+	// it is (a location may be a short-lived, signed URL), and run only
+	// code of the digest.
 	// +optional
 	Source string `json:"source,omitempty"`
 
