@@ -133,8 +133,10 @@ func TestSync(t *testing.T) {
 			},
 		},
 		"a pin the source no longer holds: the error, no retry": {
-			pin:     "sha256:" + strings.Repeat("c", 64),
-			jobs:    func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Complete")} },
+			pin: "sha256:" + strings.Repeat("c", 64),
+			jobs: func(m *infrav1.TerraformModule) []*runnerjob.Cached {
+				return []*runnerjob.Cached{resolveJob(m, 0, "Complete")}
+			},
 			results: map[int]*run.Result{0: okResult}, wantReady: ReasonResolveFailed,
 			wantVersion: func(t *testing.T, st infrav1.CatalogVersionStatus) {
 				if st.Digest != "" || !strings.Contains(st.Error, "not the sha256:ccc") {
@@ -143,8 +145,10 @@ func TestSync(t *testing.T) {
 			},
 		},
 		"the pin the source holds": {
-			pin:     "sha256:bb",
-			jobs:    func(m *infrav1.TerraformModule) []*runnerjob.Cached { return []*runnerjob.Cached{resolveJob(m, 0, "Complete")} },
+			pin: "sha256:bb",
+			jobs: func(m *infrav1.TerraformModule) []*runnerjob.Cached {
+				return []*runnerjob.Cached{resolveJob(m, 0, "Complete")}
+			},
 			results: map[int]*run.Result{0: okResult}, wantReady: ReasonResolved,
 		},
 		"a failure: the error, and a retry after its backoff": {
