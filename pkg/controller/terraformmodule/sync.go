@@ -33,6 +33,9 @@ const (
 	ReasonResolveFailed = "ResolveFailed"
 )
 
+// sourceRetry is when a source that could not be read is read again.
+const sourceRetry = time.Minute
+
 // keptFailedJobs is how many of a version's failed resolve Jobs are kept
 // (with their results) for people to read; older ones are deleted.
 const keptFailedJobs = 3
@@ -152,7 +155,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 // returns when to look again.
 func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, pin, hash string, jobs []*runnerjob.Cached) (time.Duration, error) {
 	if len(jobs) == 0 {
-		return 0, c.startJob(ctx, m, st, hash, 0)
+		return c.startJob(ctx, m, st, hash, 0)
 	}
 	latest := jobs[0]
 	finished, succeeded := runnerjob.Finished(latest)
@@ -187,26 +190,28 @@ func (c *Controller) resolveVersion(ctx context.Context, m *infrav1.TerraformMod
 	if wait := retry.Sub(c.clock.Now()); wait > 0 {
 		return wait, nil
 	}
-	return 0, c.startJob(ctx, m, st, hash, latest.Attempt+1)
+	return c.startJob(ctx, m, st, hash, latest.Attempt+1)
 }
 
-// startJob creates the inputs and the Job of one attempt to resolve st.
-func (c *Controller) startJob(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, hash string, attempt int) error {
+// startJob creates the inputs and the Job of one attempt to resolve st. A
+// source it cannot read (a ConfigMap not there yet) is the entry's to fix:
+// its status says so, and it is read again after sourceRetry.
+func (c *Controller) startJob(ctx context.Context, m *infrav1.TerraformModule, st *infrav1.CatalogVersionStatus, hash string, attempt int) (time.Duration, error) {
 	module, err := c.moduleOf(ctx, m, st.Ref)
 	if err != nil {
 		st.Error = err.Error()
-		return nil // the entry's to fix: its status says so
+		return sourceRetry, nil
 	}
 	data, err := json.Marshal(module)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := c.EnsureAccount(ctx, c.Namespace); err != nil {
-		return err
+		return 0, err
 	}
 	ca, err := c.RunnerAPI.CA()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	job := runnerjob.Build(runnerjob.Spec{Namespace: c.Namespace, Owner: m, OwnerGVK: GVK, Operation: infrav1.OperationResolve,
 		InputsHash: hash, Attempt: attempt, Image: c.RunnerImage, ProviderMirrorImage: c.ProviderMirrorImage,
@@ -217,13 +222,13 @@ func (c *Controller) startJob(ctx context.Context, m *infrav1.TerraformModule, s
 	inputs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.ObjectOf(GVK.Kind, m.Name).RunInputs(job.Name), Namespace: c.Namespace, Labels: labels},
 		Data: map[string][]byte{run.KeyModule: data}}
 	if err := c.kube.CreateSecret(ctx, inputs); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+		return 0, err
 	}
 	if err := c.Jobs.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+		return 0, err
 	}
 	klog.FromContext(ctx).Info("Resolving a catalog version", "module", klog.KObj(m), "version", st.Name, "ref", st.Ref, "job", klog.KObj(job))
-	return nil
+	return 0, nil
 }
 
 // moduleOf is what the resolve Job of ref fetches, with the entry's
