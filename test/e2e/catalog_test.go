@@ -604,3 +604,83 @@ func TestCatalogConfigMapPinned(t *testing.T) {
 		t.Error("the edited code was applied")
 	}
 }
+
+// TestCatalogQuickstartModules (issue 52): examples/catalog publishes the
+// quickstart's modules as the docs say; they resolve with the local
+// cloud's provider from the mirror, their variables are typed, and a
+// TerraformCluster of the cluster module is made on the local cloud.
+func TestCatalogQuickstartModules(t *testing.T) {
+	ctx := context.Background()
+	cloud, err := framework.StartLocalCloud(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cloud.Stop)
+	e := newEnv(t)
+	runner, err := framework.RunnerImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror, err := framework.ProviderMirrorImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := framework.LocalCloudLockFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.startManagerWithWebhook("--runner-image="+runner, "--provider-mirror-image="+mirror)
+	for _, m := range []string{"localcloud-cluster", "localcloud-machine"} {
+		module, err := os.ReadFile(filepath.Join(root, "examples", m, "main.tf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: m + "-v1", Namespace: e.ns}, Data: map[string]string{"main.tf": string(module), ".terraform.lock.hcl": lock}}
+		if _, err := plane.Kube.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := framework.ReadObjects(filepath.Join(root, "examples", "catalog", "modules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := map[string]string{}
+	for _, o := range objs {
+		var m infrav1.TerraformModule
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &m); err != nil {
+			t.Fatal(err)
+		}
+		entries[m.Name] = e.createCatalogEntry(&m).Name
+	}
+	v1 := e.waitForVersion(entries["localcloud-cluster"], "v1", 2*time.Minute)
+	if v1.Error != "" || !catalogDeclares(v1, "endpoint", "The local cloud's API.") || !catalogDeclares(v1, "account", "") {
+		t.Fatalf("localcloud-cluster v1 resolved to %+v", v1)
+	}
+	if m := e.waitForVersion(entries["localcloud-machine"], "v1", 2*time.Minute); m.Error != "" {
+		t.Fatalf("localcloud-machine v1: %s", m.Error)
+	}
+	tcs := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns)
+	bad := e.catalogCluster("demo", entries["localcloud-cluster"], jsonVar("endpoint", fmt.Sprintf("%q", cloud.URL)), jsonVar("account", `"demo"`), jsonVar("instances", `"two"`))
+	if _, err := tcs.Create(ctx, bad, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "instances is not a number") {
+		t.Errorf("instances \"two\": %v, want the webhook's refusal", err)
+	}
+	tc := e.catalogCluster("demo", entries["localcloud-cluster"], jsonVar("endpoint", fmt.Sprintf("%q", cloud.URL)), jsonVar("account", fmt.Sprintf("%q", e.ns)))
+	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "demo"}
+	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(e.newCluster("demo", false))}
+	e.create(tc)
+	if ready := e.waitFor("demo", 3*time.Minute, "Ready", isReady); ready.Status.AppliedModule != v1.Digest {
+		t.Errorf("applied %s, want the catalog's %s", ready.Status.AppliedModule, v1.Digest)
+	}
+	if lbs, err := cloud.List(e.ns, "load_balancers"); err != nil || len(lbs) != 1 {
+		t.Errorf("the local cloud's load balancers of the account: %v %v, want the cluster's one", lbs, err)
+	}
+}
+
+func catalogDeclares(st infrav1.CatalogVersionStatus, name, description string) bool {
+	for _, v := range st.Variables {
+		if v.Name == name && (description == "" || v.Description == description) {
+			return true
+		}
+	}
+	return false
+}
