@@ -650,7 +650,8 @@ func TestCatalogQuickstartModules(t *testing.T) {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &m); err != nil {
 			t.Fatal(err)
 		}
-		entries[m.Name] = e.createCatalogEntry(&m).Name
+		published := m.Name // createCatalogEntry names it after the test's namespace
+		entries[published] = e.createCatalogEntry(&m).Name
 	}
 	v1 := e.waitForVersion(entries["localcloud-cluster"], "v1", 2*time.Minute)
 	if v1.Error != "" || !catalogDeclares(v1, "endpoint", "The local cloud's API.") || !catalogDeclares(v1, "account", "") {
