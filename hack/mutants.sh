@@ -591,6 +591,8 @@ mutant resolved-version-resolved-again pkg/controller/terraformmodule/sync.go \
 	'if ok && st.Digest != "" && st.Ref == ref && (v.Digest == "" || v.Digest == st.Digest) {' 'if false {'
 mutant catalog-pin-ignored pkg/controller/terraformmodule/sync.go \
 	'&& pin != "" && res.Module.Digest != pin:' '&& false:'
+mutant credentials-over-plain-http pkg/runner/credentials.go \
+	'		if !loopback(u.Host) {' '		if false {'
 mutant resolve-backoff-skipped pkg/controller/terraformmodule/sync.go \
 	'if wait := retry.Sub(c.clock.Now()); wait > 0 {' 'if wait := retry.Sub(c.clock.Now()); false && wait > 0 {'
 mutant resolve-jobs-kept pkg/controller/terraformmodule/sync.go \

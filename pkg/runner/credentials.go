@@ -51,6 +51,9 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 	}
 	var secrets []string
 	if b := sec[credentialGit]; len(b) > 0 {
+		if err := checkGitCredentials(string(b)); err != nil {
+			return nil, err
+		}
 		path := filepath.Join(dir, credentialGit)
 		if err := os.WriteFile(path, b, 0o400); err != nil {
 			return nil, err
@@ -90,6 +93,22 @@ func withoutCredentials(env []string) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// checkGitCredentials refuses credentials for a plain http:// host other
+// than this machine's: git would send them in clear text, through any proxy
+// the run's environment names (a tenant's spec.jobs.env may name one).
+func checkGitCredentials(s string) error {
+	for _, line := range strings.Split(s, "\n") {
+		u, err := url.Parse(strings.TrimSpace(line))
+		if err != nil || u.Scheme != "http" {
+			continue
+		}
+		if !loopback(u.Host) {
+			return fmt.Errorf("the catalog module's .git-credentials name a plain http:// host (%s): git would send them in clear text, through any proxy the run's environment names; use https://", u.Hostname())
+		}
+	}
+	return nil
 }
 
 // gitPasswords are the secrets of a .git-credentials file's URLs: each
