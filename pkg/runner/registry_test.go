@@ -73,10 +73,10 @@ func TestGitPasswords(t *testing.T) {
 
 func TestCheckGitCredentials(t *testing.T) {
 	for creds, ok := range map[string]bool{
-		"https://u:p@git.example.com\n":      true,
-		"http://u:p@127.0.0.1:8080\n":        true,
-		"http://u:p@localhost:8080\n":        true,
-		"http://u:p@git.example.com\n":       false,
+		"https://u:p@git.example.com\n":       true,
+		"http://u:p@127.0.0.1:8080\n":         true,
+		"http://u:p@localhost:8080\n":         true,
+		"http://u:p@git.example.com\n":        false,
 		"https://a:b@x.com\nhttp://c:d@y.com": false,
 	} {
 		if err := checkGitCredentials(creds); (err == nil) != ok {
