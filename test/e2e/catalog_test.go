@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/test/framework"
@@ -73,19 +74,26 @@ func (e *env) createCatalogEntry(m *infrav1.TerraformModule) *infrav1.TerraformM
 func (e *env) waitForVersion(name, version string, timeout time.Duration) infrav1.CatalogVersionStatus {
 	e.t.Helper()
 	var last *infrav1.TerraformModule
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		m, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Get(context.Background(), name, metav1.GetOptions{})
+	var found infrav1.CatalogVersionStatus
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		m, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			e.t.Fatal(err)
+			return false, err
 		}
 		last = m
 		for _, st := range m.Status.Versions {
 			if st.Name == version && (st.Digest != "" || st.Error != "") {
-				return st
+				found = st
+				return true, nil
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		return false, nil
+	})
+	if err == nil {
+		return found
+	}
+	if last == nil {
+		e.t.Fatal(err)
 	}
 	e.t.Fatalf("version %s of %s not resolved in %v: status %+v", version, name, timeout, last.Status)
 	return infrav1.CatalogVersionStatus{}
@@ -153,20 +161,14 @@ func TestCatalogDigestPinned(t *testing.T) {
 		t.Errorf("v1 after the branch moved: commit %s digest %s, want %s %s as first resolved", again.Commit, again.Digest, v1.Commit, v1.Digest)
 	}
 	// The resolve Jobs are gone once recorded.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var left int
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		jobs, err := plane.Kube.BatchV1().Jobs(e.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(jobs.Items) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d resolve Jobs left after the versions were recorded", len(jobs.Items))
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
+		left = len(jobs.Items)
+		return err == nil && left == 0, nil
+	})
+	if err != nil {
+		t.Errorf("%d resolve Jobs left after the versions were recorded", left)
 	}
 }
 
@@ -351,11 +353,10 @@ func TestCatalogPrivateGitModule(t *testing.T) {
 	}
 	// What uses what: the entry's status and kubectl captf modules.
 	var used infrav1.CatalogVersionStatus
-	deadline := time.Now().Add(30 * time.Second)
-	for used.UsedBy != 1 && time.Now().Before(deadline) {
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		used = e.waitForVersion(entry.Name, "v1", time.Second)
-		time.Sleep(200 * time.Millisecond)
-	}
+		return used.UsedBy == 1, nil
+	})
 	if used.UsedBy != 1 {
 		t.Errorf("usedBy %d, want 1", used.UsedBy)
 	}
