@@ -4,9 +4,10 @@
 #   captf-manager-<version>.tar  ${IMAGE_REGISTRY}/captf:<version>: a static
 #     captf, CA certificates, user 65532, no shell.
 #   captf-runner-<version>.tar   ${IMAGE_REGISTRY}/captf-runner:<version>: the
-#     same, plus tofu (built from source), git for git:: module sources and
-#     busybox as /bin/sh for local-exec provisioners, both from Debian's
-#     packages, the way distroless images are made.
+#     same, plus tofu (built from source), git for git:: module sources (and
+#     ssh for git over SSH) and busybox as /bin/sh for local-exec
+#     provisioners, all from Debian's packages, the way distroless images
+#     are made.
 # <version> is what `captf version` prints: `git describe` of the commit.
 # Every file and the image carry the commit's time: the same commit gives the
 # same image digests on any machine (with the same Debian packages).
@@ -18,12 +19,12 @@ OUT=${BIN}/images
 REGISTRY=${IMAGE_REGISTRY:-ghcr.io/captf}
 VERSION=${VERSION:-$("${ROOT}/hack/version.sh")}
 EPOCH=$(git -C "${ROOT}" log -1 --format=%ct)
-# Debian packages of the runner image: git and the libraries it loads
+# Debian packages of the runner image: git, ssh and the libraries they load
 # (not perl: only git's perl commands need it), CA certificates, busybox.
 GIT_DEBS=(git libc6 libgcc-s1 libcurl3-gnutls libexpat1 libpcre2-8-0 zlib1g libbrotli1 libcom-err2 libgnutls30
   libgssapi-krb5-2 libidn2-0 libk5crypto3 libkeyutils1 libkrb5-3 libkrb5support0 libldap-2.5-0 libnghttp2-14 libpsl5
   librtmp1 libsasl2-2 libsasl2-modules-db libdb5.3 libssh2-1 libssl3 libzstd1 libffi8 libgmp10 libhogweed6 libnettle8
-  libp11-kit0 libtasn1-6 libunistring2)
+  libp11-kit0 libtasn1-6 libunistring2 openssh-client libselinux1)
 OTHER_DEBS=(ca-certificates busybox-static)
 
 mkdir -p "${OUT}"
@@ -70,7 +71,7 @@ cp "${tofu}" "${tools}/usr/local/bin/tofu"
 cp -a "${pkgs}/." "${tools}/"
 rm -rf "${tools}/etc" "${tools}/usr/share/doc" "${tools}/usr/share/man" "${tools}/usr/share/lintian" "${tools}/usr/share/locale" \
   "${tools}/usr/share/ca-certificates" "${tools}/usr/share/bug" "${tools}/usr/share/perl5" "${tools}/usr/share/gitweb" \
-  "${tools}/usr/share/bash-completion" "${tools}/usr/share/info"
+  "${tools}/usr/share/bash-completion" "${tools}/usr/share/info" "${tools}/usr/lib/openssh"
 for applet in sh cat cp chmod date echo env false grep head ls mkdir mktemp mv printf pwd rm rmdir sed sleep sort tail tee test touch tr true uname wc; do
   ln -sf busybox "${tools}/bin/${applet}"
 done
@@ -83,6 +84,7 @@ if [[ $(id -u) == 0 ]]; then
   mkdir -p "${check}/dev" && mount --bind /dev "${check}/dev"
   trap 'umount "${check}/dev" 2>/dev/null || true; rm -rf --one-file-system "${work}"' EXIT
   chroot "${check}" /usr/bin/git --version >/dev/null
+  chroot "${check}" /usr/bin/ssh -V 2>/dev/null
   chroot "${check}" /bin/sh -c 'mkdir -p /tmp/r && cd /tmp/r && git init -q && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m x && git clone -q file:///tmp/r /tmp/c' >/dev/null
   env -i HOME=/home/nonroot PATH=/usr/local/bin:/usr/bin:/bin "$(command -v chroot)" "${check}" /usr/local/bin/tofu version >/dev/null
   umount "${check}/dev"

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	go.etcd.io/etcd/server/v3 v3.7.0
+	golang.org/x/crypto v0.57.0
 	k8s.io/code-generator v0.37.2
 	k8s.io/kubernetes v1.37.2
 	sigs.k8s.io/controller-tools v0.23.0
@@ -134,7 +135,6 @@ require (
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.59.0 // indirect

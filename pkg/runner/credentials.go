@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,8 +23,10 @@ const credentialsDir = ".terraform/captf-credentials"
 
 // Keys of a catalog entry's credentials Secret the runner uses.
 const (
-	credentialGit   = ".git-credentials"
-	credentialToken = "token"
+	credentialGit        = ".git-credentials"
+	credentialToken      = "token"
+	credentialSSHKey     = "ssh-privatekey" // the key of a kubernetes.io/ssh-auth Secret
+	credentialKnownHosts = "known_hosts"
 )
 
 // withCredentials reads the catalog entry's credentials through the runner
@@ -61,6 +64,21 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 		r.env = append(r.env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=credential.helper", "GIT_CONFIG_VALUE_0=store --file="+path, "GIT_TERMINAL_PROMPT=0")
 		secrets = append(secrets, gitPasswords(string(b))...)
 	}
+	if key := sec[credentialSSHKey]; len(key) > 0 {
+		kh := sec[credentialKnownHosts]
+		if len(bytes.TrimSpace(kh)) == 0 {
+			return nil, fmt.Errorf("the catalog module's credentials have %s but no %s: without the server's host key, ssh could not tell it from an impostor, and would hand the key to either", credentialSSHKey, credentialKnownHosts)
+		}
+		keyPath, khPath := filepath.Join(dir, "id"), filepath.Join(dir, credentialKnownHosts)
+		if err := os.WriteFile(keyPath, key, 0o400); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(khPath, kh, 0o400); err != nil {
+			return nil, err
+		}
+		r.env = append(r.env, "GIT_SSH_COMMAND="+sshCommand(keyPath, khPath), "GIT_SSH_VARIANT=ssh")
+		secrets = append(secrets, keyLines(key)...)
+	}
 	if b := strings.TrimSpace(string(sec[credentialToken])); b != "" {
 		r.registryToken = b
 		secrets = append(secrets, b)
@@ -87,10 +105,36 @@ func withoutCredentials(env []string) []string {
 	var out []string
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "GIT_CONFIG_") || strings.HasPrefix(name, "TF_TOKEN_") || name == "GIT_TERMINAL_PROMPT" {
+		if strings.HasPrefix(name, "GIT_CONFIG_") || strings.HasPrefix(name, "TF_TOKEN_") || strings.HasPrefix(name, "GIT_SSH") || name == "GIT_TERMINAL_PROMPT" {
 			continue
 		}
 		out = append(out, kv)
+	}
+	return out
+}
+
+// sshCommand is the ssh git runs: with the entry's key only, and only
+// to a server whose host key known_hosts names; no configuration file,
+// agent or prompt of the pod's takes part.
+func sshCommand(key, knownHosts string) string {
+	return "ssh -F /dev/null -i " + shellQuote(key) + " -o IdentitiesOnly=yes -o IdentityAgent=none -o BatchMode=yes" +
+		" -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" + shellQuote(knownHosts) + " -o GlobalKnownHostsFile=/dev/null"
+}
+
+// shellQuote quotes s for the shell git runs GIT_SSH_COMMAND with.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// keyLines are the lines of a private key that are its secret (the base64
+// body), for the redactor.
+func keyLines(key []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(key), "\n") {
+		line = strings.TrimSpace(line)
+		if len(line) >= minTokenUser && !strings.HasPrefix(line, "-----") {
+			out = append(out, line)
+		}
 	}
 	return out
 }

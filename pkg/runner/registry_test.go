@@ -5,8 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/captf/captf/pkg/run"
 )
@@ -82,5 +89,64 @@ func TestCheckGitCredentials(t *testing.T) {
 		if err := checkGitCredentials(creds); (err == nil) != ok {
 			t.Errorf("%q: %v, want ok %v", creds, err, ok)
 		}
+	}
+}
+
+// TestSSHCredentials: an entry's SSH key reaches git as a read-only file
+// with known_hosts pinned, never without known_hosts, and is gone (file
+// and environment) once dropped.
+func TestSSHCredentials(t *testing.T) {
+	const key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB\n-----END OPENSSH PRIVATE KEY-----\n"
+	for _, tc := range []struct {
+		name    string
+		data    map[string][]byte
+		wantErr string
+	}{
+		{name: "key and known_hosts", data: map[string][]byte{"ssh-privatekey": []byte(key), "known_hosts": []byte("[127.0.0.1]:2222 ssh-ed25519 AAAA\n")}},
+		{name: "a key without known_hosts", data: map[string][]byte{"ssh-privatekey": []byte(key), "known_hosts": []byte(" \n")}, wantErr: "no known_hosts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "captf-system"}, Data: tc.data}
+			work := t.TempDir()
+			r := &Runner{Client: fake.NewClientset(sec), Config: Config{Spec: run.Spec{WorkDir: work}}, env: []string{"GIT_SSH_COMMAND=tenant", "PATH=/bin"}}
+			secrets, err := r.withCredentials(context.Background(), &run.SecretRef{Namespace: "captf-system", Name: "creds"}, "")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(secrets, "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB") {
+				t.Errorf("the key's body is not given to the redactor: %q", secrets)
+			}
+			keyFile := filepath.Join(work, credentialsDir, "id")
+			if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o400 {
+				t.Fatalf("key file: %v %v, want mode 0400", fi, err)
+			}
+			// The last value is the one git sees.
+			last := ""
+			for _, kv := range r.env {
+				if v, ok := strings.CutPrefix(kv, "GIT_SSH_COMMAND="); ok {
+					last = v
+				}
+			}
+			for _, want := range []string{"-F /dev/null", "-i '" + keyFile + "'", "StrictHostKeyChecking=yes", "UserKnownHostsFile='" + filepath.Join(work, credentialsDir, "known_hosts") + "'", "IdentitiesOnly=yes"} {
+				if !strings.Contains(last, want) {
+					t.Errorf("GIT_SSH_COMMAND %q lacks %q", last, want)
+				}
+			}
+			if err := r.dropCredentials(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(keyFile); !os.IsNotExist(err) {
+				t.Errorf("the key file is still there: %v", err)
+			}
+			if slices.ContainsFunc(r.env, func(kv string) bool { return strings.HasPrefix(kv, "GIT_SSH") }) {
+				t.Errorf("env after the drop: %q", r.env)
+			}
+		})
 	}
 }

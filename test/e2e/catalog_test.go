@@ -295,7 +295,7 @@ func TestCatalogNamespaceSelector(t *testing.T) {
 // credentials the runner fetched the module with are still there.
 const credentialsProbe = `
 output "credentials_visible" {
-  value = fileexists("${path.module}/.terraform/captf-credentials/.git-credentials")
+  value = fileexists("${path.module}/.terraform/captf-credentials/.git-credentials") || fileexists("${path.module}/.terraform/captf-credentials/id")
 }
 `
 
@@ -366,6 +366,85 @@ func TestCatalogPrivateGitModule(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.out, want) {
 			t.Errorf("kubectl captf modules %s (exit %d):\n%s%s\nwant %q", entry.Name, r.code, r.out, r.err, want)
 			break
+		}
+	}
+}
+
+// TestCatalogPrivateGitModuleOverSSH (issue 52, item 4): a module in a
+// repository served over SSH, published with a key and known_hosts (a
+// kubernetes.io/ssh-auth Secret), is resolved and run, the key used for
+// fetching only; an entry whose known_hosts names another host key
+// (an impostor at the server's address) resolves nothing.
+func TestCatalogPrivateGitModuleOverSSH(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManagerWithWebhook()
+	git := gitServer(t, "", "")
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := git.Commit("cloud", "main", map[string]string{"modules/cloud/main.tf": string(module), "modules/cloud/probe.tf": credentialsProbe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssh, err := git.ServeSSH()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := gitServer(t, "", "").ServeSSH()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ := strings.Cut(string(ssh.KnownHosts), " ")
+	_, otherKey, _ := strings.Cut(string(other.KnownHosts), " ")
+	entry := func(name string, knownHosts []byte) *infrav1.TerraformModule {
+		creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-ssh", Namespace: e.ns, Labels: map[string]string{infrav1.LabelCatalogCredentials: "true"}},
+			Type: corev1.SecretTypeSSHAuth, Data: map[string][]byte{corev1.SSHAuthPrivateKey: ssh.PrivateKey, "known_hosts": knownHosts}}
+		if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: infrav1.TerraformModuleSpec{
+				Source:                infrav1.CatalogSource{Git: &infrav1.GitSource{URL: ssh.URL + "/cloud.git", Path: "modules/cloud"}},
+				Versions:              []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}},
+				NamespaceSelector:     &metav1.LabelSelector{},
+				CredentialsSecretName: creds.Name,
+			}})
+	}
+	good := entry("cloud", ssh.KnownHosts)
+	impostor := entry("impostor", []byte(host+" "+otherKey))
+	v1 := e.waitForVersion(good.Name, "v1", 2*time.Minute)
+	if v1.Error != "" || v1.Commit != commit {
+		t.Fatalf("resolving over SSH: %+v, want commit %s", v1, commit)
+	}
+	if want := "git::" + ssh.URL + "/cloud.git//modules/cloud?ref=" + commit; v1.Source != want {
+		t.Errorf("source %q, want %q", v1.Source, want)
+	}
+	if bad := e.waitForVersion(impostor.Name, "v1", 2*time.Minute); bad.Digest != "" || !strings.Contains(bad.Error, "Host key verification failed") {
+		t.Errorf("an entry whose known_hosts names another host key resolved to %+v, want a host key verification failure", bad)
+	}
+	e.createCatalogCluster("ssh", good.Name, "v1")
+	tc := e.waitFor("ssh", 2*time.Minute, "Ready", isReady)
+	if tc.Status.AppliedModule != v1.Digest {
+		t.Errorf("applied module %q, want the catalog's digest %s", tc.Status.AppliedModule, v1.Digest)
+	}
+	if out := tc.Status.Outputs["credentials_visible"]; string(out.Raw) != "false" {
+		t.Errorf("the module's code saw the key at plan time: credentials_visible = %s", out.Raw)
+	}
+	// The key's body is in no status and not in the manager's log.
+	body := strings.Split(strings.TrimSpace(string(ssh.PrivateKey)), "\n")[1]
+	log, err := os.ReadFile(m.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for where, v := range map[string]any{"the TerraformCluster": tc, "the catalog entries": entries.Items, "the manager's log": string(log)} {
+		if b, _ := json.Marshal(v); strings.Contains(string(b), body) {
+			t.Errorf("the SSH key is in %s", where)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // GitServer is a real git server on loopback: git's own http-backend (the
@@ -20,6 +22,7 @@ type GitServer struct {
 	// User and Password, when set, are required of every request.
 	User, Password string
 	srv            *http.Server
+	sshd           *exec.Cmd
 }
 
 // StartGitServer serves the bare repositories under root.
@@ -49,8 +52,72 @@ func StartGitServer(root, user, password string) (*GitServer, error) {
 	return g, nil
 }
 
-// Close stops the server.
-func (g *GitServer) Close() { _ = g.srv.Close() }
+// Close stops the server (and its SSH server).
+func (g *GitServer) Close() {
+	_ = g.srv.Close()
+	if g.sshd != nil {
+		_ = g.sshd.Process.Kill()
+		_ = g.sshd.Wait()
+	}
+}
+
+// GitSSH is the SSH side of a GitServer: the URL of its repositories and
+// the only key it accepts, with the known_hosts line of its host key.
+type GitSSH struct {
+	URL                    string // ssh://git@127.0.0.1:port
+	PrivateKey, KnownHosts []byte
+}
+
+var buildGitSSHD = sync.OnceValues(func() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(root, "bin", "gitsshd")
+	cmd := exec.Command("go", "build", "-o", out, "./gitsshd")
+	cmd.Dir = filepath.Join(root, "hack", "tools")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building hack/tools/gitsshd: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// ServeSSH serves the same repositories over SSH as well (git-upload-pack
+// only), with hack/tools/gitsshd: a key of its own making, a host key
+// known_hosts names.
+func (g *GitServer) ServeSSH() (*GitSSH, error) {
+	bin, err := buildGitSSHD()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "captf-gitsshd-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command(bin, "-root", g.Root, "-dir", dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	g.sshd = cmd
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		return nil, fmt.Errorf("gitsshd did not start: %q %v", line, err)
+	}
+	s := &GitSSH{URL: "ssh://git@" + addr}
+	if s.PrivateKey, err = os.ReadFile(filepath.Join(dir, "id_ed25519")); err != nil {
+		return nil, err
+	}
+	if s.KnownHosts, err = os.ReadFile(filepath.Join(dir, "known_hosts")); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
 // Commit writes files into repository name (a bare repository made on
 // first use), as one commit on branch, and returns its ID.

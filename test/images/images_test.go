@@ -127,7 +127,7 @@ func TestImages(t *testing.T) {
 			t.Errorf("the manager image holds %s", shell)
 		}
 	}
-	for _, want := range []string{"/usr/local/bin/tofu", "/usr/bin/git", "/usr/lib/git-core/git-remote-https", "/bin/sh", "/bin/busybox"} {
+	for _, want := range []string{"/usr/local/bin/tofu", "/usr/bin/git", "/usr/lib/git-core/git-remote-https", "/usr/bin/ssh", "/bin/sh", "/bin/busybox"} {
 		if _, ok := runner.files[want]; !ok {
 			t.Errorf("the runner image lacks %s", want)
 		}
@@ -194,6 +194,7 @@ func TestRunnerImageRuns(t *testing.T) {
 		{[]string{"/usr/local/bin/tofu", "version"}, "OpenTofu v"},
 		{[]string{"/bin/sh", "-c", "echo $HOME; mkdir -p /tmp/repo && cd /tmp/repo && git init -q && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m first && git clone -q file:///tmp/repo /tmp/clone && git -C /tmp/clone log --format=%s"},
 			"/home/nonroot\nfirst"},
+		{[]string{"/usr/bin/ssh", "-V"}, "OpenSSH_"},
 	} {
 		out, err := run(rootfs, tc.args...)
 		if err != nil || !strings.Contains(out, tc.want) {
