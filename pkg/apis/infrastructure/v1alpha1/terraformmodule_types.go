@@ -30,8 +30,10 @@ type TerraformModuleSpec struct {
 
 	// CredentialsSecretName names a Secret in the manager's namespace whose
 	// keys are the files the source needs: .git-credentials (git over
-	// HTTPS), token (a registry's token). Runner pods read it only while
-	// fetching the module; tenants never read it.
+	// HTTPS), ssh-privatekey with known_hosts (git over SSH), token (a
+	// registry's token). It must be labelled captf.io/catalog-credentials.
+	// Runner pods read it only while fetching the module; tenants never
+	// read it.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
