@@ -597,6 +597,16 @@ mutant resolve-backoff-skipped pkg/controller/terraformmodule/sync.go \
 	'if wait := retry.Sub(c.clock.Now()); wait > 0 {' 'if wait := retry.Sub(c.clock.Now()); false && wait > 0 {'
 mutant resolve-jobs-kept pkg/controller/terraformmodule/sync.go \
 	'		if wanted[job.InputsHash] {' '		if true {'
+mutant ssh-without-known-hosts pkg/runner/credentials.go \
+	'if len(bytes.TrimSpace(kh)) == 0 {' 'if len(bytes.TrimSpace(kh)) < 0 {'
+mutant ssh-host-key-unchecked pkg/runner/credentials.go \
+	'" -o StrictHostKeyChecking=yes -o UserKnownHostsFile="' '" -o StrictHostKeyChecking=no -o UserKnownHostsFile="'
+mutant ssh-key-kept pkg/runner/credentials.go \
+	'strings.HasPrefix(name, "GIT_SSH") ||' 'false ||'
+mutant every-shard-resolves pkg/controller/terraformmodule/controller.go \
+	'return c.WatchFilter == "" || m.Labels[capi.WatchFilterLabel] == c.WatchFilter' 'return true || m.Labels[capi.WatchFilterLabel] == c.WatchFilter'
+mutant catalog-hidden-from-shards pkg/manager/informers.go \
+	'NewFilteredTerraformModuleInformer(c, resync, noIndexes(), nil)' 'NewFilteredTerraformModuleInformer(c, resync, noIndexes(), captfTweak)'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

@@ -60,6 +60,11 @@ func RegisterInformers(captf externalversions.SharedInformerFactory, kube inform
 			return newInformer(c, namespace, resync, noIndexes(), captfTweak)
 		})
 	}
+	// The catalog is every shard's: a --watch-filter does not hide an
+	// entry from the objects that use it.
+	captf.InformerFor(&infrav1.TerraformModule{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return infrainformers.NewFilteredTerraformModuleInformer(c, resync, noIndexes(), nil)
+	})
 	kube.InformerFor(&batchv1.Job{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return batchinformers.NewFilteredJobInformer(c, namespace, resync, noIndexes(), kubeTweak)
 	})

@@ -446,7 +446,8 @@ func (m *manager) controllers() []controllerDescriptor {
 		ds = append(ds, controllerDescriptor{terraformmodule.ControllerName, 1, func(ctx context.Context, cc controller.Context, config workspace.Config) (controller.Interface, error) {
 			return terraformmodule.NewController(ctx, cc, terraformmodule.Config{Namespace: m.namespace, RunnerImage: o.RunnerImage,
 				ProviderMirrorImage: o.ProviderMirrorImage, RunnerAPI: config.RunnerAPI, RunnerPods: o.runnerPods, Results: config.Results,
-				EnsureAccount: config.Access.Ensure, Jobs: &runnerjob.APIControl{Client: cc.Kube, FieldManager: terraformmodule.ControllerName}})
+				EnsureAccount: config.Access.Ensure, Jobs: &runnerjob.APIControl{Client: cc.Kube, FieldManager: terraformmodule.ControllerName},
+				WatchFilter: o.WatchFilter})
 		}})
 	} else {
 		klog.Background().Info("Warning: the module catalog is not served: --namespace is not the manager's own namespace, where its resolve Jobs run", "namespace", o.Namespace, "podNamespace", m.namespace)

@@ -16,9 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
+	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/test/framework"
 )
 
@@ -446,6 +449,69 @@ func TestCatalogPrivateGitModuleOverSSH(t *testing.T) {
 		if b, _ := json.Marshal(v); strings.Contains(string(b), body) {
 			t.Errorf("the SSH key is in %s", where)
 		}
+	}
+}
+
+// TestCatalogShards: sharded managers (--watch-filter) share the catalog.
+// The shard an entry is labelled for resolves it, once; the other shard's
+// objects use it all the same.
+func TestCatalogShards(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	// Every resolve Job created in the namespace, counted as created.
+	watch, err := plane.Kube.BatchV1().Jobs(e.ns).Watch(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=" + string(infrav1.OperationResolve)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		e.startManager("--leader-elect", "--watch-filter="+shard)
+	}
+	git := gitServer(t, "", "")
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := git.Commit("cloud", "main", map[string]string{"main.tf": string(module)}); err != nil {
+		t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Labels: map[string]string{capi.WatchFilterLabel: "shard-a"}},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:            infrav1.CatalogSource{Git: &infrav1.GitSource{URL: git.URL + "/cloud.git"}},
+			Versions:          []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}},
+			NamespaceSelector: &metav1.LabelSelector{},
+		}})
+	v1 := e.waitForVersion(entry.Name, "v1", 2*time.Minute)
+	if v1.Error != "" {
+		t.Fatalf("resolving: %s", v1.Error)
+	}
+	tc := e.catalogCluster("in-shard-b", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances)))
+	tc.Spec.Module.CatalogRef.Version = "v1"
+	tc.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": tc.Name, capi.WatchFilterLabel: "shard-b"}
+	cluster := e.newCluster(tc.Name, false)
+	patch := []byte(`{"metadata":{"labels":{"` + capi.WatchFilterLabel + `":"shard-b"}}}`)
+	if _, err := plane.Dynamic.Resource(clustersGVR).Namespace(e.ns).Patch(ctx, tc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc.OwnerReferences = []metav1.OwnerReference{clusterOwnerRef(cluster)}
+	e.create(tc)
+	if got := e.waitFor(tc.Name, 2*time.Minute, "Ready", isReady); got.Status.AppliedModule != v1.Digest {
+		t.Errorf("shard-b applied %q, want the catalog's %s", got.Status.AppliedModule, v1.Digest)
+	}
+	created := map[string]bool{}
+	for {
+		select {
+		case ev := <-watch.ResultChan():
+			if ev.Type == "ADDED" {
+				created[ev.Object.(metav1.Object).GetName()] = true
+			}
+			continue
+		case <-time.After(time.Second):
+		}
+		break
+	}
+	if len(created) != 1 {
+		t.Errorf("%d resolve Jobs (%v), want one: the shard the entry is labelled for resolves it alone", len(created), created)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/controller/workspace"
 	versioned "github.com/captf/captf/pkg/generated/clientset/versioned"
@@ -45,6 +46,10 @@ type Config struct {
 	EnsureAccount func(ctx context.Context, namespace string) error
 	// Jobs creates and deletes the resolve Jobs.
 	Jobs runnerjob.Control
+	// WatchFilter is the manager's --watch-filter: a sharded manager
+	// resolves the entries labelled for it alone (every shard's objects
+	// use every entry: the informer of entries is not filtered).
+	WatchFilter string
 }
 
 // Controller resolves catalog versions.
@@ -128,6 +133,11 @@ func NewController(ctx context.Context, cc controller.Context, config Config) (*
 		return nil, err
 	}
 	return c, nil
+}
+
+// resolves says whether this manager resolves entry m: one shard does.
+func (c *Controller) resolves(m *infrav1.TerraformModule) bool {
+	return c.WatchFilter == "" || m.Labels[capi.WatchFilterLabel] == c.WatchFilter
 }
 
 // enqueueEntryOf enqueues the catalog entry obj names, if any: its count

@@ -77,6 +77,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
+	if !c.resolves(cached) {
+		return nil
+	}
 	m := cached.DeepCopy()
 	logger := klog.FromContext(ctx).WithValues("module", klog.KObj(m))
 	jobs := c.jobsOf(m)

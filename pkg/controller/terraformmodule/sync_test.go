@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
 	"github.com/captf/captf/pkg/generated/clientset/versioned/fake"
 	"github.com/captf/captf/pkg/generated/informers/externalversions"
@@ -95,12 +96,21 @@ func TestSync(t *testing.T) {
 		results map[int]*run.Result // by attempt
 		users   int
 		pin     string // spec.versions[0].digest
+		// watchFilter is the manager's; shard labels the entry for one.
+		watchFilter, shard string
 		// wantLog: the side effects in order; wantVersion: v1's status.
 		wantLog     []string
 		wantReady   string
 		wantVersion func(t *testing.T, st infrav1.CatalogVersionStatus)
 	}{
 		"a new version: inputs, then its Job": {
+			wantLog: []string{"create secret %job0", "create job %job0"}, wantReady: ReasonResolving,
+		},
+		"a sharded manager: another shard's entry is not its to resolve": {
+			watchFilter: "canary", shard: "stable",
+		},
+		"a sharded manager: its own entry": {
+			watchFilter: "canary", shard: "canary",
 			wantLog: []string{"create secret %job0", "create job %job0"}, wantReady: ReasonResolving,
 		},
 		"a Job that runs: nothing to do": {
@@ -178,6 +188,9 @@ func TestSync(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			m := entry(tc.status...)
 			m.Spec.Versions[0].Digest = tc.pin
+			if tc.shard != "" {
+				m.Labels = map[string]string{capi.WatchFilterLabel: tc.shard}
+			}
 			if tc.status != nil {
 				setReady(m)
 			}
@@ -216,7 +229,7 @@ func TestSync(t *testing.T) {
 			}
 			f := &fakes{}
 			c := &Controller{Config: Config{Namespace: "captf-system", Jobs: f, Results: &runnerjob.Results{Kube: kube},
-				EnsureAccount: func(context.Context, string) error { return nil }},
+				EnsureAccount: func(context.Context, string) error { return nil }, WatchFilter: tc.watchFilter},
 				captf: captf, kube: f, modules: modules.Lister(), jobs: jobs, users: []cache.SharedIndexInformer{tcs},
 				clock: clocktesting.NewFakeClock(now), loop: controller.NewLoop(ctx, ControllerName, controller.Context{Kube: kube})}
 			if err := c.sync(ctx, cache.ObjectName{Name: "vpc"}); err != nil {
