@@ -607,6 +607,10 @@ mutant every-shard-resolves pkg/controller/terraformmodule/controller.go \
 	'return c.WatchFilter == "" || m.Labels[capi.WatchFilterLabel] == c.WatchFilter' 'return true || m.Labels[capi.WatchFilterLabel] == c.WatchFilter'
 mutant catalog-hidden-from-shards pkg/manager/informers.go \
 	'NewFilteredTerraformModuleInformer(c, resync, noIndexes(), nil)' 'NewFilteredTerraformModuleInformer(c, resync, noIndexes(), captfTweak)'
+mutant catalog-entry-let-go-in-use pkg/controller/terraformmodule/sync.go \
+	'	if len(users) == 0 {' '	if true {'
+mutant catalog-deleting-entry-admitted pkg/webhook/catalog.go \
+	'		if entry.DeletionTimestamp != nil {' '		if false {'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

@@ -50,6 +50,10 @@ func (h *Handler) checkCatalog(ctx context.Context, req *admissionv1.AdmissionRe
 		if err != nil {
 			return nil, fmt.Errorf("reading catalog module %s: %w", ref.Name, err)
 		}
+		if entry.DeletionTimestamp != nil {
+			errs = append(errs, field.Forbidden(refPath.Child("name"), fmt.Sprintf("catalog module %s is being deleted: name another entry (kubectl captf modules lists them)", ref.Name)))
+			continue
+		}
 		allowed, err := h.namespaceMayUse(ctx, req.Namespace, entry)
 		if err != nil {
 			return nil, err

@@ -22,13 +22,18 @@ func TestCatalogRules(t *testing.T) {
 		Status: infrav1.TerraformModuleStatus{Versions: []infrav1.CatalogVersionStatus{{Name: "v1", Digest: "sha256:x",
 			Variables: []infrav1.ModuleVariable{{Name: "region", Type: "string", Required: true, Description: "Where."}}},
 			{Name: "v2", Error: "git ls-remote: no such tag"}}}}
+	deleting := entry.DeepCopy()
+	deleting.Name, deleting.DeletionTimestamp = "old-vpc", &metav1.Time{}
 	labels := map[string]map[string]string{"ns": {"team": "net"}, "other": {"team": "web"}}
 	h := &Handler{
 		CatalogEntry: func(_ context.Context, name string) (*infrav1.TerraformModule, error) {
-			if name != entry.Name {
-				return nil, apierrors.NewNotFound(infrav1.Resource("terraformmodules"), name)
+			switch name {
+			case entry.Name:
+				return entry, nil
+			case deleting.Name:
+				return deleting, nil
 			}
-			return entry, nil
+			return nil, apierrors.NewNotFound(infrav1.Resource("terraformmodules"), name)
 		},
 		NamespaceLabels: func(_ context.Context, ns string) (map[string]string, error) { return labels[ns], nil },
 	}
@@ -47,6 +52,8 @@ func TestCatalogRules(t *testing.T) {
 	}{
 		{"fits", cluster("ns", "vpc", "v1", region), nil, ""},
 		{"no such entry", cluster("ns", "db", "v1", region), nil, `spec.module.catalogRef.name: Not found: "db: the module catalog has no such entry`},
+		{"an entry being deleted", cluster("ns", "old-vpc", "v1", region), nil, "spec.module.catalogRef.name: Forbidden: catalog module old-vpc is being deleted"},
+		{"an entry being deleted, named before", cluster("ns", "old-vpc", "v1", region), cluster("ns", "old-vpc", "v1", region), ""},
 		{"a namespace not selected", cluster("other", "vpc", "v1", region), nil, "spec.module.catalogRef.name: Forbidden: namespace other may not use catalog module vpc"},
 		{"a version not offered", cluster("ns", "vpc", "v4", region), nil, `spec.module.catalogRef.version: Not found: "v4: catalog module vpc offers v1, v2, v3"`},
 		{"a version being resolved", cluster("ns", "vpc", "v3", region), nil, "version v3 of catalog module vpc is not resolved yet (it is being resolved)"},

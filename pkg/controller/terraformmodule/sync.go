@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +33,13 @@ const (
 	ReasonResolved      = "Resolved"
 	ReasonResolving     = "Resolving"
 	ReasonResolveFailed = "ResolveFailed"
+	// ReasonInUse: the entry is being deleted, and objects still name it.
+	ReasonInUse = "InUse"
 )
+
+// inUseRetry is when an entry being deleted looks for its users again
+// (their own deletes also wake it).
+const inUseRetry = 30 * time.Second
 
 // sourceRetry is when a source that could not be read is read again.
 const sourceRetry = time.Minute
@@ -82,6 +90,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	m := cached.DeepCopy()
 	logger := klog.FromContext(ctx).WithValues("module", klog.KObj(m))
+	if m.DeletionTimestamp != nil {
+		return c.syncDelete(ctx, key, m, cached)
+	}
+	if !slices.Contains(m.Finalizers, infrav1.TerraformModuleFinalizer) {
+		m.Finalizers = append(m.Finalizers, infrav1.TerraformModuleFinalizer)
+		_, err := c.captf.InfrastructureV1alpha1().TerraformModules().Update(ctx, m, metav1.UpdateOptions{FieldManager: ControllerName})
+		return err // the next sync, on the entry written, resolves
+	}
 	jobs := c.jobsOf(m)
 	known := map[string]infrav1.CatalogVersionStatus{}
 	for _, st := range m.Status.Versions {
@@ -151,6 +167,98 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		c.loop.Queue.AddAfter(key, requeue)
 	}
 	return nil
+}
+
+// syncDelete lets an entry go once nothing names it: an object's destroy
+// fetches its module, a template's next machine is admitted against it.
+// Until then the entry works as before, and says who holds it.
+func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, cached *infrav1.TerraformModule) error {
+	if !slices.Contains(m.Finalizers, infrav1.TerraformModuleFinalizer) {
+		return nil
+	}
+	users, err := c.liveUsers(ctx, m.Name)
+	if err != nil {
+		return err
+	}
+	if len(users) == 0 {
+		m.Finalizers = slices.DeleteFunc(m.Finalizers, func(f string) bool { return f == infrav1.TerraformModuleFinalizer })
+		_, err := c.captf.InfrastructureV1alpha1().TerraformModules().Update(ctx, m, metav1.UpdateOptions{FieldManager: ControllerName})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	shown := users[:min(len(users), 5)]
+	msg := fmt.Sprintf("deleting: waits for the %d objects and templates that name it: %s", len(users), strings.Join(shown, ", "))
+	if len(users) > len(shown) {
+		msg += ", ..."
+	}
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: ReasonInUse,
+		ObservedGeneration: m.Generation, Message: msg})
+	if !equality.Semantic.DeepEqual(m.Status, cached.Status) {
+		if _, err := c.captf.InfrastructureV1alpha1().TerraformModules().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: ControllerName}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	c.loop.Queue.AddAfter(key, inUseRetry)
+	return nil
+}
+
+// liveUsers are the objects and templates that name entry, read from the
+// API server, not the caches: a sharded manager caches its shard's
+// objects only, and an entry let go too early strands the rest.
+func (c *Controller) liveUsers(ctx context.Context, entry string) ([]string, error) {
+	api := c.captf.InfrastructureV1alpha1()
+	var users []string
+	add := func(kind, ns, name string, ref *infrav1.CatalogRef) {
+		if ref != nil && ref.Name == entry {
+			users = append(users, kind+" "+ns+"/"+name)
+		}
+	}
+	opts := metav1.ListOptions{}
+	tcs, err := api.TerraformClusters(c.WatchNamespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range tcs.Items {
+		add("TerraformCluster", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
+	}
+	tms, err := api.TerraformMachines(c.WatchNamespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range tms.Items {
+		add("TerraformMachine", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
+	}
+	tmps, err := api.TerraformMachinePools(c.WatchNamespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range tmps.Items {
+		add("TerraformMachinePool", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
+	}
+	tcts, err := api.TerraformClusterTemplates(c.WatchNamespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range tcts.Items {
+		add("TerraformClusterTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
+	}
+	tmts, err := api.TerraformMachineTemplates(c.WatchNamespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range tmts.Items {
+		add("TerraformMachineTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
+	}
+	tmpts, err := api.TerraformMachinePoolTemplates(c.WatchNamespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range tmpts.Items {
+		add("TerraformMachinePoolTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
+	}
+	return users, nil
 }
 
 // resolveVersion moves one version on: starts its Job, or records the

@@ -3,6 +3,7 @@ package terraformmodule
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func (f *fakes) Delete(_ context.Context, job *runnerjob.Cached, _ metav1.Deleti
 var now = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 
 func entry(status ...infrav1.CatalogVersionStatus) *infrav1.TerraformModule {
-	return &infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "vpc", UID: "uid-vpc", Generation: 1},
+	return &infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "vpc", UID: "uid-vpc", Generation: 1, Finalizers: []string{infrav1.TerraformModuleFinalizer}},
 		Spec: infrav1.TerraformModuleSpec{Source: infrav1.CatalogSource{Git: &infrav1.GitSource{URL: "https://git.example.com/vpc.git"}},
 			Versions: []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}}, NamespaceSelector: &metav1.LabelSelector{}},
 		Status: infrav1.TerraformModuleStatus{Versions: status}}
@@ -98,6 +99,9 @@ func TestSync(t *testing.T) {
 		pin     string // spec.versions[0].digest
 		// watchFilter is the manager's; shard labels the entry for one.
 		watchFilter, shard string
+		// noFinalizer: a new entry; deleting: one being deleted.
+		noFinalizer, deleting bool
+		wantFinalizer        *bool // nil: not checked
 		// wantLog: the side effects in order; wantVersion: v1's status.
 		wantLog     []string
 		wantReady   string
@@ -105,6 +109,15 @@ func TestSync(t *testing.T) {
 	}{
 		"a new version: inputs, then its Job": {
 			wantLog: []string{"create secret %job0", "create job %job0"}, wantReady: ReasonResolving,
+		},
+		"a new entry: its finalizer first": {
+			noFinalizer: true, wantFinalizer: ptr(true),
+		},
+		"deleting, named by an object: kept, says by whom": {
+			deleting: true, users: 2, wantReady: ReasonInUse, wantFinalizer: ptr(true),
+		},
+		"deleting, named by none: let go": {
+			deleting: true, wantFinalizer: ptr(false),
 		},
 		"a sharded manager: another shard's entry is not its to resolve": {
 			watchFilter: "canary", shard: "stable",
@@ -188,6 +201,12 @@ func TestSync(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			m := entry(tc.status...)
 			m.Spec.Versions[0].Digest = tc.pin
+			if tc.noFinalizer {
+				m.Finalizers = nil
+			}
+			if tc.deleting {
+				m.DeletionTimestamp = &metav1.Time{Time: now}
+			}
 			if tc.shard != "" {
 				m.Labels = map[string]string{capi.WatchFilterLabel: tc.shard}
 			}
@@ -205,6 +224,9 @@ func TestSync(t *testing.T) {
 				user := &infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("c", i), Namespace: "team"}}
 				user.Spec.Module.CatalogRef = &infrav1.CatalogRef{Name: "vpc", Version: "v1"}
 				if err := tcs.GetStore().Add(user); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := captf.InfrastructureV1alpha1().TerraformClusters("team").Create(ctx, user, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -258,6 +280,9 @@ func TestSync(t *testing.T) {
 			}
 			if ready != tc.wantReady {
 				t.Errorf("Ready %q, want %q", ready, tc.wantReady)
+			}
+			if want := tc.wantFinalizer; want != nil && slices.Contains(got.Finalizers, infrav1.TerraformModuleFinalizer) != *want {
+				t.Errorf("finalizers %v, want ours: %v", got.Finalizers, *want)
 			}
 			if tc.wantVersion != nil {
 				if len(got.Status.Versions) != 1 {

@@ -52,6 +52,9 @@ const (
 	TerraformClusterFinalizer     = "infrastructure.cluster.x-k8s.io/terraformcluster"
 	TerraformMachineFinalizer     = "infrastructure.cluster.x-k8s.io/terraformmachine"
 	TerraformMachinePoolFinalizer = "infrastructure.cluster.x-k8s.io/terraformmachinepool"
+	// TerraformModuleFinalizer holds a catalog entry's delete until no
+	// object or template names it: a destroy fetches the module too.
+	TerraformModuleFinalizer = "infrastructure.cluster.x-k8s.io/terraformmodule"
 )
 
 // LabelBootstrapData ("true") on a Secret, set by someone who may write
