@@ -101,7 +101,7 @@ func TestSync(t *testing.T) {
 		watchFilter, shard string
 		// noFinalizer: a new entry; deleting: one being deleted.
 		noFinalizer, deleting bool
-		wantFinalizer        *bool // nil: not checked
+		wantFinalizer         *bool // nil: not checked
 		// wantLog: the side effects in order; wantVersion: v1's status.
 		wantLog     []string
 		wantReady   string
