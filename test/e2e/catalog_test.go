@@ -14,6 +14,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -512,6 +514,58 @@ func TestCatalogShards(t *testing.T) {
 	}
 	if len(created) != 1 {
 		t.Errorf("%d resolve Jobs (%v), want one: the shard the entry is labelled for resolves it alone", len(created), created)
+	}
+}
+
+// TestCatalogEntryDeletedUnderItsUsers: a platform team deleting an entry
+// that a cluster still runs does not strand the cluster: the entry stays
+// (Ready InUse, naming the cluster) and still serves it, no new object may
+// name it, and the cluster's own delete destroys what it made; then the
+// entry goes.
+func TestCatalogEntryDeletedUnderItsUsers(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	tc, entry, _, _, _ := e.privateCatalogCluster(t)
+	modules := plane.Captf.InfrastructureV1alpha1().TerraformModules()
+	if err := modules.Delete(ctx, entry.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var held *infrav1.TerraformModule
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		m, err := modules.Get(ctx, entry.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		held = m
+		c := meta.FindStatusCondition(m.Status.Conditions, "Ready")
+		return c != nil && c.Reason == "InUse", nil
+	})
+	if err != nil {
+		t.Fatalf("the entry, deleted under a cluster that uses it: %v; last seen %+v", err, held)
+	}
+	if msg := meta.FindStatusCondition(held.Status.Conditions, "Ready").Message; !strings.Contains(msg, "TerraformCluster "+e.ns+"/"+tc.Name) {
+		t.Errorf("InUse message %q does not name the cluster", msg)
+	}
+	_, err = plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Create(ctx, e.catalogCluster("late", entry.Name, jsonVar("instance_dir", fmt.Sprintf("%q", e.instances))), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "is being deleted") {
+		t.Errorf("a new cluster naming an entry being deleted: %v, want it refused", err)
+	}
+	if len(e.instanceFiles()) == 0 {
+		t.Fatal("the cluster made no instance to destroy")
+	}
+	if err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(e.ns).Delete(ctx, tc.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(tc.Name, 2*time.Minute, "deleted", func(tc *infrav1.TerraformCluster) bool { return tc == nil })
+	if files := e.instanceFiles(); len(files) != 0 {
+		t.Errorf("instance files left after the destroy: %v", files)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := modules.Get(ctx, entry.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the entry is still there once its last user is gone")
 	}
 }
 
