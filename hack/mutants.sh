@@ -611,6 +611,8 @@ mutant catalog-entry-let-go-in-use pkg/controller/terraformmodule/sync.go \
 	'	if len(users) == 0 {' '	if true {'
 mutant catalog-deleting-entry-admitted pkg/webhook/catalog.go \
 	'		if entry.DeletionTimestamp != nil {' '		if false {'
+mutant catalog-description-raw pkg/catalog/inspect.go \
+	'		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r):' '		case false:'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

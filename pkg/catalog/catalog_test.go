@@ -150,3 +150,45 @@ func TestCheckVariables(t *testing.T) {
 		})
 	}
 }
+
+// TestInspectKeepsTerminalsSafe: a module's descriptions and types reach
+// people's terminals (the webhook's refusals, kubectl captf modules); what
+// a terminal acts on is not recorded.
+func TestInspectKeepsTerminalsSafe(t *testing.T) {
+	for name, tc := range map[string]struct {
+		module          string
+		wantDescription string
+		wantType        string
+	}{
+		"an escape sequence written as \\u": {
+			module:          `variable "a" { description = "see \u001b]8;;https://evil.example\u0007here\u001b]8;;\u0007" }`,
+			wantDescription: "see \uFFFD]8;;https://evil.example\uFFFDhere\uFFFD]8;;\uFFFD",
+		},
+		"a bidirectional override": {
+			module:          `variable "a" { description = "admin` + "\u202e" + `resu" }`,
+			wantDescription: "admin\uFFFDresu",
+		},
+		"a heredoc keeps its lines": {
+			module:          "variable \"a\" {\n  description = <<EOT\nfirst\n\tsecond\nEOT\n}",
+			wantDescription: "first\n\tsecond\n",
+		},
+		"a raw escape in a type's comment": {
+			module:   "variable \"a\" { type = list(/* \x1b[2J */ string) }",
+			wantType: "list(string)",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(tc.module), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			vars, _, err := Inspect(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(vars) != 1 || vars[0].Description != tc.wantDescription || (tc.wantType != "" && vars[0].Type != tc.wantType) {
+				t.Errorf("recorded %+v, want description %q type %q", vars, tc.wantDescription, tc.wantType)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
@@ -140,7 +141,7 @@ func variable(b *hcl.Block, src []byte) (infrav1.ModuleVariable, error) {
 		if err != nil {
 			return v, err
 		}
-		v.Description = truncate(s, maxDescription)
+		v.Description = truncate(plainText(s), maxDescription)
 	}
 	if a, ok := content.Attributes["sensitive"]; ok {
 		val, diags := a.Expr.Value(nil)
@@ -190,7 +191,7 @@ func typeText(expr hcl.Expression, src []byte, ty cty.Type) string {
 	r := expr.Range()
 	if r.Start.Byte < r.End.Byte && r.End.Byte <= len(src) && r.End.Byte-r.Start.Byte <= maxTypeText {
 		s := string(src[r.Start.Byte:r.End.Byte])
-		if !strings.HasPrefix(strings.TrimSpace(s), `"`) {
+		if !strings.HasPrefix(strings.TrimSpace(s), `"`) && plainText(s) == s {
 			return strings.Join(strings.Fields(s), " ")
 		}
 	}
@@ -208,7 +209,7 @@ func output(b *hcl.Block) (infrav1.ModuleOutput, error) {
 		if err != nil {
 			return o, err
 		}
-		o.Description = truncate(s, maxDescription)
+		o.Description = truncate(plainText(s), maxDescription)
 	}
 	if a, ok := content.Attributes["sensitive"]; ok {
 		if val, diags := a.Expr.Value(nil); !diags.HasErrors() && val.Type() == cty.Bool && !val.IsNull() {
@@ -227,6 +228,22 @@ func literalString(a *hcl.Attribute) (string, error) {
 		return "", fmt.Errorf("%s must be a string", a.Name)
 	}
 	return val.AsString(), nil
+}
+
+// plainText is s with what a terminal would act on (control characters
+// but newline and tab, bidirectional overrides) replaced by U+FFFD:
+// descriptions reach people's terminals through the webhook's refusals
+// and kubectl captf modules.
+func plainText(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			return r
+		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r):
+			return unicode.ReplacementChar
+		}
+		return r
+	}, s)
 }
 
 func truncate(s string, n int) string {
