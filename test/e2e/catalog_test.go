@@ -403,8 +403,8 @@ func TestCatalogPrivateGitModuleOverSSH(t *testing.T) {
 	}
 	host, _, _ := strings.Cut(string(ssh.KnownHosts), " ")
 	_, otherKey, _ := strings.Cut(string(other.KnownHosts), " ")
-	entry := func(name string, knownHosts []byte) *infrav1.TerraformModule {
-		creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-ssh", Namespace: e.ns, Labels: map[string]string{infrav1.LabelCatalogCredentials: "true"}},
+	entry := func(name string, knownHosts []byte, label string) *infrav1.TerraformModule {
+		creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-ssh", Namespace: e.ns, Labels: map[string]string{label: "true"}},
 			Type: corev1.SecretTypeSSHAuth, Data: map[string][]byte{corev1.SSHAuthPrivateKey: ssh.PrivateKey, "known_hosts": knownHosts}}
 		if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -417,8 +417,11 @@ func TestCatalogPrivateGitModuleOverSSH(t *testing.T) {
 				CredentialsSecretName: creds.Name,
 			}})
 	}
-	good := entry("cloud", ssh.KnownHosts)
-	impostor := entry("impostor", []byte(host+" "+otherKey))
+	good := entry("cloud", ssh.KnownHosts, infrav1.LabelCatalogCredentials)
+	impostor := entry("impostor", []byte(host+" "+otherKey), infrav1.LabelCatalogCredentials)
+	// A Secret not made for the catalog (without its label) is not
+	// handed out.
+	unlabelled := entry("unlabelled", ssh.KnownHosts, "app")
 	v1 := e.waitForVersion(good.Name, "v1", 2*time.Minute)
 	if v1.Error != "" || v1.Commit != commit {
 		t.Fatalf("resolving over SSH: %+v, want commit %s", v1, commit)
@@ -428,6 +431,9 @@ func TestCatalogPrivateGitModuleOverSSH(t *testing.T) {
 	}
 	if bad := e.waitForVersion(impostor.Name, "v1", 2*time.Minute); bad.Digest != "" || !strings.Contains(bad.Error, "Host key verification failed") {
 		t.Errorf("an entry whose known_hosts names another host key resolved to %+v, want a host key verification failure", bad)
+	}
+	if bad := e.waitForVersion(unlabelled.Name, "v1", 2*time.Minute); bad.Digest != "" || !strings.Contains(bad.Error, infrav1.LabelCatalogCredentials) {
+		t.Errorf("an entry whose credentials Secret lacks the label resolved to %+v, want an error naming the label", bad)
 	}
 	e.createCatalogCluster("ssh", good.Name, "v1")
 	tc := e.waitFor("ssh", 2*time.Minute, "Ready", isReady)
