@@ -575,6 +575,64 @@ func TestCatalogEntryDeletedUnderItsUsers(t *testing.T) {
 	}
 }
 
+// TestCatalogResolveOutlivesTheManager: the manager killed (SIGKILL) while
+// a version's resolve Job runs finds that Job when it is back, records its
+// result, and starts no second one.
+func TestCatalogResolveOutlivesTheManager(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	watch, err := plane.Kube.BatchV1().Jobs(e.ns).Watch(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=" + string(infrav1.OperationResolve)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	m := e.startManager()
+	git := gitServer(t, "", "")
+	commit, err := git.Commit("network", "main", map[string]string{"main.tf": catalogModule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "network"},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:            infrav1.CatalogSource{Git: &infrav1.GitSource{URL: git.URL + "/network.git"}},
+			Versions:          []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}},
+			NamespaceSelector: &metav1.LabelSelector{},
+		}})
+	created := map[string]bool{}
+	collect := func(until time.Duration) {
+		deadline := time.After(until)
+		for {
+			select {
+			case ev := <-watch.ResultChan():
+				if ev.Type == "ADDED" {
+					created[ev.Object.(metav1.Object).GetName()] = true
+				}
+				if len(created) > 0 && until > time.Second {
+					return
+				}
+			case <-deadline:
+				return
+			}
+		}
+	}
+	collect(time.Minute)
+	if len(created) != 1 {
+		t.Fatalf("resolve Jobs %v, want one", created)
+	}
+	m.Kill()
+	time.Sleep(2 * time.Second) // the Job's runner waits on the runner API meanwhile
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if v1 := e.waitForVersion(entry.Name, "v1", 2*time.Minute); v1.Error != "" || v1.Commit != commit {
+		t.Fatalf("v1 resolved to %+v, want commit %s", v1, commit)
+	}
+	collect(time.Second)
+	if len(created) != 1 {
+		t.Errorf("resolve Jobs %v, want the one started before the manager was killed", created)
+	}
+}
+
 // TestCatalogCredentialsNeverLeak (issue 52): a catalog entry's credentials
 // reach no run record, status, event or log.
 func TestCatalogCredentialsNeverLeak(t *testing.T) {
