@@ -62,6 +62,9 @@ type Module struct {
 	// Registry is a catalog version to resolve from a module registry:
 	// the runner asks the registry where the version's code is.
 	Registry *RegistryModule `json:"registry,omitempty"`
+	// OCI is a catalog version to resolve from an OCI registry: the runner
+	// finds the manifest its ref names.
+	OCI *OCIModule `json:"oci,omitempty"`
 	// Digest is the catalog's digest of the module: the run runs no code
 	// of another.
 	Digest string `json:"digest,omitempty"`
@@ -169,6 +172,13 @@ type SecretRef struct {
 }
 
 // GitModule is a module of a git repository at a ref.
+// OCIModule is a repository (HOST/PATH) of an OCI registry and a tag or
+// manifest digest in it.
+type OCIModule struct {
+	Repository string `json:"repository"`
+	Ref        string `json:"ref"`
+}
+
 type GitModule struct {
 	URL  string `json:"url"`
 	Path string `json:"path,omitempty"`

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -27,6 +28,7 @@ const (
 	credentialToken      = "token"
 	credentialSSHKey     = "ssh-privatekey" // the key of a kubernetes.io/ssh-auth Secret
 	credentialKnownHosts = "known_hosts"
+	credentialDocker     = ".dockerconfigjson" // the key of a kubernetes.io/dockerconfigjson Secret
 )
 
 // withCredentials reads the catalog entry's credentials through the runner
@@ -79,6 +81,18 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 		r.env = append(r.env, "GIT_SSH_COMMAND="+sshCommand(keyPath, khPath), "GIT_SSH_VARIANT=ssh")
 		secrets = append(secrets, keyLines(key)...)
 	}
+	if b := sec[credentialDocker]; len(b) > 0 {
+		creds, err := dockerConfigCredentials(b)
+		if err != nil {
+			return nil, err
+		}
+		r.ociCreds = creds
+		for _, c := range creds {
+			if c.password != "" {
+				secrets = append(secrets, c.password, base64.StdEncoding.EncodeToString([]byte(c.user+":"+c.password)))
+			}
+		}
+	}
 	if b := strings.TrimSpace(string(sec[credentialToken])); b != "" {
 		r.registryToken = b
 		secrets = append(secrets, b)
@@ -92,7 +106,7 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 // dropCredentials removes what withCredentials gave.
 func (r *Runner) dropCredentials() error {
 	r.env = withoutCredentials(r.env)
-	r.registryToken = ""
+	r.registryToken, r.ociCreds = "", nil
 	err := os.RemoveAll(filepath.Join(r.Config.WorkDir, credentialsDir))
 	if err != nil {
 		return errors.New("removing the catalog module's credentials: " + err.Error())

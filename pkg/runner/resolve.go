@@ -64,6 +64,13 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 		}
 		module = run.Module{Source: GitSource(g.URL, g.Path, resolved.Commit)}
 	}
+	if o := module.OCI; o != nil {
+		digest, err := newOCIClient(r.ociCreds, r.registryToken).resolve(ctx, o.Repository, o.Ref)
+		if err != nil {
+			return err
+		}
+		module = run.Module{Source: ociSource(o.Repository, digest)}
+	}
 	fromRegistry := module.Registry != nil
 	if reg := module.Registry; reg != nil {
 		source, err := registrySource(ctx, http.DefaultClient, reg, r.registryToken)
@@ -81,7 +88,7 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 	if err := r.prepare(ctx, tf, r.Config.WorkDir, module, []byte("{}")); err != nil {
 		return err
 	}
-	if module.Source == "" {
+	if module.Source == "" || strings.HasPrefix(module.Source, "oci://") {
 		// What a run's init adds to files it wrote: child modules and
 		// the providers' lock file, which the digest covers.
 		if _, err := r.exec(ctx, tf, r.Config.WorkDir, r.env, "init", "-input=false", "-no-color", "-backend=false"); err != nil {

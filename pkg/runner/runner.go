@@ -63,6 +63,9 @@ type Runner struct {
 	// registryToken is the catalog entry's registry token while the
 	// module is fetched.
 	registryToken string
+	// ociCreds are the catalog entry's OCI registry users and passwords,
+	// by host, while the module is fetched.
+	ociCreds map[string]ociCredential
 	mu            sync.Mutex
 	child         *exec.Cmd
 	// interrupted is the child already sent its one SIGTERM.

@@ -114,6 +114,10 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 		return err
 	}
 	switch {
+	case strings.HasPrefix(m.Source, "oci://"):
+		if err := newOCIClient(r.ociCreds, r.registryToken).fetch(ctx, m.Source, dir); err != nil {
+			return err
+		}
 	case m.Source != "":
 		// Terraform's own installer fetches the module (git, registry,
 		// https, s3, ...) into the empty working directory.

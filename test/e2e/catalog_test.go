@@ -633,6 +633,83 @@ func TestCatalogResolveOutlivesTheManager(t *testing.T) {
 	}
 }
 
+// TestCatalogOCIModule (issue 52, item 1): a module package in an OCI
+// registry (as OpenTofu publishes them), behind the registry's bearer
+// challenge, is published with a Docker config Secret: the version's tag
+// resolves to the manifest's digest, a cluster runs it, and the tag moving
+// on changes nothing of the version; a version may name a digest.
+func TestCatalogOCIModule(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m := e.startManagerWithWebhook()
+	password := "oci-" + strings.ReplaceAll(e.ns, "-", "") + "-s3cr3t"
+	reg, err := framework.StartOCIRegistry("robot", password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	module, err := os.ReadFile(filepath.Join(root, "examples", "local-cloud", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := reg.Push("modules/cloud", "v1", map[string]string{"main.tf": string(module), "probe.tf": credentialsProbe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`{"auths":{%q:{"username":"robot","password":%q}}}`, reg.Host, password)
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-oci", Namespace: e.ns, Labels: map[string]string{infrav1.LabelCatalogCredentials: "true"}},
+		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(config)}}
+	if _, err := plane.Kube.CoreV1().Secrets(e.ns).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	entry := e.createCatalogEntry(&infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "cloud"},
+		Spec: infrav1.TerraformModuleSpec{
+			Source:                infrav1.CatalogSource{OCI: &infrav1.OCISource{Repository: reg.Host + "/modules/cloud"}},
+			Versions:              []infrav1.CatalogVersion{{Name: "v1"}},
+			NamespaceSelector:     &metav1.LabelSelector{},
+			CredentialsSecretName: creds.Name,
+		}})
+	v1 := e.waitForVersion(entry.Name, "v1", 2*time.Minute)
+	if want := "oci://" + reg.Host + "/modules/cloud?digest=" + first; v1.Error != "" || v1.Source != want {
+		t.Fatalf("v1 resolved to %+v, want source %s", v1, want)
+	}
+	e.createCatalogCluster("oci", entry.Name, "v1")
+	tc := e.waitFor("oci", 2*time.Minute, "Ready", isReady)
+	if tc.Status.AppliedModule != v1.Digest {
+		t.Errorf("applied module %q, want the catalog's digest %s", tc.Status.AppliedModule, v1.Digest)
+	}
+	if out := tc.Status.Outputs["credentials_visible"]; string(out.Raw) != "false" {
+		t.Errorf("credentials_visible = %s", out.Raw)
+	}
+	// The tag moves on; v1 stays what it was, and v2 names the new
+	// package by its digest.
+	second, err := reg.Push("modules/cloud", "v1", map[string]string{"main.tf": string(module) + "\noutput \"release\" {\n  value = \"v2\"\n}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, entry.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Versions = append(got.Spec.Versions, infrav1.CatalogVersion{Name: "v2", Ref: second})
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v2 := e.waitForVersion(entry.Name, "v2", 2*time.Minute); v2.Error != "" || !strings.HasSuffix(v2.Source, second) || v2.Digest == v1.Digest {
+		t.Errorf("v2 resolved to %+v, want the package of digest %s", v2, second)
+	}
+	if again := e.waitForVersion(entry.Name, "v1", time.Second); again.Source != v1.Source || again.Digest != v1.Digest {
+		t.Errorf("v1 after its tag moved: %+v, want %+v", again, v1)
+	}
+	log, err := os.ReadFile(m.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), password) {
+		t.Error("the registry password is in the manager's log")
+	}
+}
+
 // TestCatalogCredentialsNeverLeak (issue 52): a catalog entry's credentials
 // reach no run record, status, event or log.
 func TestCatalogCredentialsNeverLeak(t *testing.T) {

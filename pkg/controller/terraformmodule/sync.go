@@ -365,6 +365,8 @@ func (c *Controller) sourceOf(ctx context.Context, m *infrav1.TerraformModule, r
 		return &run.Module{Files: maps.Clone(cm.Data)}, nil
 	case src.Registry != nil:
 		return &run.Module{Registry: &run.RegistryModule{Address: src.Registry.Address, Version: ref}}, nil
+	case src.OCI != nil:
+		return &run.Module{OCI: &run.OCIModule{Repository: src.OCI.Repository, Ref: ref}}, nil
 	}
 	return nil, fmt.Errorf("the entry names no source")
 }

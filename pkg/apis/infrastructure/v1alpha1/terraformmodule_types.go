@@ -42,7 +42,7 @@ type TerraformModuleSpec struct {
 
 // CatalogSource is where a catalog module comes from. Exactly one of git,
 // registry and configMap is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.registry), has(self.configMap)].filter(x, x).size() == 1",message="exactly one of git, registry or configMap must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.registry), has(self.oci), has(self.configMap)].filter(x, x).size() == 1",message="exactly one of git, registry, oci or configMap must be set"
 type CatalogSource struct {
 	// Git is a git repository over HTTPS (or HTTP), SSH or a file URL.
 	// +optional
@@ -52,6 +52,13 @@ type CatalogSource struct {
 	// registry protocol.
 	// +optional
 	Registry *RegistrySource `json:"registry,omitempty"`
+
+	// OCI is a repository of an OCI registry holding module packages as
+	// OpenTofu publishes them (artifact type
+	// application/vnd.opentofu.modulepkg, one archive/zip layer). The
+	// runner fetches them itself, so they run under Terraform too.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
 
 	// ConfigMap takes each version's files from a ConfigMap of the
 	// manager's namespace (the version's ref names it); each key is a file.
@@ -87,6 +94,16 @@ type RegistrySource struct {
 	Address string `json:"address"`
 }
 
+// OCISource is a repository of an OCI registry.
+type OCISource struct {
+	// Repository is HOST[:PORT]/PATH, as in oci://HOST/PATH.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+$`
+	Repository string `json:"repository"`
+}
+
 // CatalogConfigMapSource takes module files from ConfigMaps of the
 // manager's namespace.
 type CatalogConfigMapSource struct{}
@@ -101,13 +118,14 @@ type CatalogVersion struct {
 	Name string `json:"name"`
 
 	// Ref is what the source calls the version: a git tag, branch or
-	// commit; a registry version; a ConfigMap's name. Defaults to name.
+	// commit; a registry version; an OCI tag or manifest digest
+	// (sha256:...); a ConfigMap's name. Defaults to name.
 	// Whatever it names is resolved once, to a commit or a digest recorded
 	// in status, and runs take that.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._+/-]*$`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._+/:-]*$`
 	Ref string `json:"ref,omitempty"`
 
 	// Digest, when set, is the only code the version may resolve to (as
