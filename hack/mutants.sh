@@ -613,6 +613,16 @@ mutant catalog-deleting-entry-admitted pkg/webhook/catalog.go \
 	'		if entry.DeletionTimestamp != nil {' '		if false {'
 mutant catalog-description-raw pkg/catalog/inspect.go \
 	'		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r):' '		case false:'
+mutant oci-layer-unchecked pkg/runner/oci.go \
+	'if got := "sha256:" + hex.EncodeToString(sum[:]); got != layer.Digest || int64(len(body)) != layer.Size {' 'if got := "sha256:" + hex.EncodeToString(sum[:]); false && got != layer.Digest {'
+mutant oci-path-escapes pkg/runner/oci.go \
+	'if path.IsAbs(f.Name) || name == ".." || strings.HasPrefix(name, "../") || strings.Contains(f.Name, `\`) {' 'if false {'
+mutant oci-link-unpacked pkg/runner/oci.go \
+	'		case !mode.IsRegular():' '		case false:'
+mutant oci-any-artifact pkg/runner/oci.go \
+	'if m.ArtifactType != ociModuleArtifactType && m.Config.MediaType != ociModuleArtifactType {' 'if false {'
+mutant oci-manifest-unchecked pkg/runner/oci.go \
+	'if ociDigest.MatchString(ref) && ref != digest {' 'if false {'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

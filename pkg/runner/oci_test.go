@@ -64,12 +64,13 @@ func TestOCIModules(t *testing.T) {
 		wantErr  string
 		wantFile string
 	}{
-		"a package":                      {layer: good, wantFile: "modules/net/main.tf"},
-		"behind a bearer challenge":      {layer: good, auth: true, wantFile: "main.tf"},
-		"not a module package":           {layer: good, artifactType: "application/vnd.oci.image.config.v1+json", wantErr: "is not a module package"},
-		"a layer that is not its digest": {layer: good, tamper: "layer", wantErr: "its manifest says"},
-		"a path out of the module":       {layer: zipOf(t, zipEntry{name: "../../etc/cron.d/x", content: "x"}), wantErr: "is outside the module"},
-		"a link":                         {layer: zipOf(t, zipEntry{name: "creds", content: "/var/run/secrets", link: true}), wantErr: "is not a regular file"},
+		"a package":                         {layer: good, wantFile: "modules/net/main.tf"},
+		"behind a bearer challenge":         {layer: good, auth: true, wantFile: "main.tf"},
+		"not a module package":              {layer: good, artifactType: "application/vnd.oci.image.config.v1+json", wantErr: "is not a module package"},
+		"a layer that is not its digest":    {layer: good, tamper: "layer", wantErr: "its manifest says"},
+		"a manifest that is not its digest": {layer: good, tamper: "manifest", wantErr: "has digest"},
+		"a path out of the module":          {layer: zipOf(t, zipEntry{name: "../../etc/cron.d/x", content: "x"}), wantErr: "is outside the module"},
+		"a link":                            {layer: zipOf(t, zipEntry{name: "creds", content: "/var/run/secrets", link: true}), wantErr: "is not a regular file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			artifact := tc.artifactType
@@ -80,8 +81,11 @@ func TestOCIModules(t *testing.T) {
 				"config": map[string]any{"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha([]byte("{}")), "size": 2},
 				"layers": []any{map[string]any{"mediaType": ociZipLayer, "digest": sha(tc.layer), "size": len(tc.layer)}}})
 			blobs := map[string][]byte{sha(manifest): manifest, sha(tc.layer): tc.layer}
-			if tc.tamper == "layer" {
+			switch tc.tamper {
+			case "layer":
 				blobs[sha(tc.layer)] = zipOf(t, zipEntry{name: "main.tf", content: "evil"})
+			case "manifest": // the tag's manifest is good, the digest's another
+				blobs[sha(manifest)] = bytes.Replace(manifest, []byte(sha(tc.layer)), []byte(sha([]byte("{}"))), 1)
 			}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/token" {
@@ -99,7 +103,8 @@ func TestOCIModules(t *testing.T) {
 				}
 				ref := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 				if ref == "v1" {
-					ref = sha(manifest)
+					_, _ = w.Write(manifest)
+					return
 				}
 				if b, ok := blobs[ref]; ok {
 					_, _ = w.Write(b)
