@@ -66,8 +66,8 @@ type Runner struct {
 	// ociCreds are the catalog entry's OCI registry users and passwords,
 	// by host, while the module is fetched.
 	ociCreds map[string]ociCredential
-	mu            sync.Mutex
-	child         *exec.Cmd
+	mu       sync.Mutex
+	child    *exec.Cmd
 	// interrupted is the child already sent its one SIGTERM.
 	interrupted *exec.Cmd
 	signal      bool
