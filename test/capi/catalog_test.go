@@ -24,7 +24,8 @@ import (
 // a Cluster's TerraformCluster and the TerraformMachines Cluster API clones
 // from a TerraformMachineTemplate run them, each the digest the catalog
 // pinned, with the credentials only the platform's namespace holds; the
-// Cluster's delete destroys through the same catalog.
+// Cluster's delete destroys through the same catalog. A MachinePool of the
+// catalog's pool module runs beside them.
 func TestCatalogPrivateGitModuleMachines(t *testing.T) {
 	ctx := context.Background()
 	root, _ := setup(t)
@@ -44,7 +45,7 @@ func TestCatalogPrivateGitModuleMachines(t *testing.T) {
 	}
 	t.Cleanup(git.Close)
 	files := map[string]string{}
-	for dir, example := range map[string]string{"cloud": "local-cloud", "machine": "local-machine"} {
+	for dir, example := range map[string]string{"cloud": "local-cloud", "machine": "local-machine", "pool": "local-pool"} {
 		b, err := os.ReadFile(filepath.Join(root, "examples", example, "main.tf"))
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +64,7 @@ func TestCatalogPrivateGitModuleMachines(t *testing.T) {
 		_ = plane.Kube.CoreV1().Secrets("captf-system").Delete(context.Background(), creds.Name, metav1.DeleteOptions{})
 	})
 	digests := map[string]string{}
-	for _, name := range []string{"cloud", "machine"} {
+	for _, name := range []string{"cloud", "machine", "pool"} {
 		entry := &infrav1.TerraformModule{ObjectMeta: metav1.ObjectMeta{Name: "catalog-" + name},
 			Spec: infrav1.TerraformModuleSpec{
 				Source:                infrav1.CatalogSource{Git: &infrav1.GitSource{URL: git.URL + "/platform.git", Path: "modules/" + name}},
@@ -138,6 +139,28 @@ func TestCatalogPrivateGitModuleMachines(t *testing.T) {
 	if _, err := plane.Dynamic.Resource(machineDeploymentsGVR).Namespace(ns).Create(ctx, md, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A MachinePool of the catalog's pool module, beside.
+	pool := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns, Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "cat"}},
+		Spec: infrav1.TerraformMachinePoolSpec{WorkspaceSpec: infrav1.WorkspaceSpec{
+			Module: infrav1.Module{CatalogRef: &infrav1.CatalogRef{Name: "catalog-pool", Version: "v1"}}, Variables: instanceDir}}}
+	if _, err := plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mp := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+		"metadata": map[string]any{"name": "pool", "namespace": ns, "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "cat"}},
+		"spec": map[string]any{
+			"clusterName": "cat", "replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{
+				"clusterName":       "cat",
+				"bootstrap":         map[string]any{"dataSecretName": "worker-bootstrap"},
+				"infrastructureRef": map[string]any{"apiGroup": infrav1.SchemeGroupVersion.Group, "kind": "TerraformMachinePool", "name": "pool"},
+			}},
+		},
+	}}
+	if _, err := plane.Dynamic.Resource(machinePoolsGVR).Namespace(ns).Create(ctx, mp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	var applied []string
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		tms, err := plane.Captf.InfrastructureV1alpha1().TerraformMachines(ns).List(ctx, metav1.ListOptions{})
@@ -163,6 +186,17 @@ func TestCatalogPrivateGitModuleMachines(t *testing.T) {
 		if d != digests["machine"] {
 			t.Errorf("a machine applied %s, want the catalog's %s", d, digests["machine"])
 		}
+	}
+	var gotPool *infrav1.TerraformMachinePool
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		gotPool, err = plane.Captf.InfrastructureV1alpha1().TerraformMachinePools(ns).Get(ctx, "pool", metav1.GetOptions{})
+		return err == nil && len(gotPool.Spec.ProviderIDList) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the pool of the catalog's module never got its two instances: %v; %+v", err, gotPool)
+	}
+	if gotPool.Status.AppliedModule != digests["pool"] {
+		t.Errorf("the pool applied %s, want the catalog's %s", gotPool.Status.AppliedModule, digests["pool"])
 	}
 	got, err := plane.Captf.InfrastructureV1alpha1().TerraformClusters(ns).Get(ctx, "cat", metav1.GetOptions{})
 	if err != nil || got.Status.AppliedModule != digests["cloud"] {
