@@ -623,6 +623,10 @@ mutant oci-any-artifact pkg/runner/oci.go \
 	'if m.ArtifactType != ociModuleArtifactType && m.Config.MediaType != ociModuleArtifactType {' 'if false {'
 mutant oci-manifest-unchecked pkg/runner/oci.go \
 	'if ociDigest.MatchString(ref) && ref != digest {' 'if false {'
+mutant provider-id-control-characters pkg/providerid/providerid.go \
+	'if strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) >= 0 {' 'if strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) < -1 {'
+mutant provider-id-not-ratcheted pkg/providerid/providerid.go \
+	'	if slices.Contains(held, id) {' '	if false {'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

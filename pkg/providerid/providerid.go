@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -21,29 +22,47 @@ import (
 	"github.com/captf/captf/pkg/capi"
 )
 
-// Invalid says why id is not a provider ID, or "" when it is one.
+// Invalid says why id is not a provider ID, or "" when it is one. Module
+// code writes it, and people read it (kubectl, events, Node objects): a
+// space or a control character would let it write lines of its own.
 func Invalid(id string) string {
 	if scheme, rest, ok := strings.Cut(id, "://"); !ok || scheme == "" || rest == "" {
 		return "must look like <provider>://<id>"
 	}
+	if strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) >= 0 {
+		return "must not hold spaces or control characters"
+	}
 	return ""
 }
 
-// Validate checks the form of a machine's provider ID at path.
-func Validate(id string, path *field.Path) field.ErrorList {
-	if why := Invalid(id); why != "" {
+// InvalidNew is Invalid for an ID not among held: an object keeps the IDs
+// it took before the rules were tightened (its instances exist), and is
+// not locked out of its other updates by them.
+func InvalidNew(id string, held ...string) string {
+	if slices.Contains(held, id) {
+		return ""
+	}
+	return Invalid(id)
+}
+
+// Validate checks the form of a machine's provider ID at path, unless it
+// is old's.
+func Validate(id, old string, path *field.Path) field.ErrorList {
+	if why := InvalidNew(id, old); why != "" {
 		return field.ErrorList{field.Invalid(path, id, why)}
 	}
 	return nil
 }
 
-// ValidateList checks the form of a pool's provider IDs at path, and that
-// none is named twice.
-func ValidateList(ids []string, path *field.Path) field.ErrorList {
+// ValidateList checks the form of a pool's provider IDs at path (those not
+// in old), and that none is named twice.
+func ValidateList(ids, old []string, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i, id := range ids {
-		errs = append(errs, Validate(id, path.Index(i))...)
+		if why := InvalidNew(id, old...); why != "" {
+			errs = append(errs, field.Invalid(path.Index(i), id, why))
+		}
 		if seen[id] {
 			errs = append(errs, field.Duplicate(path.Index(i), id))
 		}

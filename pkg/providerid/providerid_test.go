@@ -35,14 +35,31 @@ func TestValidate(t *testing.T) {
 	for id, want := range map[string]string{
 		"aws:///eu-west-1a/i-0123": "", "local:///m": "", "p://1": "",
 		"i-0123": "must look like", "://x": "must look like", "p://": "must look like", "": "must look like",
+		"p://1\n└─Machine/forged  True": "spaces or control characters", "p://\x1b[2J1": "spaces or control characters",
+		"p://a b": "spaces or control characters", "p://\u202e1": "spaces or control characters",
 	} {
 		if got := Invalid(id); !strings.Contains(got, want) || (want == "") != (got == "") {
 			t.Errorf("Invalid(%q) = %q, want %q", id, got, want)
 		}
 	}
-	errs := ValidateList([]string{"p://1", "p://1", "x"}, field.NewPath("spec", "providerIDList"))
+	errs := ValidateList([]string{"p://1", "p://1", "x"}, nil, field.NewPath("spec", "providerIDList"))
 	if got := errs.ToAggregate().Error(); !strings.Contains(got, "spec.providerIDList[1]: Duplicate value") || !strings.Contains(got, `spec.providerIDList[2]: Invalid value: "x"`) {
 		t.Errorf("ValidateList = %s", got)
+	}
+	// A ratchet: IDs held before the rules were tightened stay, new ones
+	// are checked.
+	held := "p://1\nx"
+	if errs := ValidateList([]string{held, "p://2"}, []string{held}, field.NewPath("ids")); len(errs) != 0 {
+		t.Errorf("a pool's held ID refused: %v", errs)
+	}
+	if errs := ValidateList([]string{held, "p://2\n"}, []string{held}, field.NewPath("ids")); len(errs) != 1 {
+		t.Errorf("a pool's new bad ID: %v, want one error", errs)
+	}
+	if errs := Validate(held, held, field.NewPath("id")); len(errs) != 0 {
+		t.Errorf("a machine's held ID refused: %v", errs)
+	}
+	if errs := Validate(held, "", field.NewPath("id")); len(errs) != 1 {
+		t.Errorf("a machine's new bad ID: %v, want one error", errs)
 	}
 }
 

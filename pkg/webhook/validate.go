@@ -63,7 +63,11 @@ func ValidateTerraformCluster(obj, old *infrav1.TerraformCluster) field.ErrorLis
 func ValidateTerraformMachine(obj, old *infrav1.TerraformMachine) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateAnnotations(obj.Annotations, false, names.Object{Kind: "tfm", Name: obj.Name})...)
-	errs = append(errs, validateMachineSpec(&obj.Spec, field.NewPath("spec"))...)
+	oldID := ""
+	if old != nil {
+		oldID = old.Spec.ProviderID
+	}
+	errs = append(errs, validateMachineSpec(&obj.Spec, oldID, field.NewPath("spec"))...)
 	var oldWS *infrav1.WorkspaceSpec
 	if old != nil {
 		oldWS = &old.Spec.WorkspaceSpec
@@ -83,7 +87,11 @@ func ValidateTerraformMachinePool(obj, old *infrav1.TerraformMachinePool) field.
 		oldWS = &old.Spec.WorkspaceSpec
 	}
 	errs = append(errs, validateInline(&obj.Spec.WorkspaceSpec, oldWS, nil, nil, field.NewPath("spec"))...)
-	errs = append(errs, providerid.ValidateList(obj.Spec.ProviderIDList, field.NewPath("spec", "providerIDList"))...)
+	var oldIDs []string
+	if old != nil {
+		oldIDs = old.Spec.ProviderIDList
+	}
+	errs = append(errs, providerid.ValidateList(obj.Spec.ProviderIDList, oldIDs, field.NewPath("spec", "providerIDList"))...)
 	return errs
 }
 
@@ -104,7 +112,7 @@ func ValidateTerraformClusterTemplate(obj, old *infrav1.TerraformClusterTemplate
 // ValidateTerraformMachineTemplate validates a create (old nil) or an update.
 func ValidateTerraformMachineTemplate(obj, old *infrav1.TerraformMachineTemplate) field.ErrorList {
 	spec := field.NewPath("spec", "template", "spec")
-	errs := validateMachineSpec(&obj.Spec.Template.Spec, spec)
+	errs := validateMachineSpec(&obj.Spec.Template.Spec, "", spec)
 	if old == nil {
 		errs = append(errs, validateInline(&obj.Spec.Template.Spec.WorkspaceSpec, nil, nil, nil, spec)...)
 	}
@@ -183,10 +191,10 @@ func validateClusterSpec(spec *infrav1.TerraformClusterSpec, path *field.Path) f
 	return errs
 }
 
-func validateMachineSpec(spec *infrav1.TerraformMachineSpec, path *field.Path) field.ErrorList {
+func validateMachineSpec(spec *infrav1.TerraformMachineSpec, oldID string, path *field.Path) field.ErrorList {
 	errs := validateWorkspace(&spec.WorkspaceSpec, path)
 	if spec.ProviderID != "" {
-		errs = append(errs, providerid.Validate(spec.ProviderID, path.Child("providerID"))...)
+		errs = append(errs, providerid.Validate(spec.ProviderID, oldID, path.Child("providerID"))...)
 	}
 	return errs
 }

@@ -240,6 +240,14 @@ func TestValidateMachineAndPool(t *testing.T) {
 	moved := set.DeepCopy()
 	moved.Spec.ProviderID = "local:///b"
 	checkErrors(t, ValidateTerraformMachine(moved, set).ToAggregate(), "spec.providerID: Forbidden: is immutable once set")
+	// An ID with a line of its own is refused when it is set, and kept
+	// on the updates of a machine that held it before the rule.
+	forged := m.DeepCopy()
+	forged.Spec.ProviderID = "local:///a\n└─Machine/forged"
+	checkErrors(t, ValidateTerraformMachine(forged, nil).ToAggregate(), "must not hold spaces or control characters")
+	relabelled := forged.DeepCopy()
+	relabelled.Labels = map[string]string{"team": "a"}
+	checkErrors(t, ValidateTerraformMachine(relabelled, forged).ToAggregate(), "")
 
 	p := &infrav1.TerraformMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
 	p.Spec.Module.Inline = "a"

@@ -52,7 +52,7 @@ func inputs(m *capi.Object, inputs map[string]any) {
 // readOutputs takes the provider ID into the spec, once: it never changes;
 // addresses and failure domain into the status.
 func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]run.Output, claim func(...string) error) (bool, error) {
-	providerID, addresses, failureDomain, err := readMachineOutputs(outputs)
+	providerID, addresses, failureDomain, err := readMachineOutputs(outputs, tm.Spec.ProviderID)
 	if err != nil {
 		return false, err
 	}
@@ -73,10 +73,10 @@ func readOutputs(tm *infrav1.TerraformMachine, outputs map[string]run.Output, cl
 	return false, nil
 }
 
-// readMachineOutputs reads provider_id (required), addresses (a list of
-// {type, address}, or of plain addresses taken as InternalIP) and
-// failure_domain.
-func readMachineOutputs(outputs map[string]run.Output) (string, []infrav1.MachineAddress, string, error) {
+// readMachineOutputs reads provider_id (required; checked unless it is the
+// ID held), addresses (a list of {type, address}, or of plain addresses
+// taken as InternalIP) and failure_domain.
+func readMachineOutputs(outputs map[string]run.Output, held string) (string, []infrav1.MachineAddress, string, error) {
 	var providerID string
 	o, ok := outputs[OutputProviderID]
 	if !ok {
@@ -85,7 +85,7 @@ func readMachineOutputs(outputs map[string]run.Output) (string, []infrav1.Machin
 	if err := json.Unmarshal(o.Value, &providerID); err != nil || providerID == "" {
 		return "", nil, "", fmt.Errorf("output %s = %s: want a non-empty string", OutputProviderID, o.Value)
 	}
-	if why := providerid.Invalid(providerID); why != "" {
+	if why := providerid.InvalidNew(providerID, held); why != "" {
 		return "", nil, "", fmt.Errorf("output %s = %q: %s", OutputProviderID, providerID, why)
 	}
 	var addresses []infrav1.MachineAddress

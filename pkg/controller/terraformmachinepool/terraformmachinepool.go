@@ -49,7 +49,7 @@ func inputs(mp *capi.Object, inputs map[string]any) {
 // readOutputs takes the provider IDs into the spec and their count into the
 // status.
 func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]run.Output, claim func(...string) error) (bool, error) {
-	ids, err := readProviderIDs(outputs)
+	ids, err := readProviderIDs(outputs, pool.Spec.ProviderIDList)
 	if err != nil {
 		return false, err
 	}
@@ -65,8 +65,9 @@ func readOutputs(pool *infrav1.TerraformMachinePool, outputs map[string]run.Outp
 	return true, nil
 }
 
-// readProviderIDs reads provider_ids: a list of non-empty strings.
-func readProviderIDs(outputs map[string]run.Output) ([]string, error) {
+// readProviderIDs reads provider_ids: a list of provider IDs (checked but
+// those held).
+func readProviderIDs(outputs map[string]run.Output, held []string) ([]string, error) {
 	o, ok := outputs[OutputProviderIDs]
 	if !ok {
 		return nil, fmt.Errorf("the module has no %s output: a pool module must output the provider IDs of its instances", OutputProviderIDs)
@@ -79,7 +80,7 @@ func readProviderIDs(outputs map[string]run.Output) ([]string, error) {
 		if id == "" {
 			return nil, fmt.Errorf("output %s has an empty provider ID", OutputProviderIDs)
 		}
-		if why := providerid.Invalid(id); why != "" {
+		if why := providerid.InvalidNew(id, held...); why != "" {
 			return nil, fmt.Errorf("output %s has %q: %s", OutputProviderIDs, id, why)
 		}
 	}
