@@ -627,6 +627,16 @@ mutant provider-id-control-characters pkg/providerid/providerid.go \
 	'if strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) >= 0 {' 'if strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) < -1 {'
 mutant provider-id-not-ratcheted pkg/providerid/providerid.go \
 	'	if slices.Contains(held, id) {' '	if false {'
+mutant catalog-entry-let-go-at-once pkg/controller/terraformmodule/sync.go \
+	'if wait := m.DeletionTimestamp.Add(deleteGrace).Sub(c.clock.Now()); wait > 0 {' 'if wait := m.DeletionTimestamp.Add(deleteGrace).Sub(c.clock.Now()); false && wait > 0 {'
+mutant oci-runner-files-unpacked pkg/runner/oci.go \
+	'if name == ".terraform" || strings.HasPrefix(name, ".terraform/") || isRunnerFile(name) {' 'if false {'
+mutant oci-ref-any-path pkg/runner/oci.go \
+	'if !ociTag.MatchString(ref) && !ociDigest.MatchString(ref) {' 'if false {'
+mutant oci-realm-in-clear pkg/runner/oci.go \
+	'&& loopback(realm.Host) && loopback(host))) {' '&& loopback(realm.Host))) {'
+mutant credentials-through-tenant-proxy pkg/runner/credentials.go \
+	'	r.env, r.heldEnv = holdInterception(r.env)' '	r.heldEnv = nil'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

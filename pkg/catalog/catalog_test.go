@@ -159,7 +159,12 @@ func TestInspectKeepsTerminalsSafe(t *testing.T) {
 		module          string
 		wantDescription string
 		wantType        string
+		wantDefault     string
 	}{
+		"a default's bidirectional override": {
+			module:      `variable "a" { default = "x` + "\u202e" + `y" }`,
+			wantDefault: "\"x\uFFFDy\"",
+		},
 		"an escape sequence written as \\u": {
 			module:          `variable "a" { description = "see \u001b]8;;https://evil.example\u0007here\u001b]8;;\u0007" }`,
 			wantDescription: "see \uFFFD]8;;https://evil.example\uFFFDhere\uFFFD]8;;\uFFFD",
@@ -185,6 +190,10 @@ func TestInspectKeepsTerminalsSafe(t *testing.T) {
 			vars, _, err := Inspect(dir)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.wantDefault != "" && (len(vars) != 1 || vars[0].Default == nil || string(vars[0].Default.Raw) != tc.wantDefault) {
+				t.Errorf("recorded %+v, want default %s", vars, tc.wantDefault)
+				return
 			}
 			if len(vars) != 1 || vars[0].Description != tc.wantDescription || (tc.wantType != "" && vars[0].Type != tc.wantType) {
 				t.Errorf("recorded %+v, want description %q type %q", vars, tc.wantDescription, tc.wantType)

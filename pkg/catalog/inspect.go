@@ -141,7 +141,7 @@ func variable(b *hcl.Block, src []byte) (infrav1.ModuleVariable, error) {
 		if err != nil {
 			return v, err
 		}
-		v.Description = truncate(plainText(s), maxDescription)
+		v.Description = truncate(PlainText(s), maxDescription)
 	}
 	if a, ok := content.Attributes["sensitive"]; ok {
 		val, diags := a.Expr.Value(nil)
@@ -179,7 +179,9 @@ func variable(b *hcl.Block, src []byte) (infrav1.ModuleVariable, error) {
 		// A sensitive variable's default is a secret of the module's: the
 		// status, readable by every tenant, says only that there is one.
 		if len(wrapped.Value) <= maxDefault && !v.Sensitive {
-			v.Default = &runtime.RawExtension{Raw: wrapped.Value}
+			// Shown, never used (the module's own default applies): its
+			// strings' runes a terminal acts on go, as in descriptions.
+			v.Default = &runtime.RawExtension{Raw: []byte(PlainText(string(wrapped.Value)))}
 		}
 	}
 	return v, nil
@@ -191,7 +193,7 @@ func typeText(expr hcl.Expression, src []byte, ty cty.Type) string {
 	r := expr.Range()
 	if r.Start.Byte < r.End.Byte && r.End.Byte <= len(src) && r.End.Byte-r.Start.Byte <= maxTypeText {
 		s := string(src[r.Start.Byte:r.End.Byte])
-		if !strings.HasPrefix(strings.TrimSpace(s), `"`) && plainText(s) == s {
+		if !strings.HasPrefix(strings.TrimSpace(s), `"`) && PlainText(s) == s {
 			return strings.Join(strings.Fields(s), " ")
 		}
 	}
@@ -209,7 +211,7 @@ func output(b *hcl.Block) (infrav1.ModuleOutput, error) {
 		if err != nil {
 			return o, err
 		}
-		o.Description = truncate(plainText(s), maxDescription)
+		o.Description = truncate(PlainText(s), maxDescription)
 	}
 	if a, ok := content.Attributes["sensitive"]; ok {
 		if val, diags := a.Expr.Value(nil); !diags.HasErrors() && val.Type() == cty.Bool && !val.IsNull() {
@@ -230,11 +232,11 @@ func literalString(a *hcl.Attribute) (string, error) {
 	return val.AsString(), nil
 }
 
-// plainText is s with what a terminal would act on (control characters
+// PlainText is s with what a terminal would act on (control characters
 // but newline and tab, bidirectional overrides) replaced by U+FFFD:
 // descriptions reach people's terminals through the webhook's refusals
 // and kubectl captf modules.
-func plainText(s string) string {
+func PlainText(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r == '\n' || r == '\t':

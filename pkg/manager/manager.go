@@ -447,7 +447,7 @@ func (m *manager) controllers() []controllerDescriptor {
 			return terraformmodule.NewController(ctx, cc, terraformmodule.Config{Namespace: m.namespace, RunnerImage: o.RunnerImage,
 				ProviderMirrorImage: o.ProviderMirrorImage, RunnerAPI: config.RunnerAPI, RunnerPods: o.runnerPods, Results: config.Results,
 				EnsureAccount: config.Access.Ensure, Jobs: &runnerjob.APIControl{Client: cc.Kube, FieldManager: terraformmodule.ControllerName},
-				WatchFilter: o.WatchFilter, WatchNamespace: o.Namespace})
+				WatchFilter: o.WatchFilter})
 		}})
 	} else {
 		klog.Background().Info("Warning: the module catalog is not served: --namespace is not the manager's own namespace, where its resolve Jobs run", "namespace", o.Namespace, "podNamespace", m.namespace)

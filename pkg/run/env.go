@@ -40,6 +40,10 @@ func ForbiddenEnv(name, value, workDir string) string {
 			if d := filepath.Clean(dir); d == workDir || strings.HasPrefix(d, workDir+"/") || !filepath.IsAbs(d) {
 				return "it points into the working directory, where the module's files are"
 			}
+			// /proc/self/cwd is the working directory under another name.
+			if d := filepath.Clean(dir); d == "/proc" || strings.HasPrefix(d, "/proc/") || d == "/dev/fd" || strings.HasPrefix(d, "/dev/fd/") {
+				return "it points into /proc, where the working directory has other names"
+			}
 		}
 	}
 	return ""

@@ -29,6 +29,9 @@ func TestForbiddenEnv(t *testing.T) {
 		{"PATH", "bin:/usr/bin", true},
 		{"HOME", "/workspace", true},
 		{"HOME", "/home/runner", false},
+		{"HOME", "/proc/self/cwd", true},
+		{"HOME", "/proc/1/root/workspace", true},
+		{"PATH", "/usr/bin:/dev/fd/3", true},
 	}
 	for _, tc := range tests {
 		if got := ForbiddenEnv(tc.name, tc.value, "/workspace"); (got != "") != tc.forbidden {

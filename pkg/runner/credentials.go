@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +55,11 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	// While the credentials are used, nothing of the run's environment
+	// (which a tenant writes) may put itself between the fetch and the
+	// source: no proxy, no CA of its choosing. dropCredentials gives it
+	// back.
+	r.env, r.heldEnv = holdInterception(r.env)
 	var secrets []string
 	if b := sec[credentialGit]; len(b) > 0 {
 		if err := checkGitCredentials(string(b)); err != nil {
@@ -72,6 +78,9 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 			return nil, fmt.Errorf("the catalog module's credentials have %s but no %s: without the server's host key, ssh could not tell it from an impostor, and would hand the key to either", credentialSSHKey, credentialKnownHosts)
 		}
 		keyPath, khPath := filepath.Join(dir, "id"), filepath.Join(dir, credentialKnownHosts)
+		if !bytes.HasSuffix(key, []byte("\n")) {
+			key = append(slices.Clip(key), '\n') // ssh refuses a key without its last newline
+		}
 		if err := os.WriteFile(keyPath, key, 0o400); err != nil {
 			return nil, err
 		}
@@ -103,15 +112,39 @@ func (r *Runner) withCredentials(ctx context.Context, ref *run.SecretRef, regist
 	return secrets, nil
 }
 
-// dropCredentials removes what withCredentials gave.
-func (r *Runner) dropCredentials() error {
-	r.env = withoutCredentials(r.env)
-	r.registryToken, r.ociCreds = "", nil
+// dropCredentials removes what withCredentials gave, and returns the
+// environment it held back (to add to any environment made meanwhile).
+func (r *Runner) dropCredentials() ([]string, error) {
+	held := r.heldEnv
+	r.env = append(withoutCredentials(r.env), held...)
+	r.registryToken, r.ociCreds, r.heldEnv = "", nil, nil
 	err := os.RemoveAll(filepath.Join(r.Config.WorkDir, credentialsDir))
 	if err != nil {
-		return errors.New("removing the catalog module's credentials: " + err.Error())
+		return nil, errors.New("removing the catalog module's credentials: " + err.Error())
 	}
-	return nil
+	return held, nil
+}
+
+// interceptionEnv are variables that route or trust a connection: a
+// proxy, or certificate authorities (a CA in the environment itself, read
+// through /proc/self/environ, would do).
+var interceptionEnv = map[string]bool{
+	"HTTPS_PROXY": true, "HTTP_PROXY": true, "ALL_PROXY": true, "https_proxy": true, "http_proxy": true, "all_proxy": true,
+	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true, "GIT_SSL_CAINFO": true, "CURL_CA_BUNDLE": true,
+}
+
+// holdInterception splits env into what may stay while credentials are
+// used and what is held back.
+func holdInterception(env []string) (kept, held []string) {
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if interceptionEnv[name] {
+			held = append(held, kv)
+		} else {
+			kept = append(kept, kv)
+		}
+	}
+	return kept, held
 }
 
 // withoutCredentials is env without what withCredentials added.

@@ -2,8 +2,11 @@ package runner
 
 import (
 	"archive/zip"
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -31,11 +34,44 @@ const (
 	ociZipLayer           = "archive/zip"
 	// Bounds of what a registry's answers are read of.
 	maxOCIManifest = 4 << 20
-	maxOCIPackage  = 256 << 20
+	maxOCIPackage  = 64 << 20
 	maxOCIFiles    = 10000
 )
 
-var ociDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var (
+	ociDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	ociTag    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+)
+
+// caBundle is the runner image's certificate authorities.
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// fetchClient is the HTTP client of fetches with a catalog entry's
+// credentials: direct, not through a proxy of the environment's, trusting
+// the image's certificate authorities alone (not SSL_CERT_FILE's), never
+// following a redirect from https to http. The environment is the
+// tenant's to write.
+func fetchClient() *http.Client {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if pem, err := os.ReadFile(caBundle); err == nil {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tlsConfig.RootCAs = pool
+	} else {
+		tlsConfig.RootCAs = x509.NewCertPool() // trusts nothing: says so at the first https request
+	}
+	transport := &http.Transport{Proxy: nil, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true,
+		TLSHandshakeTimeout: 30 * time.Second, ResponseHeaderTimeout: time.Minute}
+	return &http.Client{Transport: transport, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("more than 10 redirects")
+		}
+		if req.URL.Scheme != "https" && !loopback(req.URL.Host) {
+			return fmt.Errorf("a redirect to %s://%s: only https", req.URL.Scheme, req.URL.Host)
+		}
+		return nil
+	}}
+}
 
 // ociSource is the source address of a package pinned by its manifest's
 // digest, as OpenTofu writes it.
@@ -73,7 +109,7 @@ type ociClient struct {
 // newOCIClient is a client with the entry's credentials: creds by host,
 // token for any host.
 func newOCIClient(creds map[string]ociCredential, token string) *ociClient {
-	c := &ociClient{http: http.DefaultClient, creds: map[string]ociCredential{}, bearer: map[string]string{}}
+	c := &ociClient{http: fetchClient(), creds: map[string]ociCredential{}, bearer: map[string]string{}}
 	for h, cred := range creds {
 		c.creds[h] = cred
 	}
@@ -86,6 +122,9 @@ func newOCIClient(creds map[string]ociCredential, token string) *ociClient {
 // resolve is the digest of the manifest ref (a tag or a digest) names
 // in repository (HOST/PATH).
 func (c *ociClient) resolve(ctx context.Context, repository, ref string) (string, error) {
+	if !ociTag.MatchString(ref) && !ociDigest.MatchString(ref) {
+		return "", fmt.Errorf("oci://%s: %q is neither a tag nor a sha256 digest", repository, ref)
+	}
 	_, digest, err := c.manifest(ctx, repository, ref)
 	return digest, err
 }
@@ -234,7 +273,7 @@ func (c *ociClient) authenticate(ctx context.Context, host, challenge string) er
 		return fmt.Errorf("the registry's challenge %q is neither basic nor bearer with a realm", challenge)
 	}
 	realm, err := url.Parse(params["realm"])
-	if err != nil || (realm.Scheme != "https" && !(realm.Scheme == "http" && loopback(realm.Host))) {
+	if err != nil || (realm.Scheme != "https" && !(realm.Scheme == "http" && loopback(realm.Host) && loopback(host))) {
 		return fmt.Errorf("the registry's token realm %q is not an https URL", params["realm"])
 	}
 	q := realm.Query()
@@ -248,7 +287,8 @@ func (c *ociClient) authenticate(ctx context.Context, host, challenge string) er
 	if err != nil {
 		return err
 	}
-	// The user and password go only to the realm of the host they are for.
+	// The registry names its realm, as Docker's protocol has it: the
+	// user and password for this registry go there, over https.
 	if cred.user != "" {
 		req.SetBasicAuth(cred.user, cred.password)
 	}
@@ -311,7 +351,7 @@ func nextParam(s string) (string, string) {
 // unzipModule writes the regular files and directories of a zip archive
 // into dir: no link, no path outside dir, at most maxOCIFiles files.
 func unzipModule(archive []byte, dir string) error {
-	zr, err := zip.NewReader(strings.NewReader(string(archive)), int64(len(archive)))
+	zr, err := zip.NewReader(bytes.NewReader(archive), int64(len(archive)))
 	if err != nil {
 		return fmt.Errorf("the module package is not a zip archive: %w", err)
 	}
@@ -323,6 +363,11 @@ func unzipModule(archive []byte, dir string) error {
 		name := path.Clean(strings.TrimPrefix(f.Name, "./"))
 		if path.IsAbs(f.Name) || name == ".." || strings.HasPrefix(name, "../") || strings.Contains(f.Name, `\`) {
 			return fmt.Errorf("the module package's file %q is outside the module", f.Name)
+		}
+		// What init and the runner write is theirs: out of the digest's
+		// sight, a package's copy would run unlisted.
+		if name == ".terraform" || strings.HasPrefix(name, ".terraform/") || isRunnerFile(name) {
+			return fmt.Errorf("the module package's file %q is where terraform init or the runner writes", f.Name)
 		}
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		mode := f.Mode()

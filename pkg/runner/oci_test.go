@@ -61,15 +61,19 @@ func TestOCIModules(t *testing.T) {
 		// made: "layer" serves other bytes under the layer's digest.
 		tamper   string
 		auth     bool
+		ref      string // the version's ref: v1 unless set
 		wantErr  string
 		wantFile string
 	}{
 		"a package":                         {layer: good, wantFile: "modules/net/main.tf"},
 		"behind a bearer challenge":         {layer: good, auth: true, wantFile: "main.tf"},
+		"a ref that is a path":              {layer: good, ref: "../../other/manifests/v1", wantErr: "neither a tag nor a sha256 digest"},
 		"not a module package":              {layer: good, artifactType: "application/vnd.oci.image.config.v1+json", wantErr: "is not a module package"},
 		"a layer that is not its digest":    {layer: good, tamper: "layer", wantErr: "its manifest says"},
 		"a manifest that is not its digest": {layer: good, tamper: "manifest", wantErr: "has digest"},
 		"a path out of the module":          {layer: zipOf(t, zipEntry{name: "../../etc/cron.d/x", content: "x"}), wantErr: "is outside the module"},
+		"a file where init writes":          {layer: zipOf(t, zipEntry{name: "main.tf"}, zipEntry{name: ".terraform/providers/registry.opentofu.org/x/y/1.0.0/linux_amd64/terraform-provider-y", content: "ELF"}), wantErr: "where terraform init or the runner writes"},
+		"the runner's variables file":       {layer: zipOf(t, zipEntry{name: "terraform.tfvars.json", content: "{}"}), wantErr: "where terraform init or the runner writes"},
 		"a link":                            {layer: zipOf(t, zipEntry{name: "creds", content: "/var/run/secrets", link: true}), wantErr: "is not a regular file"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -82,8 +86,10 @@ func TestOCIModules(t *testing.T) {
 				"layers": []any{map[string]any{"mediaType": ociZipLayer, "digest": sha(tc.layer), "size": len(tc.layer)}}})
 			blobs := map[string][]byte{sha(manifest): manifest, sha(tc.layer): tc.layer}
 			switch tc.tamper {
-			case "layer":
-				blobs[sha(tc.layer)] = zipOf(t, zipEntry{name: "main.tf", content: "evil"})
+			case "layer": // other bytes, of the same size
+				evil := bytes.Clone(tc.layer)
+				evil[len(evil)/2] ^= 0xff
+				blobs[sha(tc.layer)] = evil
 			case "manifest": // the tag's manifest is good, the digest's another
 				blobs[sha(manifest)] = bytes.Replace(manifest, []byte(sha(tc.layer)), []byte(sha([]byte("{}"))), 1)
 			}
@@ -119,7 +125,11 @@ func TestOCIModules(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := newOCIClient(creds, "")
-			digest, err := c.resolve(context.Background(), host+"/mods/vpc", "v1")
+			ref := "v1"
+			if tc.ref != "" {
+				ref = tc.ref
+			}
+			digest, err := c.resolve(context.Background(), host+"/mods/vpc", ref)
 			if err == nil {
 				if digest != sha(manifest) {
 					t.Fatalf("v1 resolved to %s, want the manifest's digest %s", digest, sha(manifest))
@@ -155,6 +165,22 @@ func TestParseOCISource(t *testing.T) {
 	} {
 		if _, _, err := parseOCISource(source); (err == nil) != ok {
 			t.Errorf("%s: %v, want ok %v", source, err, ok)
+		}
+	}
+}
+
+// TestOCITokenRealm: the user and password go to the realm a registry
+// names only over https (or on loopback, for a registry on loopback).
+func TestOCITokenRealm(t *testing.T) {
+	for _, tc := range []struct{ host, realm, wantErr string }{
+		{"reg.example.com", "http://127.0.0.1:1/token", "is not an https URL"},
+		{"reg.example.com", "http://auth.example.com/token", "is not an https URL"},
+		{"reg.example.com", "ftp://auth.example.com/token", "is not an https URL"},
+	} {
+		c := newOCIClient(map[string]ociCredential{tc.host: {user: "u", password: "p"}}, "")
+		err := c.authenticate(context.Background(), tc.host, `Bearer realm="`+tc.realm+`",service="x"`)
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("registry %s, realm %s: %v, want %q", tc.host, tc.realm, err, tc.wantErr)
 		}
 	}
 }

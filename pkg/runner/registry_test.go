@@ -108,7 +108,8 @@ func TestSSHCredentials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "captf-system"}, Data: tc.data}
 			work := t.TempDir()
-			r := &Runner{Client: fake.NewClientset(sec), Config: Config{Spec: run.Spec{WorkDir: work}}, env: []string{"GIT_SSH_COMMAND=tenant", "PATH=/bin"}}
+			r := &Runner{Client: fake.NewClientset(sec), Config: Config{Spec: run.Spec{WorkDir: work}},
+				env: []string{"GIT_SSH_COMMAND=tenant", "PATH=/bin", "HTTPS_PROXY=http://tenant:3128", "SSL_CERT_FILE=/proc/self/environ"}}
 			secrets, err := r.withCredentials(context.Background(), &run.SecretRef{Namespace: "captf-system", Name: "creds"}, "")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -118,6 +119,13 @@ func TestSSHCredentials(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Nothing of the tenant's may stand between the fetch and
+			// the source while the key is in use.
+			for _, kv := range r.env {
+				if strings.HasPrefix(kv, "HTTPS_PROXY=") || strings.HasPrefix(kv, "SSL_CERT_FILE=") {
+					t.Errorf("%s stays while the credentials are used", kv)
+				}
 			}
 			if !slices.Contains(secrets, "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB") {
 				t.Errorf("the key's body is not given to the redactor: %q", secrets)
@@ -138,8 +146,12 @@ func TestSSHCredentials(t *testing.T) {
 					t.Errorf("GIT_SSH_COMMAND %q lacks %q", last, want)
 				}
 			}
-			if err := r.dropCredentials(); err != nil {
+			held, err := r.dropCredentials()
+			if err != nil {
 				t.Fatal(err)
+			}
+			if !slices.Contains(held, "HTTPS_PROXY=http://tenant:3128") || !slices.Contains(r.env, "HTTPS_PROXY=http://tenant:3128") {
+				t.Errorf("the proxy is not given back once the credentials are dropped: held %q, env %q", held, r.env)
 			}
 			if _, err := os.Stat(keyFile); !os.IsNotExist(err) {
 				t.Errorf("the key file is still there: %v", err)

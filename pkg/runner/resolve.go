@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -56,7 +55,7 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 	if r.redact, err = NewRedactor(nil, nil, secrets...); err != nil {
 		return err
 	}
-	defer func() { _ = r.dropCredentials() }()
+	defer func() { _, _ = r.dropCredentials() }() // no module code runs in a resolve
 	resolved := &run.Resolved{}
 	if g := module.Git; g != nil {
 		if resolved.Commit, err = r.gitCommit(ctx, g); err != nil {
@@ -73,7 +72,7 @@ func (r *Runner) resolve(ctx context.Context, res *run.Result) error {
 	}
 	fromRegistry := module.Registry != nil
 	if reg := module.Registry; reg != nil {
-		source, err := registrySource(ctx, http.DefaultClient, reg, r.registryToken)
+		source, err := registrySource(ctx, fetchClient(), reg, r.registryToken)
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -66,8 +65,10 @@ type Runner struct {
 	// ociCreds are the catalog entry's OCI registry users and passwords,
 	// by host, while the module is fetched.
 	ociCreds map[string]ociCredential
-	mu       sync.Mutex
-	child    *exec.Cmd
+	// heldEnv is the environment held back while credentials are used.
+	heldEnv []string
+	mu      sync.Mutex
+	child   *exec.Cmd
 	// interrupted is the child already sent its one SIGTERM.
 	interrupted *exec.Cmd
 	signal      bool
@@ -253,10 +254,11 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 		return err
 	}
 	// Fetching is done: no code of the module may read what fetched it.
-	if err := r.dropCredentials(); err != nil {
+	held, err := r.dropCredentials()
+	if err != nil {
 		return err
 	}
-	env = withoutCredentials(env)
+	env = append(withoutCredentials(env), held...)
 	// Before terraform plans, no code of the module has run: stop here
 	// when it is not code an approver accepted for the object.
 	res.Stage = run.StageModule
@@ -386,7 +388,7 @@ func (r *Runner) workspace(ctx context.Context) (map[string][]byte, string, erro
 	if reg := module.Registry; reg != nil {
 		// A catalog version of a registry: where its code is now (the
 		// digest checks it is the code the catalog resolved).
-		if module.Source, err = registrySource(ctx, http.DefaultClient, reg, r.registryToken); err != nil {
+		if module.Source, err = registrySource(ctx, fetchClient(), reg, r.registryToken); err != nil {
 			return nil, "", err
 		}
 	}

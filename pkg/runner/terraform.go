@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -114,7 +115,9 @@ func (r *Runner) prepare(ctx context.Context, tf, dir string, m run.Module, tfva
 		return err
 	}
 	switch {
-	case strings.HasPrefix(m.Source, "oci://"):
+	case strings.HasPrefix(m.Source, "oci://") && (m.Digest != "" || r.Config.Operation == infrav1.OperationResolve):
+		// A catalog version's package: the runner fetches it (a
+		// tenant's own oci:// source is terraform's to fetch).
 		if err := newOCIClient(r.ociCreds, r.registryToken).fetch(ctx, m.Source, dir); err != nil {
 			return err
 		}

@@ -81,7 +81,7 @@ func checkCatalogVersion(entry *infrav1.TerraformModule, ref *infrav1.CatalogRef
 	if i < 0 || entry.Status.Versions[i].Digest == "" {
 		why := "it is being resolved"
 		if i >= 0 && entry.Status.Versions[i].Error != "" {
-			why = "resolving it failed: " + entry.Status.Versions[i].Error
+			why = "resolving it failed: " + catalog.PlainText(entry.Status.Versions[i].Error)
 		}
 		return field.ErrorList{field.Forbidden(refPath.Child("version"), fmt.Sprintf("version %s of catalog module %s is not resolved yet (%s): its variables are not known; write the object again once kubectl get tfmod %s shows it Ready", ref.Version, ref.Name, why, ref.Name))}
 	}

@@ -50,9 +50,6 @@ type Config struct {
 	// resolves the entries labelled for it alone (every shard's objects
 	// use every entry: the informer of entries is not filtered).
 	WatchFilter string
-	// WatchNamespace is the manager's --namespace ("" all): where the
-	// objects that may name an entry are.
-	WatchNamespace string
 }
 
 // Controller resolves catalog versions.

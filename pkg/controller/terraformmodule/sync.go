@@ -41,6 +41,11 @@ const (
 // (their own deletes also wake it).
 const inUseRetry = 30 * time.Second
 
+// deleteGrace is how long an entry being deleted is kept at least: an
+// object the webhook admitted just before the delete (it read the entry
+// then) may reach the API server up to the webhook's timeout later.
+const deleteGrace = 30 * time.Second
+
 // sourceRetry is when a source that could not be read is read again.
 const sourceRetry = time.Minute
 
@@ -170,10 +175,15 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 }
 
 // syncDelete lets an entry go once nothing names it: an object's destroy
-// fetches its module, a template's next machine is admitted against it.
-// Until then the entry works as before, and says who holds it.
+// fetches its module. Until then the entry serves the runs of the objects
+// that name it, says who holds it, and new objects may not name it (nor
+// the machines a template that names it would clone).
 func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, cached *infrav1.TerraformModule) error {
 	if !slices.Contains(m.Finalizers, infrav1.TerraformModuleFinalizer) {
+		return nil
+	}
+	if wait := m.DeletionTimestamp.Add(deleteGrace).Sub(c.clock.Now()); wait > 0 {
+		c.loop.Queue.AddAfter(key, wait)
 		return nil
 	}
 	users, err := c.liveUsers(ctx, m.Name)
@@ -204,9 +214,10 @@ func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, ca
 	return nil
 }
 
-// liveUsers are the objects and templates that name entry, read from the
-// API server, not the caches: a sharded manager caches its shard's
-// objects only, and an entry let go too early strands the rest.
+// liveUsers are the objects and templates of every namespace that name
+// entry, read from the API server, not the caches: a manager caches its
+// shard's (or its namespace's) objects only, and an entry let go too early
+// strands the others'.
 func (c *Controller) liveUsers(ctx context.Context, entry string) ([]string, error) {
 	api := c.captf.InfrastructureV1alpha1()
 	var users []string
@@ -216,42 +227,42 @@ func (c *Controller) liveUsers(ctx context.Context, entry string) ([]string, err
 		}
 	}
 	opts := metav1.ListOptions{}
-	tcs, err := api.TerraformClusters(c.WatchNamespace).List(ctx, opts)
+	tcs, err := api.TerraformClusters("").List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range tcs.Items {
 		add("TerraformCluster", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
 	}
-	tms, err := api.TerraformMachines(c.WatchNamespace).List(ctx, opts)
+	tms, err := api.TerraformMachines("").List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range tms.Items {
 		add("TerraformMachine", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
 	}
-	tmps, err := api.TerraformMachinePools(c.WatchNamespace).List(ctx, opts)
+	tmps, err := api.TerraformMachinePools("").List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range tmps.Items {
 		add("TerraformMachinePool", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
 	}
-	tcts, err := api.TerraformClusterTemplates(c.WatchNamespace).List(ctx, opts)
+	tcts, err := api.TerraformClusterTemplates("").List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range tcts.Items {
 		add("TerraformClusterTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
 	}
-	tmts, err := api.TerraformMachineTemplates(c.WatchNamespace).List(ctx, opts)
+	tmts, err := api.TerraformMachineTemplates("").List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range tmts.Items {
 		add("TerraformMachineTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
 	}
-	tmpts, err := api.TerraformMachinePoolTemplates(c.WatchNamespace).List(ctx, opts)
+	tmpts, err := api.TerraformMachinePoolTemplates("").List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

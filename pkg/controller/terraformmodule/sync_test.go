@@ -1,6 +1,7 @@
 package terraformmodule
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -99,8 +100,12 @@ func TestSync(t *testing.T) {
 		pin     string // spec.versions[0].digest
 		// watchFilter is the manager's; shard labels the entry for one.
 		watchFilter, shard string
-		// noFinalizer: a new entry; deleting: one being deleted.
+		// noFinalizer: a new entry; deleting: one being deleted (a
+		// minute ago, or deletedAgo); templates: templates naming it, in
+		// another namespace.
 		noFinalizer, deleting bool
+		deletedAgo            time.Duration
+		templates             int
 		wantFinalizer         *bool // nil: not checked
 		// wantLog: the side effects in order; wantVersion: v1's status.
 		wantLog     []string
@@ -118,6 +123,12 @@ func TestSync(t *testing.T) {
 		},
 		"deleting, named by none: let go": {
 			deleting: true, wantFinalizer: ptr(false),
+		},
+		"deleting, named by a template only: kept": {
+			deleting: true, templates: 1, wantReady: ReasonInUse, wantFinalizer: ptr(true),
+		},
+		"deleted a moment ago, named by none: kept for an object admitted just before": {
+			deleting: true, deletedAgo: 5 * time.Second, wantFinalizer: ptr(true),
 		},
 		"a sharded manager: another shard's entry is not its to resolve": {
 			watchFilter: "canary", shard: "stable",
@@ -205,7 +216,7 @@ func TestSync(t *testing.T) {
 				m.Finalizers = nil
 			}
 			if tc.deleting {
-				m.DeletionTimestamp = &metav1.Time{Time: now}
+				m.DeletionTimestamp = &metav1.Time{Time: now.Add(-cmp.Or(tc.deletedAgo, time.Minute))}
 			}
 			if tc.shard != "" {
 				m.Labels = map[string]string{capi.WatchFilterLabel: tc.shard}
@@ -227,6 +238,13 @@ func TestSync(t *testing.T) {
 					t.Fatal(err)
 				}
 				if _, err := captf.InfrastructureV1alpha1().TerraformClusters("team").Create(ctx, user, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range tc.templates {
+				tmpl := &infrav1.TerraformMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("t", i), Namespace: "elsewhere"}}
+				tmpl.Spec.Template.Spec.Module.CatalogRef = &infrav1.CatalogRef{Name: "vpc", Version: "v1"}
+				if _, err := captf.InfrastructureV1alpha1().TerraformMachineTemplates("elsewhere").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
