@@ -637,6 +637,8 @@ mutant oci-realm-in-clear pkg/runner/oci.go \
 	'&& loopback(realm.Host) && loopback(host))) {' '&& loopback(realm.Host))) {'
 mutant credentials-through-tenant-proxy pkg/runner/credentials.go \
 	'	r.env, r.heldEnv = holdInterception(r.env)' '	r.heldEnv = nil'
+mutant catalog-live-users-unpaged pkg/controller/terraformmodule/sync.go \
+	'if next, err = list(metav1.ListOptions{Limit: liveUsersPage, Continue: next}); err != nil {' 'if next, err = list(metav1.ListOptions{Continue: next}); err != nil {'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

@@ -186,9 +186,12 @@ func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, ca
 		c.loop.Queue.AddAfter(key, wait)
 		return nil
 	}
-	users, err := c.liveUsers(ctx, m.Name)
-	if err != nil {
-		return err
+	users := c.cachedUsers(m.Name)
+	if len(users) == 0 {
+		var err error
+		if users, err = c.liveUsers(ctx, m.Name); err != nil {
+			return err
+		}
 	}
 	if len(users) == 0 {
 		m.Finalizers = slices.DeleteFunc(m.Finalizers, func(f string) bool { return f == infrav1.TerraformModuleFinalizer })
@@ -214,10 +217,15 @@ func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, ca
 	return nil
 }
 
+// liveUsersPage is how many objects a page of liveUsers' lists holds: an
+// object may carry a large inline module, and a fleet is many objects.
+const liveUsersPage = 100
+
 // liveUsers are the objects and templates of every namespace that name
 // entry, read from the API server, not the caches: a manager caches its
 // shard's (or its namespace's) objects only, and an entry let go too early
-// strands the others'.
+// strands the others'. It is read a page at a time, and only when the
+// caches know of no user (cachedUsers).
 func (c *Controller) liveUsers(ctx context.Context, entry string) ([]string, error) {
 	api := c.captf.InfrastructureV1alpha1()
 	var users []string
@@ -226,50 +234,99 @@ func (c *Controller) liveUsers(ctx context.Context, entry string) ([]string, err
 			users = append(users, kind+" "+ns+"/"+name)
 		}
 	}
-	opts := metav1.ListOptions{}
-	tcs, err := api.TerraformClusters("").List(ctx, opts)
-	if err != nil {
-		return nil, err
+	// Each lister lists one page and says what comes next.
+	listers := []func(metav1.ListOptions) (string, error){
+		func(o metav1.ListOptions) (string, error) {
+			l, err := api.TerraformClusters("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			for _, x := range l.Items {
+				add("TerraformCluster", x.Namespace, x.Name, x.Spec.Module.CatalogRef)
+			}
+			return l.Continue, nil
+		},
+		func(o metav1.ListOptions) (string, error) {
+			l, err := api.TerraformMachines("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			for _, x := range l.Items {
+				add("TerraformMachine", x.Namespace, x.Name, x.Spec.Module.CatalogRef)
+			}
+			return l.Continue, nil
+		},
+		func(o metav1.ListOptions) (string, error) {
+			l, err := api.TerraformMachinePools("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			for _, x := range l.Items {
+				add("TerraformMachinePool", x.Namespace, x.Name, x.Spec.Module.CatalogRef)
+			}
+			return l.Continue, nil
+		},
+		func(o metav1.ListOptions) (string, error) {
+			l, err := api.TerraformClusterTemplates("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			for _, x := range l.Items {
+				add("TerraformClusterTemplate", x.Namespace, x.Name, x.Spec.Template.Spec.Module.CatalogRef)
+			}
+			return l.Continue, nil
+		},
+		func(o metav1.ListOptions) (string, error) {
+			l, err := api.TerraformMachineTemplates("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			for _, x := range l.Items {
+				add("TerraformMachineTemplate", x.Namespace, x.Name, x.Spec.Template.Spec.Module.CatalogRef)
+			}
+			return l.Continue, nil
+		},
+		func(o metav1.ListOptions) (string, error) {
+			l, err := api.TerraformMachinePoolTemplates("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			for _, x := range l.Items {
+				add("TerraformMachinePoolTemplate", x.Namespace, x.Name, x.Spec.Template.Spec.Module.CatalogRef)
+			}
+			return l.Continue, nil
+		},
 	}
-	for _, o := range tcs.Items {
-		add("TerraformCluster", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
-	}
-	tms, err := api.TerraformMachines("").List(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range tms.Items {
-		add("TerraformMachine", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
-	}
-	tmps, err := api.TerraformMachinePools("").List(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range tmps.Items {
-		add("TerraformMachinePool", o.Namespace, o.Name, o.Spec.Module.CatalogRef)
-	}
-	tcts, err := api.TerraformClusterTemplates("").List(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range tcts.Items {
-		add("TerraformClusterTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
-	}
-	tmts, err := api.TerraformMachineTemplates("").List(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range tmts.Items {
-		add("TerraformMachineTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
-	}
-	tmpts, err := api.TerraformMachinePoolTemplates("").List(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range tmpts.Items {
-		add("TerraformMachinePoolTemplate", o.Namespace, o.Name, o.Spec.Template.Spec.Module.CatalogRef)
+	for _, list := range listers {
+		next := ""
+		for {
+			var err error
+			if next, err = list(metav1.ListOptions{Limit: liveUsersPage, Continue: next}); err != nil {
+				return nil, err
+			}
+			if next == "" {
+				break
+			}
+		}
 	}
 	return users, nil
+}
+
+// cachedUsers are the objects of this manager's caches that name entry:
+// while there are some, the API server need not be asked.
+func (c *Controller) cachedUsers(entry string) []string {
+	var users []string
+	for _, inf := range c.users {
+		for _, obj := range inf.GetStore().List() {
+			if ref := catalogRefOf(obj); ref != nil && ref.Name == entry {
+				if o, ok := obj.(metav1.Object); ok {
+					kind := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1alpha1.") // the cached kinds are infrav1's
+					users = append(users, kind+" "+o.GetNamespace()+"/"+o.GetName())
+				}
+			}
+		}
+	}
+	return users
 }
 
 // resolveVersion moves one version on: starts its Job, or records the

@@ -13,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -345,5 +347,35 @@ func TestResolvedJobsGo(t *testing.T) {
 	}
 	if n := len(captf.Actions()); n != 0 {
 		t.Errorf("%d writes of the entry, want none: %v", n, captf.Actions())
+	}
+}
+
+// TestLiveUsersPaged: an entry's users are read a page at a time (objects
+// may carry large inline modules), every page of every kind.
+func TestLiveUsersPaged(t *testing.T) {
+	captf := fake.NewSimpleClientset()
+	var limits []int64
+	captf.PrependReactor("list", "terraformclusters", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		opts := a.(k8stesting.ListActionImpl).ListOptions
+		limits = append(limits, opts.Limit)
+		page := &infrav1.TerraformClusterList{}
+		c := infrav1.TerraformCluster{ObjectMeta: metav1.ObjectMeta{Name: "c" + opts.Continue, Namespace: "team"}}
+		c.Spec.Module.CatalogRef = &infrav1.CatalogRef{Name: "vpc", Version: "v1"}
+		page.Items = append(page.Items, c)
+		if opts.Continue == "" {
+			page.Continue = "2"
+		}
+		return true, page, nil
+	})
+	c := &Controller{captf: captf}
+	users, err := c.liveUsers(context.Background(), "vpc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"TerraformCluster team/c", "TerraformCluster team/c2"}; !slices.Equal(users, want) {
+		t.Errorf("users %v, want %v (both pages)", users, want)
+	}
+	if len(limits) != 2 || limits[0] != liveUsersPage || limits[1] != liveUsersPage {
+		t.Errorf("lists with limits %v, want two pages of %d", limits, liveUsersPage)
 	}
 }
