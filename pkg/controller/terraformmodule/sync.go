@@ -193,7 +193,7 @@ func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, ca
 			return err
 		}
 	}
-	if len(users) == 0 {
+	if len(users) == 0 { // nothing names it: let go
 		m.Finalizers = slices.DeleteFunc(m.Finalizers, func(f string) bool { return f == infrav1.TerraformModuleFinalizer })
 		_, err := c.captf.InfrastructureV1alpha1().TerraformModules().Update(ctx, m, metav1.UpdateOptions{FieldManager: ControllerName})
 		if apierrors.IsNotFound(err) {
