@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
@@ -460,18 +461,48 @@ func TestCatalogPrivateGitModuleOverSSH(t *testing.T) {
 	}
 }
 
+// resolveJobs counts the resolve Jobs created in a test's namespace, from
+// a watch started before any manager.
+type resolveJobs struct {
+	events  <-chan watch.Event
+	created map[string]bool
+}
+
+func (e *env) watchResolveJobs() *resolveJobs {
+	w, err := plane.Kube.BatchV1().Jobs(e.ns).Watch(context.Background(), metav1.ListOptions{LabelSelector: names.LabelOperation + "=" + string(infrav1.OperationResolve)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(w.Stop)
+	return &resolveJobs{events: w.ResultChan(), created: map[string]bool{}}
+}
+
+// collect reads the Jobs created for d (or until the first, with first
+// set) and returns every one seen so far.
+func (r *resolveJobs) collect(d time.Duration, first bool) map[string]bool {
+	deadline := time.After(d)
+	for {
+		select {
+		case ev := <-r.events:
+			if ev.Type == watch.Added {
+				r.created[ev.Object.(metav1.Object).GetName()] = true
+			}
+			if first && len(r.created) > 0 {
+				return r.created
+			}
+		case <-deadline:
+			return r.created
+		}
+	}
+}
+
 // TestCatalogShards: sharded managers (--watch-filter) share the catalog.
 // The shard an entry is labelled for resolves it, once; the other shard's
 // objects use it all the same.
 func TestCatalogShards(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	// Every resolve Job created in the namespace, counted as created.
-	watch, err := plane.Kube.BatchV1().Jobs(e.ns).Watch(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=" + string(infrav1.OperationResolve)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
+	jobs := e.watchResolveJobs()
 	for _, shard := range []string{"shard-a", "shard-b"} {
 		e.startManager("--leader-elect", "--watch-filter="+shard)
 	}
@@ -506,18 +537,7 @@ func TestCatalogShards(t *testing.T) {
 	if got := e.waitFor(tc.Name, 2*time.Minute, "Ready", isReady); got.Status.AppliedModule != v1.Digest {
 		t.Errorf("shard-b applied %q, want the catalog's %s", got.Status.AppliedModule, v1.Digest)
 	}
-	created := map[string]bool{}
-	for {
-		select {
-		case ev := <-watch.ResultChan():
-			if ev.Type == "ADDED" {
-				created[ev.Object.(metav1.Object).GetName()] = true
-			}
-			continue
-		case <-time.After(time.Second):
-		}
-		break
-	}
+	created := jobs.collect(time.Second, false)
 	if len(created) != 1 {
 		t.Errorf("%d resolve Jobs (%v), want one: the shard the entry is labelled for resolves it alone", len(created), created)
 	}
@@ -579,13 +599,8 @@ func TestCatalogEntryDeletedUnderItsUsers(t *testing.T) {
 // a version's resolve Job runs finds that Job when it is back, records its
 // result, and starts no second one.
 func TestCatalogResolveOutlivesTheManager(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t)
-	watch, err := plane.Kube.BatchV1().Jobs(e.ns).Watch(ctx, metav1.ListOptions{LabelSelector: names.LabelOperation + "=" + string(infrav1.OperationResolve)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
+	jobs := e.watchResolveJobs()
 	m := e.startManager()
 	git := gitServer(t, "", "")
 	commit, err := git.Commit("network", "main", map[string]string{"main.tf": catalogModule})
@@ -598,24 +613,7 @@ func TestCatalogResolveOutlivesTheManager(t *testing.T) {
 			Versions:          []infrav1.CatalogVersion{{Name: "v1", Ref: "main"}},
 			NamespaceSelector: &metav1.LabelSelector{},
 		}})
-	created := map[string]bool{}
-	collect := func(until time.Duration) {
-		deadline := time.After(until)
-		for {
-			select {
-			case ev := <-watch.ResultChan():
-				if ev.Type == "ADDED" {
-					created[ev.Object.(metav1.Object).GetName()] = true
-				}
-				if len(created) > 0 && until > time.Second {
-					return
-				}
-			case <-deadline:
-				return
-			}
-		}
-	}
-	collect(time.Minute)
+	created := jobs.collect(time.Minute, true)
 	if len(created) != 1 {
 		t.Fatalf("resolve Jobs %v, want one", created)
 	}
@@ -627,7 +625,7 @@ func TestCatalogResolveOutlivesTheManager(t *testing.T) {
 	if v1 := e.waitForVersion(entry.Name, "v1", 2*time.Minute); v1.Error != "" || v1.Commit != commit {
 		t.Fatalf("v1 resolved to %+v, want commit %s", v1, commit)
 	}
-	collect(time.Second)
+	created = jobs.collect(time.Second, false)
 	if len(created) != 1 {
 		t.Errorf("resolve Jobs %v, want the one started before the manager was killed", created)
 	}
