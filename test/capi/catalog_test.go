@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
@@ -76,7 +77,10 @@ func TestCatalogPrivateGitModuleMachines(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
+			// Its finalizer too: the test's templates outlive it.
 			_ = plane.Captf.InfrastructureV1alpha1().TerraformModules().Delete(context.Background(), entry.Name, metav1.DeleteOptions{})
+			_, _ = plane.Captf.InfrastructureV1alpha1().TerraformModules().Patch(context.Background(), entry.Name, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 		})
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			got, err := plane.Captf.InfrastructureV1alpha1().TerraformModules().Get(ctx, entry.Name, metav1.GetOptions{})

@@ -69,10 +69,17 @@ func (e *env) createCatalogEntry(m *infrav1.TerraformModule) *infrav1.TerraformM
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() {
-		_ = plane.Captf.InfrastructureV1alpha1().TerraformModules().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-	})
+	e.t.Cleanup(func() { deleteCatalogEntry(created.Name) })
 	return created
+}
+
+// deleteCatalogEntry deletes an entry at a test's end, its finalizer too:
+// the test's objects outlive it, and every manager of the tests after
+// would keep looking for the users of an entry held for them.
+func deleteCatalogEntry(name string) {
+	ctx := context.Background()
+	_ = plane.Captf.InfrastructureV1alpha1().TerraformModules().Delete(ctx, name, metav1.DeleteOptions{})
+	_, _ = plane.Captf.InfrastructureV1alpha1().TerraformModules().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 }
 
 // waitForVersion waits until version of catalog entry name is resolved,
