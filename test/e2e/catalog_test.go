@@ -625,7 +625,18 @@ func TestCatalogResolveOutlivesTheManager(t *testing.T) {
 		t.Fatalf("resolve Jobs %v, want one", created)
 	}
 	m.Kill()
-	time.Sleep(2 * time.Second) // the Job's runner waits on the runner API meanwhile
+	// Back only once the Job's pod runs without it: its runner waits on
+	// the runner API meanwhile.
+	var name string
+	for name = range created {
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		job, err := plane.Kube.BatchV1().Jobs(e.ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && job.Status.Active > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("resolve Job %s never ran while the manager was down: %v", name, err)
+	}
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
