@@ -162,14 +162,19 @@ func catalogRefOf(obj any) *infrav1.CatalogRef {
 // usersOf counts the objects that name each version of entry.
 func (c *Controller) usersOf(entry string) map[string]int32 {
 	counts := map[string]int32{}
+	c.eachCachedUser(entry, func(_ any, ref *infrav1.CatalogRef) { counts[ref.Version]++ })
+	return counts
+}
+
+// eachCachedUser calls f for each object of the caches that names entry.
+func (c *Controller) eachCachedUser(entry string, f func(obj any, ref *infrav1.CatalogRef)) {
 	for _, inf := range c.users {
 		for _, obj := range inf.GetStore().List() {
 			if ref := catalogRefOf(obj); ref != nil && ref.Name == entry {
-				counts[ref.Version]++
+				f(obj, ref)
 			}
 		}
 	}
-	return counts
 }
 
 // Run starts workers and blocks until ctx ends.

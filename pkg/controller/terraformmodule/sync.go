@@ -316,16 +316,12 @@ func (c *Controller) liveUsers(ctx context.Context, entry string) ([]string, err
 // while there are some, the API server need not be asked.
 func (c *Controller) cachedUsers(entry string) []string {
 	var users []string
-	for _, inf := range c.users {
-		for _, obj := range inf.GetStore().List() {
-			if ref := catalogRefOf(obj); ref != nil && ref.Name == entry {
-				if o, ok := obj.(metav1.Object); ok {
-					kind := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1alpha1.") // the cached kinds are infrav1's
-					users = append(users, kind+" "+o.GetNamespace()+"/"+o.GetName())
-				}
-			}
+	c.eachCachedUser(entry, func(obj any, _ *infrav1.CatalogRef) {
+		if o, ok := obj.(metav1.Object); ok {
+			kind := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1alpha1.") // the cached kinds are infrav1's
+			users = append(users, kind+" "+o.GetNamespace()+"/"+o.GetName())
 		}
-	}
+	})
 	return users
 }
 
