@@ -182,12 +182,14 @@ func (c *Controller) syncDelete(ctx context.Context, key cache.ObjectName, m, ca
 	if !slices.Contains(m.Finalizers, infrav1.TerraformModuleFinalizer) {
 		return nil
 	}
-	if wait := m.DeletionTimestamp.Add(deleteGrace).Sub(c.clock.Now()); wait > 0 {
-		c.loop.Queue.AddAfter(key, wait)
-		return nil
-	}
 	users := c.cachedUsers(m.Name)
 	if len(users) == 0 {
+		// An object admitted just before the delete may not be cached
+		// yet: the entry is not let go before the grace is over.
+		if wait := m.DeletionTimestamp.Add(deleteGrace).Sub(c.clock.Now()); wait > 0 {
+			c.loop.Queue.AddAfter(key, wait)
+			return nil
+		}
 		var err error
 		if users, err = c.liveUsers(ctx, m.Name); err != nil {
 			return err

@@ -132,6 +132,9 @@ func TestSync(t *testing.T) {
 		"deleted a moment ago, named by none: kept for an object admitted just before": {
 			deleting: true, deletedAgo: 5 * time.Second, wantFinalizer: ptr(true),
 		},
+		"deleted a moment ago, named by an object: says so at once": {
+			deleting: true, deletedAgo: time.Second, users: 1, wantReady: ReasonInUse, wantFinalizer: ptr(true),
+		},
 		"a sharded manager: another shard's entry is not its to resolve": {
 			watchFilter: "canary", shard: "stable",
 		},
