@@ -3,18 +3,11 @@ SHELL := /usr/bin/env bash
 GO ?= go
 # -count=1: the e2e tests run a captf binary they build, which Go's test cache
 # cannot see. The packages under test/ each start their own control plane
-# and mostly wait (on terraform, on intervals): the machine was 55% busy
-# with two at a time. Three at a time, the e2e package (the longest) first,
-# the capi package beside it, the rest in the third slot. Measured
-# 2026-12-07 on two cores with two at a time and e2e first: e2e 24 min,
-# capi 15, clusterctl 5.5, install 4, images and integration 1.5; the whole
-# target 33 min. Three at a time, the same day: the target 30 min (unit
-# 2; e2e 28, slowed by the others, capi 18, clusterctl 8.5, install 4.5):
-# the e2e package is the whole wait; its tests that only wait are the next
-# to run in parallel (with TestFailingRunsKeepTheGoodBackup parallel: 29.5
-# min, e2e 27.7). The fuzz targets are not part
-# of test (their instrumented build took minutes): their seed corpus runs
-# as unit tests; `make fuzz` fuzzes. 2026-12-03: `.ci/run` on a fresh
+# and mostly wait (on terraform, on intervals); hack/test-suites.sh runs
+# them three at a time, longest first, the e2e package as two shards (it
+# alone was the wait: 28 of 33 min on 2026-12-07). The fuzz targets are not
+# part of test (their instrumented build took minutes): their seed corpus
+# runs as unit tests; `make fuzz` fuzzes. 2026-12-03: `.ci/run` on a fresh
 # machine (empty module and build caches) 47.5 min: builds and verify 22,
 # unit 3.5, ./test/... 22.
 TEST_FLAGS ?= -count=1 -timeout 60m
@@ -63,7 +56,7 @@ local-up: controlplane localcloud plugin ## Run the quickstart: the local manage
 .PHONY: test
 test: controlplane prometheus velero images ## Run every test, against a real local control plane (unit packages with the race detector)
 	$(GO) test -race $(TEST_FLAGS) ./pkg/... ./cmd/...
-	$(GO) test -p $(TEST_PARALLEL) $(TEST_FLAGS) ./test/e2e $$($(GO) list ./test/... | grep -v '/test/e2e$$')
+	GO=$(GO) PARALLEL=$(TEST_PARALLEL) ./hack/test-suites.sh $(TEST_FLAGS)
 
 .PHONY: mutants
 mutants: ## Break each guard in hack/mutants.sh on purpose and check a unit test fails (not part of test; several minutes)

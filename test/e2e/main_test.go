@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if framework.Listing() {
+		os.Exit(m.Run())
+	}
 	if captfBinary, err = framework.BuildCAPTF("captf-e2e"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,7 +16,20 @@ import (
 // plane, runs the tests, stops every process it started (also on SIGINT or
 // SIGTERM) and fails the run when a process outlives it.
 func Main(m *testing.M, opts Options, plane **ControlPlane) {
+	if Listing() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m, opts, plane))
+}
+
+// Listing says the test binary only lists its tests (go test -list, as
+// hack/test-suites.sh does to shard a package): nothing is built or started.
+func Listing() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.list")
+	return f != nil && f.Value.String() != ""
 }
 
 func run(m *testing.M, opts Options, plane **ControlPlane) int {
