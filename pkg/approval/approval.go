@@ -108,7 +108,21 @@ func (g Gate) Protected(plan *run.Plan) []string {
 // approve-destructive-plan under either policy; under Manual any change
 // needs approve-plan (or approve-destructive-plan), a change of outputs
 // alone included. A plan that changes nothing always applies.
+//
+// A plan policy's verdict (plan.Verdict) comes first: Allow lets the plan
+// apply, RequireApproval judges it as Manual would, and Deny is never
+// approved (NotApprovable: ask Denied first).
 func (g Gate) Needed(plan *run.Plan) string {
+	if v := plan.Verdict; v != nil {
+		switch v.Action {
+		case infrav1.PlanActionDeny:
+			return NotApprovable
+		case infrav1.PlanActionAllow:
+			return ""
+		case infrav1.PlanActionRequireApproval:
+			g.Policy = infrav1.ApprovalPolicyManual
+		}
+	}
 	switch {
 	case g.Policy == "" || !plan.HasChanges() && (g.Policy != infrav1.ApprovalPolicyManual || len(plan.OutputChanges) == 0):
 		return ""
@@ -125,6 +139,10 @@ func (g Gate) Needed(plan *run.Plan) string {
 	}
 	return ""
 }
+
+// NotApprovable is what Needed says of a plan a plan policy denied: no
+// annotation applies it.
+const NotApprovable = "(none: a plan policy denies the plan)"
 
 // DropUsed removes from annotations the approvals that name plan or
 // module, just applied, and says whether it removed any: the module's

@@ -65,6 +65,10 @@ func RegisterInformers(captf externalversions.SharedInformerFactory, kube inform
 	captf.InformerFor(&infrav1.TerraformModule{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return infrainformers.NewFilteredTerraformModuleInformer(c, resync, noIndexes(), nil)
 	})
+	// So are the plan policies.
+	captf.InformerFor(&infrav1.TerraformPlanPolicy{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return infrainformers.NewFilteredTerraformPlanPolicyInformer(c, resync, noIndexes(), nil)
+	})
 	kube.InformerFor(&batchv1.Job{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return batchinformers.NewFilteredJobInformer(c, namespace, resync, noIndexes(), kubeTweak)
 	})

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/planpolicy"
 )
 
 // Keys of a run-inputs Secret (and of the durable-inputs Secret, its copy
@@ -105,6 +106,10 @@ const ReasonProtectedResourceChange = "ProtectedResourceChange"
 // ReasonModuleAwaitingApproval: the module's code is not code an approver
 // accepted for the object; the run stopped before any of it ran.
 const ReasonModuleAwaitingApproval = "ModuleAwaitingApproval"
+
+// ReasonPlanDenied: a plan policy's rule denied the plan (Plan.Verdict);
+// no approval applies it.
+const ReasonPlanDenied = "PlanDenied"
 
 // ReasonCatalogDigestMismatch: a catalog module's source no longer holds
 // the code the catalog resolved, and none of it ran.
@@ -225,6 +230,14 @@ type Plan struct {
 	// Protected names the addresses the plan destroys, replaces or forgets
 	// that the object's spec.protect covered when it was made (at most 20).
 	Protected []string `json:"protected,omitempty"`
+	// Verdict is what the plan policy rules that select the object said of
+	// the plan (an apply's), nil when no rule selects it.
+	Verdict *planpolicy.Verdict `json:"verdict,omitempty"`
+}
+
+// Denied tells whether a plan policy denied the plan.
+func (p *Plan) Denied() bool {
+	return p != nil && p.Verdict != nil && p.Verdict.Action == infrav1.PlanActionDeny
 }
 
 // ResultData is the data of the result Secret that reports res.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/planpolicy"
 )
 
 // Spec is what a Job tells its runner, as the container's flags: Args
@@ -54,6 +55,9 @@ type Spec struct {
 	// Protect is the object's spec.protect: a plan that destroys, replaces
 	// or forgets an address it covers fails, whatever the approvals.
 	Protect []string
+	// PlanPolicy is the plan policy rules that select the object, and what
+	// they read of it: an apply judges its plan by them before the gate.
+	PlanPolicy *planpolicy.Input
 	// SensitiveEnv names the runner's environment variables that come from
 	// Secrets (env[].valueFrom.secretKeyRef), and "P*" for an envFrom of a
 	// Secret with prefix P; PlainEnv the env entries that override those.
@@ -91,6 +95,7 @@ var specFlags = []specFlag{
 	{"approved-destructive-plan", "plan hash captf.io/approve-destructive-plan names", func(s *Spec) flag.Value { return (*stringValue)(&s.ApprovedDestructivePlan) }, func(s *Spec) bool { return s.ApprovedDestructivePlan != "" }},
 	{"approved-modules", "digests of the module code this run may run, as a JSON list (default: any)", func(s *Spec) flag.Value { return (*jsonList)(&s.ApprovedModules) }, func(s *Spec) bool { return len(s.ApprovedModules) > 0 }},
 	{"protect", "resource address patterns no plan may destroy, replace or forget, as a JSON list (spec.protect)", func(s *Spec) flag.Value { return (*jsonList)(&s.Protect) }, func(s *Spec) bool { return len(s.Protect) > 0 }},
+	{"plan-policy", "the plan policy rules of an apply and the object they read, as JSON", func(s *Spec) flag.Value { return &jsonValue[planpolicy.Input]{&s.PlanPolicy} }, func(s *Spec) bool { return s.PlanPolicy != nil }},
 	{"sensitive-env", "environment variables from Secrets, and P* for an envFrom of one, as a JSON list: their values are redacted", func(s *Spec) flag.Value { return (*jsonList)(&s.SensitiveEnv) }, func(s *Spec) bool { return len(s.SensitiveEnv) > 0 }},
 	{"plain-env", "environment variables set by the pod's env, which an envFrom does not override, as a JSON list", func(s *Spec) flag.Value { return (*jsonList)(&s.PlainEnv) }, func(s *Spec) bool { return len(s.PlainEnv) > 0 }},
 }
@@ -182,6 +187,21 @@ func (v *jsonList) String() string {
 	return string(b)
 }
 func (v *jsonList) Set(s string) error { return json.Unmarshal([]byte(s), (*[]string)(v)) }
+
+// jsonValue is a *T as JSON.
+type jsonValue[T any] struct{ p **T }
+
+func (v *jsonValue[T]) String() string {
+	if v.p == nil || *v.p == nil {
+		return ""
+	}
+	b, _ := json.Marshal(*v.p)
+	return string(b)
+}
+func (v *jsonValue[T]) Set(s string) error {
+	*v.p = new(T)
+	return json.Unmarshal([]byte(s), *v.p)
+}
 
 type durationValue time.Duration
 

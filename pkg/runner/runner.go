@@ -35,6 +35,7 @@ import (
 	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/cgroup"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/retry"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/statestore"
@@ -298,6 +299,11 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 			errProtected, res.Plan.Hash, strings.Join(protected, ", "))
 	}
 	if r.Config.Operation == infrav1.OperationApply {
+		if res.Plan.Verdict = r.judge(ctx, res.Plan); res.Plan.Denied() {
+			klog.FromContext(ctx).Info("A plan policy denies the plan", "hash", res.Plan.Hash, "verdict", res.Plan.Verdict.String())
+			res.Outcome, res.Stage, res.Reason = run.OutcomeBlocked, run.StageGate, run.ReasonPlanDenied
+			return nil
+		}
 		if needed := gate.Needed(res.Plan); needed != "" {
 			klog.FromContext(ctx).Info("The plan waits for approval", "hash", res.Plan.Hash, "annotation", needed)
 			res.Outcome, res.Stage = run.OutcomeBlocked, run.StageGate
@@ -340,6 +346,22 @@ func (r *Runner) run(ctx context.Context, res *run.Result) error {
 	}
 	res.Stage = ""
 	return nil
+}
+
+// judge is what the plan policy rules of the Job say of plan, nil when
+// none select the object. A kind that takes no approvals (machines,
+// pools) cannot wait for one: a plan a rule would have wait is denied.
+func (r *Runner) judge(ctx context.Context, plan *run.Plan) *planpolicy.Verdict {
+	in := r.Config.PlanPolicy
+	if in == nil || len(in.Rules) == 0 {
+		return nil
+	}
+	v := planpolicy.Judge(ctx, in.Rules, r.planJSON, planpolicy.Summary{PlanSummary: plan.Summary, Protected: plan.Protected}, in.Object)
+	if v.Action == infrav1.PlanActionRequireApproval && r.Config.Gate == "" {
+		v.Action = infrav1.PlanActionDeny
+		v.Message += fmt.Sprintf(" (the rule requires an approval, and a %s takes none)", r.Config.ObjectKind)
+	}
+	return v
 }
 
 // workspace reads the run's inputs, finds terraform and prepares the

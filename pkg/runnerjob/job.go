@@ -25,6 +25,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerpod"
 )
@@ -137,6 +138,9 @@ type Spec struct {
 	ApprovedModules []string
 	// WriteKey is the Job's run.EnvWriteKey: only its runner writes.
 	WriteKey string
+	// PlanPolicy is the plan policy rules of an apply, and the object as
+	// they read it.
+	PlanPolicy *planpolicy.Input
 }
 
 // runnerTokenSeconds is the life of a runner pod's token: the shortest the
@@ -155,7 +159,7 @@ func Build(s Spec) *batchv1.Job {
 	labels[names.LabelOperation] = string(s.Operation)
 	labels[names.LabelInputsHash] = s.InputsHash
 	labels[names.LabelAttempt] = strconv.Itoa(s.Attempt)
-	sa := ServiceAccountFor(s.Policy.JobPolicy, OnlyPlans(s.Operation, s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan)).Name
+	sa := ServiceAccountFor(s.Policy.JobPolicy, OnlyPlans(s.Operation, s.Gate, s.ApprovedPlan, s.ApprovedDestructivePlan, s.PlanPolicy)).Name
 	podSC, sc := s.RunnerPods.Secure(s.Policy.PodSecurityContext, s.Policy.SecurityContext)
 	if approved := cmp.Or(s.ApprovedDestructivePlan, s.ApprovedPlan); s.Gate != "" && approved != "" {
 		labels[names.LabelApprovedPlan] = approved
@@ -239,6 +243,7 @@ func runnerSpec(s Spec, name string) run.Spec {
 	}
 	spec.Protect = s.Protect
 	spec.ApprovedModules = s.ApprovedModules
+	spec.PlanPolicy = s.PlanPolicy
 	spec.SensitiveEnv, spec.PlainEnv = envFromSecrets(runnerEnv(s), s.Policy.EnvFrom)
 	return spec
 }

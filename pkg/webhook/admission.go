@@ -82,7 +82,7 @@ func Path(kind string) string {
 }
 
 // Kinds are the kinds the webhook validates.
-var Kinds = []string{"TerraformCluster", "TerraformClusterTemplate", "TerraformMachine", "TerraformMachinePool", "TerraformMachinePoolTemplate", "TerraformMachineTemplate"}
+var Kinds = []string{"TerraformCluster", "TerraformClusterTemplate", "TerraformMachine", "TerraformMachinePool", "TerraformMachinePoolTemplate", "TerraformMachineTemplate", "TerraformPlanPolicy"}
 
 // Handler admits or refuses writes of the Terraform* kinds.
 type Handler struct {
@@ -242,6 +242,16 @@ func (h *Handler) Admit(ctx context.Context, kind string, req *admissionv1.Admis
 		return deny(resp, apierrors.NewBadRequest(fmt.Sprintf("this path validates %s, not %s", kind, req.Kind.Kind)))
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return resp
+	}
+	if kind == "TerraformPlanPolicy" { // no workspace: its rules alone
+		errs, err := validate(req, func(obj, _ *infrav1.TerraformPlanPolicy) field.ErrorList { return ValidateTerraformPlanPolicy(obj) })
+		if err != nil {
+			return deny(resp, apierrors.NewBadRequest(err.Error()))
+		}
+		if len(errs) > 0 {
+			return deny(resp, apierrors.NewInvalid(schema.GroupKind{Group: infrav1.GroupName, Kind: kind}, req.Name, errs))
+		}
 		return resp
 	}
 	// What the CRD admits bounds the references, and so the access

@@ -125,10 +125,26 @@ func (e *engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cac
 	if err != nil {
 		return nil, nil, err
 	}
-	switch decideResult(res, r.Gate) {
+	var rules string
+	if res.Plan.Denied() {
+		policy, err := e.gatherPlanPolicy(ctx, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		rules = policy.Digest()
+	}
+	switch decideResult(res, r.Gate, rules) {
 	case resultOutputs:
 		e.noPlanWaiting(r)
+		noPlanDenied(r.Obj)
 		return res, job, nil
+	case resultPlanDenied:
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
+		e.reportDenied(r, job, res.Plan)
+	case resultPolicyChanged:
+		e.RecordJob(r, job, run.OutcomeBlocked, res)
+		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonPlanPolicyChanged, "The plan policies changed since plan %s was denied: planning again", res.Plan.Hash)
+		return nil, nil, e.startApply(ctx, r, in, job.Attempt+1)
 	case resultModuleApproved:
 		e.RecordJob(r, job, run.OutcomeBlocked, res)
 		e.Recorder.Eventf(r.Obj, corev1.EventTypeNormal, ReasonModuleApproved, "The module's code %s is approved: planning with it", res.Module.Digest)
@@ -142,6 +158,7 @@ func (e *engine) applySucceeded(ctx context.Context, r *Sync, job *runnerjob.Cac
 		e.moduleWaits(r, job, res.Module)
 	default:
 		e.RecordJob(r, job, run.OutcomeBlocked, res)
+		noPlanDenied(r.Obj)
 		e.reportBlocked(r, job, res.Plan)
 	}
 	return nil, nil, nil

@@ -128,6 +128,7 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 			return nil, err
 		}
 	}
+	policies := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformPlanPolicies()
 	owners := cc.CAPIInformers.ForResource(kind.Owner.Resource)
 	clusters := cc.CAPIInformers.ForResource(capi.Cluster.Resource)
 	tcs := cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformClusters()
@@ -145,7 +146,8 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	c.engine = &engine{Kube: cc.Kube, JobControl: &runnerjob.APIControl{Client: cc.Kube, FieldManager: fm}, FieldManager: fm, JobIndex: jobs.GetIndexer(),
 		Recorder: loop.Recorder, Expectations: c.expectations, Access: config.Access, RunnerAPI: config.RunnerAPI, RunnerPods: config.RunnerPods, GVK: kind.GVK, RunnerImage: config.RunnerImage, ProviderMirrorImage: config.ProviderMirrorImage,
 		StateBackups: config.StateBackups, DriftDefaultInterval: config.DriftDefaultInterval, MaxStateBytes: config.MaxStateBytes, Clock: clk,
-		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs, Catalog: config.Catalog}
+		Slots: config.Slots, BootstrapConfigs: config.BootstrapConfigs, Results: config.Results, Records: config.Records, RunInputs: config.RunInputs, Catalog: config.Catalog,
+		PlanPolicies: policies.Lister()}
 	if c.engine.Results == nil {
 		c.engine.Results = &runnerjob.Results{Kube: cc.Kube}
 	}
@@ -164,12 +166,20 @@ func NewController[T Object](ctx context.Context, cc controller.Context, config 
 	if config.Catalog != nil {
 		loop.Synced = append(loop.Synced, cc.CAPTFInformers.Infrastructure().V1alpha1().TerraformModules().Informer().HasSynced)
 	}
+	loop.Synced = append(loop.Synced, policies.Informer().HasSynced)
 	// Only kinds of a cluster watch Clusters and TerraformClusters: asking
 	// for an informer starts it.
 	clusterInformers := func() (cache.SharedIndexInformer, cache.SharedIndexInformer) {
 		return clusters.Informer(), tcs.Informer()
 	}
-	return c, c.addHandlers(logger, informer, jobs, owners.Informer(), clusterInformers)
+	if err := c.addHandlers(logger, informer, jobs, owners.Informer(), clusterInformers); err != nil {
+		return nil, err
+	}
+	_, err = policies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.handlePlanPolicy, DeleteFunc: c.handlePlanPolicy,
+		UpdateFunc: func(_, cur any) { c.handlePlanPolicy(cur) },
+	})
+	return c, err
 }
 
 // addHandlers has the informers' events enqueue the objects they concern:

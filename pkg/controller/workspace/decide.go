@@ -132,11 +132,25 @@ const (
 	resultModuleWaits
 	// resultPlanWaits: the plan waits for an approver.
 	resultPlanWaits
+	// resultPlanDenied: a plan policy denied the plan, and its rules are
+	// today's: it waits for a new plan.
+	resultPlanDenied
+	// resultPolicyChanged: a plan policy denied the plan under rules that
+	// changed since: plan again.
+	resultPolicyChanged
 )
 
 // decideResult decides what res, the result of an apply Job that
-// succeeded, asks for under gate (nil: the object is never gated).
-func decideResult(res *run.Result, gate *approval.Gate) resultAction {
+// succeeded, asks for under gate (nil: the object is never gated) and
+// the plan policy rules that select the object today (their
+// planpolicy.Digest).
+func decideResult(res *run.Result, gate *approval.Gate, rules string) resultAction {
+	if res.Outcome == run.OutcomeBlocked && res.Plan != nil && res.Plan.Denied() {
+		if res.Plan.Verdict.Rules != rules {
+			return resultPolicyChanged
+		}
+		return resultPlanDenied
+	}
 	if res.Outcome == run.OutcomeBlocked && res.Reason == run.ReasonModuleAwaitingApproval && res.Module != nil {
 		if gate == nil || gate.ModuleRunnable(res.Module.Digest) {
 			return resultModuleApproved

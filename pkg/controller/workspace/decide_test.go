@@ -9,6 +9,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/approval"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -78,26 +79,39 @@ func TestDecideResult(t *testing.T) {
 	module := &run.ModuleCode{Digest: "sha256:new"}
 	blocked := func(p *run.Plan) *run.Result { return &run.Result{Outcome: run.OutcomeBlocked, Plan: p} }
 	moduleWaits := &run.Result{Outcome: run.OutcomeBlocked, Reason: run.ReasonModuleAwaitingApproval, Module: module}
+	judged := func(p *run.Plan, action infrav1.PlanAction, rules string) *run.Result {
+		p = &run.Plan{Hash: p.Hash, Summary: p.Summary, Verdict: &planpolicy.Verdict{Action: action, Policy: "p", Rule: "r", Rules: rules}}
+		return blocked(p)
+	}
 	tests := map[string]struct {
-		res  *run.Result
-		gate *approval.Gate
-		want resultAction
+		res   *run.Result
+		gate  *approval.Gate
+		want  resultAction
+		rules string // the digest of today's rules
 	}{
-		"applied":                       {&run.Result{Outcome: run.OutcomeSucceeded, Plan: plan}, nil, resultOutputs},
-		"applied under a gate":          {&run.Result{Outcome: run.OutcomeSucceeded, Plan: plan}, &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, resultOutputs},
-		"a plan waits":                  {blocked(plan), &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, resultPlanWaits},
-		"a plan approved since":         {blocked(plan), &approval.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: plan.Hash}, resultPlanApproved},
-		"another plan approved":         {blocked(plan), &approval.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: destructive.Hash}, resultPlanWaits},
-		"a destructive plan waits":      {blocked(destructive), &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedPlan: destructive.Hash}, resultPlanWaits},
-		"a destructive plan approved":   {blocked(destructive), &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: destructive.Hash}, resultPlanApproved},
-		"a blocked result, no plan":     {blocked(nil), &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, resultOutputs},
-		"code waits":                    {moduleWaits, &approval.Gate{Policy: infrav1.ApprovalPolicyManual, Modules: []string{"sha256:old"}}, resultModuleWaits},
-		"code approved since":           {moduleWaits, &approval.Gate{Policy: infrav1.ApprovalPolicyManual, Modules: []string{"sha256:old"}, ApprovedModule: module.Digest}, resultModuleApproved},
-		"code of an object never gated": {moduleWaits, nil, resultModuleApproved},
+		"a plan denied":                          {res: judged(plan, infrav1.PlanActionDeny, "r1"), rules: "r1", want: resultPlanDenied},
+		"a plan denied, approved all the same":   {res: judged(destructive, infrav1.PlanActionDeny, "r1"), rules: "r1", gate: &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: destructive.Hash}, want: resultPlanDenied},
+		"a plan denied, of a machine":            {res: judged(plan, infrav1.PlanActionDeny, "r1"), rules: "r1", want: resultPlanDenied},
+		"a plan denied by rules changed since":   {res: judged(plan, infrav1.PlanActionDeny, "r1"), rules: "r2", want: resultPolicyChanged},
+		"a plan denied by rules deleted since":   {res: judged(plan, infrav1.PlanActionDeny, "r1"), want: resultPolicyChanged},
+		"a plan that must wait by policy":        {res: judged(plan, infrav1.PlanActionRequireApproval, "r1"), rules: "r1", gate: &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive}, want: resultPlanWaits},
+		"a plan that waited by policy, approved": {res: judged(plan, infrav1.PlanActionRequireApproval, "r1"), rules: "r1", gate: &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedPlan: plan.Hash}, want: resultPlanApproved},
+		"a plan allowed":                         {res: judged(destructive, infrav1.PlanActionAllow, "r1"), rules: "r1", gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, want: resultPlanApproved},
+		"applied":                                {res: &run.Result{Outcome: run.OutcomeSucceeded, Plan: plan}, gate: nil, want: resultOutputs},
+		"applied under a gate":                   {res: &run.Result{Outcome: run.OutcomeSucceeded, Plan: plan}, gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, want: resultOutputs},
+		"a plan waits":                           {res: blocked(plan), gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, want: resultPlanWaits},
+		"a plan approved since":                  {res: blocked(plan), gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: plan.Hash}, want: resultPlanApproved},
+		"another plan approved":                  {res: blocked(plan), gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual, ApprovedPlan: destructive.Hash}, want: resultPlanWaits},
+		"a destructive plan waits":               {res: blocked(destructive), gate: &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedPlan: destructive.Hash}, want: resultPlanWaits},
+		"a destructive plan approved":            {res: blocked(destructive), gate: &approval.Gate{Policy: infrav1.ApprovalPolicyDestructive, ApprovedDestructivePlan: destructive.Hash}, want: resultPlanApproved},
+		"a blocked result, no plan":              {res: blocked(nil), gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual}, want: resultOutputs},
+		"code waits":                             {res: moduleWaits, gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual, Modules: []string{"sha256:old"}}, want: resultModuleWaits},
+		"code approved since":                    {res: moduleWaits, gate: &approval.Gate{Policy: infrav1.ApprovalPolicyManual, Modules: []string{"sha256:old"}, ApprovedModule: module.Digest}, want: resultModuleApproved},
+		"code of an object never gated":          {res: moduleWaits, gate: nil, want: resultModuleApproved},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := decideResult(tc.res, tc.gate); got != tc.want {
+			if got := decideResult(tc.res, tc.gate, tc.rules); got != tc.want {
 				t.Errorf("decideResult = %d, want %d", got, tc.want)
 			}
 		})

@@ -22,6 +22,7 @@ import (
 	"github.com/captf/captf/pkg/approval"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/controller"
+	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
 	"github.com/captf/captf/pkg/runnerjob"
 	"github.com/captf/captf/pkg/runnerpod"
@@ -44,10 +45,13 @@ const (
 
 // Event reasons, besides the Ready reasons above.
 const (
-	ReasonPlanApproved  = "PlanApproved"
-	ReasonAbandoned     = "Abandoned"
-	ReasonDestroyed     = "Destroyed"
-	ReasonRefreshFailed = "RefreshFailed"
+	ReasonPlanApproved = "PlanApproved"
+	// ReasonPlanPolicyChanged: the rules that denied a plan changed; it
+	// is planned again.
+	ReasonPlanPolicyChanged = "PlanPolicyChanged"
+	ReasonAbandoned         = "Abandoned"
+	ReasonDestroyed         = "Destroyed"
+	ReasonRefreshFailed     = "RefreshFailed"
 )
 
 // Object is a Terraform* object the engine runs Terraform for.
@@ -136,6 +140,8 @@ type engine struct {
 	RunInputs *RunInputs
 	// Catalog: Config.Catalog.
 	Catalog *Catalog
+	// PlanPolicies are the platform's TerraformPlanPolicies.
+	PlanPolicies infralisters.TerraformPlanPolicyLister
 }
 
 // Sync is what one sync of one object knows and decides.

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	infralisters "github.com/captf/captf/pkg/generated/listers/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/providerid"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -97,7 +100,7 @@ func clusterOf(obj metav1.Object, fallback string, clusters cache.GenericLister,
 // the reading, so that a held Job costs no read, and a failed read hides
 // no hold. Its live read: the runner's ServiceAccount, when it is not
 // CAPTF's own (access.go).
-func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation) (startFacts, error) {
+func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation, policy *planpolicy.Input) (startFacts, error) {
 	st := r.Obj.WorkspaceStatus()
 	f := startFacts{LastRestore: st.LastRestore}
 	if c := meta.FindStatusCondition(st.Conditions, infrav1.ConditionStateRescued); c != nil && c.Status == metav1.ConditionTrue {
@@ -111,7 +114,7 @@ func (e *engine) gatherStart(ctx context.Context, r *Sync, op infrav1.Operation)
 	}
 	plans := op == infrav1.OperationDrift
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
-		plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)
+		plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan, policy)
 	}
 	if err := e.Access.CheckServiceAccount(ctx, r.Obj.GetNamespace(), runnerjob.ServiceAccountFor(r.Policy.JobPolicy, plans)); err != nil {
 		if !errors.As(err, &f.Account) {
@@ -207,4 +210,38 @@ func (e *engine) remediationTime(obj Object) time.Time {
 		return time.Time{}
 	}
 	return st.LastDriftCheckTime.Time
+}
+
+// gatherPlanPolicy reads the plan policy rules that select r's object:
+// what its apply Jobs judge their plans by (nil: none). Its live read: the
+// namespace's labels, when a policy selects namespaces by them.
+func (e *engine) gatherPlanPolicy(ctx context.Context, r *Sync) (*planpolicy.Input, error) {
+	if e.PlanPolicies == nil {
+		return nil, nil
+	}
+	policies, err := e.PlanPolicies.List(labels.Everything())
+	if err != nil || len(policies) == 0 {
+		return nil, err
+	}
+	obj := r.Obj
+	var nsLabels map[string]string
+	if slices.ContainsFunc(policies, func(p *infrav1.TerraformPlanPolicy) bool {
+		sel := p.Spec.NamespaceSelector
+		return sel != nil && (len(sel.MatchLabels) > 0 || len(sel.MatchExpressions) > 0)
+	}) {
+		ns, err := e.Kube.CoreV1().Namespaces().Get(ctx, obj.GetNamespace(), metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading namespace %s for its plan policies: %w", obj.GetNamespace(), err)
+		}
+		nsLabels = ns.Labels
+	}
+	o := planpolicy.Object{Kind: e.GVK.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Labels: obj.GetLabels()}
+	if ref := obj.Workspace().Module.CatalogRef; ref != nil {
+		o.CatalogEntry, o.CatalogVersion = ref.Name, ref.Version
+	}
+	rules, err := planpolicy.Select(policies, nsLabels, o.CatalogEntry)
+	if err != nil || len(rules) == 0 {
+		return nil, err
+	}
+	return &planpolicy.Input{Rules: rules, Object: o}, nil
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -40,5 +42,20 @@ func JobEventHandler(logger klog.Logger, kind string, queue workqueue.TypedInter
 			}
 		},
 		DeleteFunc: func(obj any) { handle(obj, false) },
+	}
+}
+
+// handlePlanPolicy enqueues the objects whose plan a plan policy denied:
+// new rules judge them again. The others meet the rules at their next
+// apply.
+func (c *Controller[T]) handlePlanPolicy(any) {
+	for _, obj := range c.objects.List() {
+		o, ok := obj.(T)
+		if !ok {
+			continue
+		}
+		if cond := meta.FindStatusCondition(o.WorkspaceStatus().Conditions, infrav1.ConditionPlanDenied); cond != nil && cond.Status == metav1.ConditionTrue {
+			c.enqueue(obj)
+		}
 	}
 }

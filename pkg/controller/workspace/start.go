@@ -19,6 +19,7 @@ import (
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/capi"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/runnerjob"
 )
@@ -27,11 +28,18 @@ import (
 // durable inputs) and the Job of one attempt, in three steps: the checks a
 // Job must pass, the Job, and its creation (with its slot and its inputs).
 func (e *engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte) error {
-	expectState, ok, err := e.mayStart(ctx, r, op)
+	var policy *planpolicy.Input
+	if op == infrav1.OperationApply {
+		var err error
+		if policy, err = e.gatherPlanPolicy(ctx, r); err != nil {
+			return err
+		}
+	}
+	expectState, ok, err := e.mayStart(ctx, r, op, policy)
 	if err != nil || !ok {
 		return err
 	}
-	job, err := e.buildJob(r, op, hash, attempt, data, expectState)
+	job, err := e.buildJob(r, op, hash, attempt, data, expectState, policy)
 	if err != nil {
 		return err
 	}
@@ -41,8 +49,8 @@ func (e *engine) start(ctx context.Context, r *Sync, op infrav1.Operation, hash 
 // mayStart makes the checks every Job passes before it is created
 // (decideStart), and reports in the status a check that fails (ok false).
 // expectState: the object was applied, its runner must find a state.
-func (e *engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation) (expectState, ok bool, err error) {
-	f, err := e.gatherStart(ctx, r, op)
+func (e *engine) mayStart(ctx context.Context, r *Sync, op infrav1.Operation, policy *planpolicy.Input) (expectState, ok bool, err error) {
+	f, err := e.gatherStart(ctx, r, op, policy)
 	d := decideStart(f)
 	if err != nil {
 		// What the checks before the failed read found stands: a
@@ -95,8 +103,9 @@ func (e *engine) actOnStart(ctx context.Context, r *Sync, d startDecision) (bool
 	return false, nil
 }
 
-// buildJob is the Job of one attempt of op, with the approvals of an apply.
-func (e *engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte, expectState bool) (*batchv1.Job, error) {
+// buildJob is the Job of one attempt of op, with the approvals and plan
+// policy of an apply.
+func (e *engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt int, data map[string][]byte, expectState bool, policy *planpolicy.Input) (*batchv1.Job, error) {
 	ca, err := e.RunnerAPI.CA()
 	if err != nil {
 		return nil, err
@@ -104,7 +113,7 @@ func (e *engine) buildJob(r *Sync, op infrav1.Operation, hash string, attempt in
 	spec := runnerjob.Spec{Owner: r.Obj, OwnerGVK: e.GVK, Operation: op, InputsHash: hash, InputsBytes: secretSize(data), Attempt: attempt,
 		Image: e.RunnerImage, ProviderMirrorImage: e.ProviderMirrorImage, Policy: r.Policy, Backups: e.StateBackups, DurableOnly: data == nil,
 		ExpectState: expectState, MaxStateBytes: e.MaxStateBytes, RunnerAPI: e.RunnerAPI.URL, RunnerAPICA: ca, RunnerPods: e.RunnerPods,
-		WriteKey: run.NewWriteKey()}
+		WriteKey: run.NewWriteKey(), PlanPolicy: policy}
 	if g := r.Gate; g != nil && op == infrav1.OperationApply {
 		spec.Gate, spec.ApprovedPlan, spec.ApprovedDestructivePlan = g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan
 	}

@@ -210,6 +210,9 @@ func (e *engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
 	case given != "" && given != plan.Hash:
 		reason, prefix = ReasonApprovalForAnotherPlan, fmt.Sprintf("%s names %s, which is not the plan waiting. ", needed, given)
 	}
+	if v := plan.Verdict; v != nil && v.Action == infrav1.PlanActionRequireApproval {
+		prefix += fmt.Sprintf("A plan policy requires an approval (rule %s of TerraformPlanPolicy %s: %s). ", v.Rule, v.Policy, v.Message)
+	}
 	msg := fmt.Sprintf("%sPlan %s %s: %s. Approve exactly this plan with: kubectl annotate %s -n %s %s %s=%s --overwrite",
 		prefix, plan.Hash, what, run.PlanSummaryText(plan.Summary), strings.ToLower(e.GVK.Kind), obj.GetNamespace(), obj.GetName(), needed, plan.Hash)
 	st := obj.WorkspaceStatus()
@@ -223,6 +226,36 @@ func (e *engine) reportBlocked(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
 	}
 	e.SetReady(r, metav1.ConditionFalse, condType, msg)
 }
+
+// reportDenied reports a plan a plan policy denied: Ready False
+// (PlanDenied) unless what is provisioned still serves, and a warning
+// when that is news. No approval applies it; a new plan or new rules do.
+func (e *engine) reportDenied(r *Sync, job *runnerjob.Cached, plan *run.Plan) {
+	obj, v := r.Obj, plan.Verdict
+	msg := fmt.Sprintf("Plan %s (%s) is denied by rule %s of TerraformPlanPolicy %s: %s. No approval applies it; it is planned again when the policy or the object changes",
+		plan.Hash, run.PlanSummaryText(plan.Summary), v.Rule, v.Policy, v.Message)
+	e.noPlanWaiting(r)
+	st := obj.WorkspaceStatus()
+	recordPlan(st, job, infrav1.OperationApply, plan)
+	if init := st.Initialization; init != nil && init.Provisioned != nil && *init.Provisioned {
+		e.warnOnChange(obj, infrav1.ConditionPlanDenied, metav1.ConditionTrue, run.ReasonPlanDenied, run.ReasonPlanDenied, msg)
+		e.SetReady(r, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("The module is applied (plan %s); a plan policy denies the change (%s)", st.AppliedPlanHash, infrav1.ConditionPlanDenied))
+		return
+	}
+	e.warnOnChange(obj, infrav1.ConditionPlanDenied, metav1.ConditionTrue, run.ReasonPlanDenied, run.ReasonPlanDenied, msg)
+	e.SetReady(r, metav1.ConditionFalse, run.ReasonPlanDenied, msg)
+}
+
+// noPlanDenied clears PlanDenied once a plan applies (or waits for a
+// person instead).
+func noPlanDenied(obj Object) {
+	if c := meta.FindStatusCondition(obj.WorkspaceStatus().Conditions, infrav1.ConditionPlanDenied); c != nil && c.Status == metav1.ConditionTrue {
+		SetCondition(obj, infrav1.ConditionPlanDenied, metav1.ConditionFalse, ReasonPlanAllowed, "")
+	}
+}
+
+// ReasonPlanAllowed: no plan policy denies the object's plan (any more).
+const ReasonPlanAllowed = "PlanAllowed"
 
 // noPlanWaiting clears the approval conditions of a gated object.
 func (e *engine) noPlanWaiting(r *Sync) {

@@ -31,7 +31,10 @@ const (
 	ConditionPaused                 = "Paused"
 	ConditionPlanAwaitingApproval   = "PlanAwaitingApproval"
 	ConditionDestructivePlanBlocked = "DestructivePlanBlocked"
-	ConditionDrifted                = "Drifted"
+	// ConditionPlanDenied is True while a TerraformPlanPolicy denies the
+	// object's plan.
+	ConditionPlanDenied = "PlanDenied"
+	ConditionDrifted    = "Drifted"
 	// ConditionStateRestored reports the last captf.io/restore-state.
 	ConditionStateRestored = "StateRestored"
 	// ConditionStateMissing is True while an applied object's state Secret

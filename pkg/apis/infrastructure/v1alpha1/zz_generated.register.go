@@ -76,6 +76,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformMachineTemplateList{},
 		&TerraformModule{},
 		&TerraformModuleList{},
+		&TerraformPlanPolicy{},
+		&TerraformPlanPolicyList{},
 	)
 	// AddToGroupVersion allows the serialization of client types like ListOptions.
 	v1.AddToGroupVersion(scheme, SchemeGroupVersion)

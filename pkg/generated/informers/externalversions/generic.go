@@ -67,6 +67,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformMachineTemplates().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformmodules"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformModules().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("terraformplanpolicies"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().TerraformPlanPolicies().Informer()}, nil
 
 	}
 

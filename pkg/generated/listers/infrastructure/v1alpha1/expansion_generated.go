@@ -69,3 +69,7 @@ type TerraformMachineTemplateNamespaceListerExpansion interface{}
 // TerraformModuleListerExpansion allows custom methods to be added to
 // TerraformModuleLister.
 type TerraformModuleListerExpansion interface{}
+
+// TerraformPlanPolicyListerExpansion allows custom methods to be added to
+// TerraformPlanPolicyLister.
+type TerraformPlanPolicyListerExpansion interface{}

@@ -38,6 +38,8 @@ type Interface interface {
 	TerraformMachineTemplates() TypedTerraformMachineTemplateInformer
 	// TerraformModules returns a TerraformModuleInformer.
 	TerraformModules() TypedTerraformModuleInformer
+	// TerraformPlanPolicies returns a TerraformPlanPolicyInformer.
+	TerraformPlanPolicies() TypedTerraformPlanPolicyInformer
 }
 
 type version struct {
@@ -84,4 +86,9 @@ func (v *version) TerraformMachineTemplates() TypedTerraformMachineTemplateInfor
 // TerraformModules returns a TypedTerraformModuleInformer.
 func (v *version) TerraformModules() TypedTerraformModuleInformer {
 	return &terraformModuleInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// TerraformPlanPolicies returns a TypedTerraformPlanPolicyInformer.
+func (v *version) TerraformPlanPolicies() TypedTerraformPlanPolicyInformer {
+	return &terraformPlanPolicyInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }

@@ -31,3 +31,5 @@ type TerraformMachinePoolTemplateExpansion interface{}
 type TerraformMachineTemplateExpansion interface{}
 
 type TerraformModuleExpansion interface{}
+
+type TerraformPlanPolicyExpansion interface{}

@@ -35,6 +35,7 @@ type InfrastructureV1alpha1Interface interface {
 	TerraformMachinePoolTemplatesGetter
 	TerraformMachineTemplatesGetter
 	TerraformModulesGetter
+	TerraformPlanPoliciesGetter
 }
 
 // InfrastructureV1alpha1Client is used to interact with features provided by the infrastructure.cluster.x-k8s.io group.
@@ -68,6 +69,10 @@ func (c *InfrastructureV1alpha1Client) TerraformMachineTemplates(namespace strin
 
 func (c *InfrastructureV1alpha1Client) TerraformModules() TerraformModuleInterface {
 	return newTerraformModules(c)
+}
+
+func (c *InfrastructureV1alpha1Client) TerraformPlanPolicies() TerraformPlanPolicyInterface {
+	return newTerraformPlanPolicies(c)
 }
 
 // NewForConfig creates a new InfrastructureV1alpha1Client for the given config.

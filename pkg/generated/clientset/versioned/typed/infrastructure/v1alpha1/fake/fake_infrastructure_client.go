@@ -56,6 +56,10 @@ func (c *FakeInfrastructureV1alpha1) TerraformModules() v1alpha1.TerraformModule
 	return newFakeTerraformModules(c)
 }
 
+func (c *FakeInfrastructureV1alpha1) TerraformPlanPolicies() v1alpha1.TerraformPlanPolicyInterface {
+	return newFakeTerraformPlanPolicies(c)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeInfrastructureV1alpha1) RESTClient() rest.Interface {
