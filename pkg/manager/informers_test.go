@@ -67,13 +67,13 @@ func TestManagerInformers(t *testing.T) {
 		"/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachinepools":     {v1.TerraformMachinePools().Informer(), filtered},
 		"/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachinetemplates": {v1.TerraformMachineTemplates().Informer(), filtered},
 		// The catalog is every shard's.
-		"/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmodules": {v1.TerraformModules().Informer(), ""},
+		"/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmodules":      {v1.TerraformModules().Informer(), ""},
 		"/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformplanpolicies": {v1.TerraformPlanPolicies().Informer(), ""},
-		"/apis/cluster.x-k8s.io/v1beta2/clusters":                         {cc.CAPIInformers.ForResource(capi.Cluster.Resource).Informer(), filtered},
-		"/apis/cluster.x-k8s.io/v1beta2/machines":                         {cc.CAPIInformers.ForResource(capi.Machine.Resource).Informer(), filtered},
-		"/apis/batch/v1/jobs":                                             {cc.KubeInformers.Batch().V1().Jobs().Informer(), managed},
-		"/api/v1/serviceaccounts":                                         {cc.KubeInformers.Core().V1().ServiceAccounts().Informer(), managed},
-		"/api/v1/secrets":                                                 {config.StateSecrets.Informer(), workspace.StateSecretsSelector},
+		"/apis/cluster.x-k8s.io/v1beta2/clusters":                              {cc.CAPIInformers.ForResource(capi.Cluster.Resource).Informer(), filtered},
+		"/apis/cluster.x-k8s.io/v1beta2/machines":                              {cc.CAPIInformers.ForResource(capi.Machine.Resource).Informer(), filtered},
+		"/apis/batch/v1/jobs":     {cc.KubeInformers.Batch().V1().Jobs().Informer(), managed},
+		"/api/v1/serviceaccounts": {cc.KubeInformers.Core().V1().ServiceAccounts().Informer(), managed},
+		"/api/v1/secrets":         {config.StateSecrets.Informer(), workspace.StateSecretsSelector},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	stop := start(ctx)
