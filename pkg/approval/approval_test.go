@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/run"
 )
 
@@ -19,6 +20,11 @@ func TestNeeded(t *testing.T) {
 	forget := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Forget: 1}}
 	imported := &run.Plan{Hash: h, Summary: infrav1.PlanSummary{Import: 1}}
 	outputs := &run.Plan{Hash: h, OutputChanges: []string{"endpoint"}}
+	judged := func(p *run.Plan, action infrav1.PlanAction) *run.Plan {
+		j := *p
+		j.Verdict = &planpolicy.Verdict{Action: action}
+		return &j
+	}
 	cases := []struct {
 		name                   string
 		plan                   *run.Plan
@@ -45,6 +51,13 @@ func TestNeeded(t *testing.T) {
 		{"manual policy stops a change of outputs alone", outputs, infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
 		{"manual policy, outputs approved", outputs, infrav1.ApprovalPolicyManual, h, "", ""},
 		{"default policy lets outputs change", outputs, infrav1.ApprovalPolicyDestructive, "", "", ""},
+		{"a plan policy allows a replacement", judged(replace, infrav1.PlanActionAllow), infrav1.ApprovalPolicyManual, "", "", ""},
+		{"a plan policy denies, approved or not", judged(replace, infrav1.PlanActionDeny), infrav1.ApprovalPolicyDestructive, h, h, NotApprovable},
+		{"a plan policy denies an object never gated", judged(add, infrav1.PlanActionDeny), "", "", "", NotApprovable},
+		{"a plan policy requires an approval the default policy would not", judged(add, infrav1.PlanActionRequireApproval), infrav1.ApprovalPolicyDestructive, "", "", infrav1.AnnotationApprovePlan},
+		{"a plan policy requires an approval, given", judged(add, infrav1.PlanActionRequireApproval), infrav1.ApprovalPolicyDestructive, h, "", ""},
+		{"a plan policy requires an approval of a replacement: the destructive one", judged(replace, infrav1.PlanActionRequireApproval), infrav1.ApprovalPolicyDestructive, h, "", infrav1.AnnotationApproveDestructivePlan},
+		{"no rule matched: the object's policy", judged(add, ""), infrav1.ApprovalPolicyManual, "", "", infrav1.AnnotationApprovePlan},
 	}
 	for _, tc := range cases {
 		if got := (Gate{Policy: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approvedDest}).Needed(tc.plan); got != tc.want {

@@ -22,6 +22,7 @@ import (
 
 	infrav1 "github.com/captf/captf/pkg/apis/infrastructure/v1alpha1"
 	"github.com/captf/captf/pkg/names"
+	"github.com/captf/captf/pkg/planpolicy"
 	"github.com/captf/captf/pkg/run"
 	"github.com/captf/captf/pkg/statestore"
 )
@@ -125,7 +126,38 @@ func TestRunStages(t *testing.T) {
 		state, id string
 		protect   []string
 		modules   []string // approved module digests
+		// rules: plan policy rules of the Job, one per action: the rule
+		// of an action matches the plan (a destroy of terraform_data.vm).
+		rules []infrav1.PlanAction
 	}{
+		"a plan policy denies: no approval applies it": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, rules: []infrav1.PlanAction{infrav1.PlanActionDeny, infrav1.PlanActionAllow},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeBlocked, stage: run.StageGate, reason: run.ReasonPlanDenied,
+		},
+		"a plan policy allows: no approval needed": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyManual, rules: []infrav1.PlanAction{infrav1.PlanActionAllow},
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeSucceeded, applied: true, id: `"i-1"`,
+		},
+		"a plan policy requires an approval": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, rules: []infrav1.PlanAction{infrav1.PlanActionRequireApproval, infrav1.PlanActionAllow},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeBlocked, stage: run.StageGate,
+		},
+		"a plan policy requires an approval, which is given": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, rules: []infrav1.PlanAction{infrav1.PlanActionRequireApproval},
+			want: []string{"init", "plan", "show", "apply"}, outcome: run.OutcomeSucceeded, applied: true, id: `"i-1"`,
+		},
+		"a plan policy requires an approval of an object that takes none (no gate: a machine's): denied": {
+			op: infrav1.OperationApply, rules: []infrav1.PlanAction{infrav1.PlanActionRequireApproval},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeBlocked, stage: run.StageGate, reason: run.ReasonPlanDenied,
+		},
+		"a plan policy allows, and spec.protect still holds": {
+			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, protect: []string{"terraform_data.vm"}, rules: []infrav1.PlanAction{infrav1.PlanActionAllow},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeFailed, stage: run.StageGate, reason: run.ReasonProtectedResourceChange,
+		},
+		"a drift check is not judged": {
+			op: infrav1.OperationDrift, rules: []infrav1.PlanAction{infrav1.PlanActionDeny},
+			want: []string{"init", "plan", "show"}, outcome: run.OutcomeSucceeded, stage: run.StagePlan,
+		},
 		"changed module code stops before terraform plans": {
 			op: infrav1.OperationApply, gate: infrav1.ApprovalPolicyDestructive, approved: hash, modules: []string{"sha256:applied-before"},
 			want: []string{"init"}, outcome: run.OutcomeBlocked, stage: run.StageModule, reason: run.ReasonModuleAwaitingApproval,
@@ -213,10 +245,19 @@ func TestRunStages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var policy *planpolicy.Input
+			for _, a := range tc.rules {
+				if policy == nil {
+					policy = &planpolicy.Input{Object: planpolicy.Object{Kind: "TerraformCluster", Namespace: "ns", Name: "c"}}
+				}
+				policy.Rules = append(policy.Rules, planpolicy.Rule{Policy: "p", PlanRule: infrav1.PlanRule{Name: strings.ToLower(string(a)), Action: a,
+					Expression: `plan.resource_changes.exists(r, r.address == "terraform_data.vm" && "delete" in r.change.actions)`, Message: "m"}})
+			}
 			r := &Runner{Client: client, Config: Config{Pod: job + "-pod", PodUID: "pod-uid", Spec: run.Spec{
 				Namespace: "ns", ObjectKind: "TerraformCluster", ObjectName: "c", ObjectUID: "uid",
 				Operation: tc.op, Job: job, Terraform: tf, WorkDir: t.TempDir(), LockTimeout: time.Minute, ExpectState: true,
-				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved, Protect: tc.protect, ApprovedModules: modules}},
+				Gate: tc.gate, ApprovedPlan: tc.approved, ApprovedDestructivePlan: tc.approved, Protect: tc.protect, ApprovedModules: modules,
+				PlanPolicy: policy}},
 				Clock: &steppingClock{}}
 			res, err := r.Run(ctx)
 			if (err != nil) != (tc.outcome == run.OutcomeFailed) {
