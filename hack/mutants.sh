@@ -441,7 +441,7 @@ mutant plan-account-not-for-unapproved-applies pkg/runnerjob/account.go \
 mutant plan-account-for-approved-applies pkg/runnerjob/account.go \
 	'approvedPlan == "" && approvedDestructivePlan == ""' 'true'
 mutant plan-account-unchecked-for-applies pkg/controller/workspace/gather.go \
-	'plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan)' 'plans = false'
+	'plans = runnerjob.OnlyPlans(op, g.Policy, g.ApprovedPlan, g.ApprovedDestructivePlan, policy)' 'plans = false'
 
 # The runner's own settings cannot come from an envFrom the writer edits.
 mutant runner-runs-any-binary pkg/runner/terraform.go \
@@ -471,7 +471,7 @@ mutant planned-claim-takes-a-changed-state pkg/statestore/claim.go \
 mutant job-without-write-key pkg/runnerjob/job.go \
 	'return append(env, corev1.EnvVar{Name: run.EnvWriteKey, Value: s.WriteKey})' 'return env'
 mutant jobs-share-a-write-key pkg/controller/workspace/start.go \
-	'WriteKey: run.NewWriteKey()}' 'WriteKey: run.NewWriteKey()[:0] + "same"}'
+	'WriteKey: run.NewWriteKey(), PlanPolicy: policy}' 'WriteKey: run.NewWriteKey()[:0] + "same", PlanPolicy: policy}'
 mutant args-expand-the-write-key pkg/runnerjob/job.go \
 	'args[i] = strings.ReplaceAll(a, "$", "$$")' 'args[i] = strings.ReplaceAll(a, "$", "$")'
 mutant empty-write-key-writes pkg/runnerapi/access.go \
@@ -639,6 +639,26 @@ mutant credentials-through-tenant-proxy pkg/runner/credentials.go \
 	'	r.env, r.heldEnv = holdInterception(r.env)' '	r.heldEnv = nil'
 mutant catalog-live-users-unpaged pkg/controller/terraformmodule/sync.go \
 	'if next, err = list(metav1.ListOptions{Limit: liveUsersPage, Continue: next}); err != nil {' 'if next, err = list(metav1.ListOptions{Continue: next}); err != nil {'
+mutant plan-policy-deny-ignored pkg/runner/runner.go \
+	'if res.Plan.Verdict = r.judge(ctx, res.Plan); res.Plan.Denied() {' 'if res.Plan.Verdict = r.judge(ctx, res.Plan); false {'
+mutant plan-policy-deny-approvable pkg/approval/approval.go \
+	'			return NotApprovable' '			return ""'
+mutant plan-policy-require-approval-ignored pkg/approval/approval.go \
+	'			g.Policy = infrav1.ApprovalPolicyManual' '			g.Policy = g.Policy'
+mutant plan-policy-machine-waits-forever pkg/runner/runner.go \
+	'if v.Action == infrav1.PlanActionRequireApproval && r.Config.Gate == "" {' 'if false {'
+mutant plan-policy-denied-replans pkg/controller/workspace/decide.go \
+	'		return resultPlanDenied' '		return resultPlanApproved'
+mutant plan-policy-change-unseen pkg/controller/workspace/decide.go \
+	'		if res.Plan.Verdict.Rules != rules {' '		if false {'
+mutant plan-policy-allow-plan-only pkg/runnerjob/account.go \
+	'(policy == nil || !planpolicy.MayAllow(policy.Rules))' 'true'
+mutant plan-policy-error-opens pkg/planpolicy/planpolicy.go \
+	'			matched = r.Action != infrav1.PlanActionAllow' '			matched = false'
+mutant plan-policy-weakest-wins pkg/planpolicy/planpolicy.go \
+	'if matched && rank[r.Action] > rank[v.Action] {' 'if matched {'
+mutant plan-policy-namespace-unselected pkg/planpolicy/planpolicy.go \
+	'			if !s.Matches(labels.Set(nsLabels)) {' '			if !s.Matches(labels.Set(nsLabels)) && false {'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

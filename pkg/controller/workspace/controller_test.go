@@ -1419,10 +1419,14 @@ func TestPlanServiceAccountUnderManual(t *testing.T) {
 		policy               infrav1.ApprovalPolicy
 		readerLabelled       bool
 		first, afterApproval string
+		// mayAllow: a TerraformPlanPolicy has a rule that may let a plan
+		// apply without a person: the Job must be able to apply it.
+		mayAllow bool
 	}{
-		"Manual":                    {infrav1.ApprovalPolicyManual, true, "reader", "cloud"},
-		"Manual, reader unlabelled": {policy: infrav1.ApprovalPolicyManual},
-		"Destructive":               {infrav1.ApprovalPolicyDestructive, true, "cloud", "cloud"},
+		"Manual":                               {policy: infrav1.ApprovalPolicyManual, readerLabelled: true, first: "reader", afterApproval: "cloud"},
+		"Manual, reader unlabelled":            {policy: infrav1.ApprovalPolicyManual},
+		"Destructive":                          {policy: infrav1.ApprovalPolicyDestructive, readerLabelled: true, first: "cloud", afterApproval: "cloud"},
+		"Manual, a plan policy that may allow": {policy: infrav1.ApprovalPolicyManual, readerLabelled: true, first: "cloud", afterApproval: "cloud", mayAllow: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			runner := map[string]string{infrav1.LabelRunnerServiceAccount: "true"}
@@ -1434,6 +1438,13 @@ func TestPlanServiceAccountUnderManual(t *testing.T) {
 				o.(*infrav1.TerraformCluster).Spec.ApprovalPolicy = tc.policy
 				o.Workspace().Jobs = &infrav1.JobPolicy{ServiceAccountName: "cloud", PlanServiceAccountName: "reader"}
 			}), k.capi, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cloud", Namespace: "ns", Labels: runner}}, reader)
+			if tc.mayAllow {
+				policy := &infrav1.TerraformPlanPolicy{ObjectMeta: metav1.ObjectMeta{Name: "adds"}, Spec: infrav1.TerraformPlanPolicySpec{
+					Rules: []infrav1.PlanRule{{Name: "adds", Expression: "summary.destroy == 0", Action: infrav1.PlanActionAllow, Message: "m"}}}}
+				if err := f.informers().Infrastructure().V1alpha1().TerraformPlanPolicies().Informer().GetIndexer().Add(policy); err != nil {
+					t.Fatal(err)
+				}
+			}
 			f.sync()
 			jobs := f.createdJobs()
 			if !tc.readerLabelled {
@@ -1445,6 +1456,9 @@ func TestPlanServiceAccountUnderManual(t *testing.T) {
 			}
 			if len(jobs) != 1 || jobs[0].Spec.Template.Spec.ServiceAccountName != tc.first {
 				t.Fatalf("the first apply: %v, want one Job running as %s", jobNames(jobs), tc.first)
+			}
+			if carries := slices.ContainsFunc(jobs[0].Spec.Template.Spec.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--plan-policy=") }); carries != tc.mayAllow {
+				t.Errorf("the first apply carries the plan policy: %v, want %v", carries, tc.mayAllow)
 			}
 			destroyOne := infrav1.PlanSummary{Destroy: 1, Resources: []infrav1.PlannedResource{{Address: "terraform_data.instance[1]", Action: "destroy"}}}
 			f.finishJob(run.Result{Operation: infrav1.OperationApply, Outcome: run.OutcomeBlocked, Stage: "gate",
