@@ -68,11 +68,12 @@ func TestPlanPolicy(t *testing.T) {
 	denyRule := infrav1.PlanRule{Name: "no-db-destroy", Expression: databases, Action: infrav1.PlanActionDeny, Message: "no destroy of a database"}
 	rules := []infrav1.PlanRule{denyRule,
 		{Name: "adds-only", Expression: `summary.destroy == 0 && summary.replace == 0 && summary.forget == 0 && summary.add <= 2`, Action: infrav1.PlanActionAllow, Message: "additions apply without a person"},
-		{Name: "many-adds", Expression: `summary.add > 2`, Action: infrav1.PlanActionRequireApproval, Message: "more than two new instances need a person"}}
+		{Name: "many-adds", Expression: `summary.add > 3`, Action: infrav1.PlanActionRequireApproval, Message: "more than three new resources need a person"}}
 	policy := e.planPolicy("fleet", rules...)
 
-	// Three clusters, each Ready under the policy (their first plans
-	// only add).
+	// Three clusters, each Ready under the policy: their first plans
+	// add at most three resources (the module's generations and the
+	// instances).
 	db := e.localCloud("db", e.newCluster("db", false), map[string]any{"instances": 2})
 	db.Labels["tier"] = "db"
 	e.create(db)
@@ -127,7 +128,7 @@ func TestPlanPolicy(t *testing.T) {
 
 	// 3. Many adds under the default policy: a person must approve.
 	e.update("big", func(tc *infrav1.TerraformCluster) {
-		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 4, "instance_dir": e.instances})
+		setVariables(&tc.Spec.WorkspaceSpec, map[string]any{"instances": 5, "instance_dir": e.instances})
 	})
 	tc = waitCondition(e, "big", infrav1.ConditionPlanAwaitingApproval, "PlanAwaitingApproval", func(c *metav1.Condition, _ *infrav1.TerraformCluster) bool {
 		return c.Status == metav1.ConditionTrue
@@ -139,7 +140,7 @@ func TestPlanPolicy(t *testing.T) {
 		t.Errorf("%d instances of big while its plan waits, want 1", n)
 	}
 	e.annotate("big", infrav1.AnnotationApprovePlan, tc.Status.LastPlan.Hash)
-	e.waitFor("big", 2*time.Minute, "four instances, approved", func(*infrav1.TerraformCluster) bool { return e.instancesOf("big") == 4 })
+	e.waitFor("big", 2*time.Minute, "five instances, approved", func(*infrav1.TerraformCluster) bool { return e.instancesOf("big") == 5 })
 
 	// 4. The policy changes: the denied plan is judged again, and now
 	// waits for an approval of its own (the one given was of the denied
