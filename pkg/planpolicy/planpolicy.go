@@ -173,14 +173,28 @@ var rank = map[infrav1.PlanAction]int{infrav1.PlanActionAllow: 1, infrav1.PlanAc
 // Judge evaluates rules on a plan (planJSON: `terraform show -json`). A
 // rule that cannot be evaluated matches when it denies or requires
 // approval (a policy that fails closes the gate, not opens it), and does
-// not when it allows; its message says it failed.
-func Judge(ctx context.Context, rules []Rule, planJSON []byte, summary Summary, obj Object) *Verdict {
+// not when it allows; its message says it failed, and failed gets the
+// error, which may quote the plan's values (for the runner's redacted
+// log, never the verdict).
+func Judge(ctx context.Context, rules []Rule, planJSON []byte, summary Summary, obj Object, failed func(Rule, error)) *Verdict {
 	v := &Verdict{Rules: Digest(rules)}
 	if len(rules) == 0 {
 		return v
 	}
-	var plan any
+	var plan map[string]any
 	perr := json.Unmarshal(planJSON, &plan)
+	if perr == nil {
+		// Terraform leaves out the lists a plan has nothing in: a rule
+		// over them reads an empty list, not a missing key.
+		for _, key := range []string{"resource_changes", "output_changes", "resource_drift"} {
+			if _, ok := plan[key]; !ok {
+				plan[key] = map[string]any{}
+				if key != "output_changes" {
+					plan[key] = []any{}
+				}
+			}
+		}
+	}
 	vars := map[string]any{"plan": plan, "summary": summaryVars(summary), "object": objectVars(obj)}
 	for _, r := range rules {
 		matched, err := perr == nil, perr
@@ -190,7 +204,10 @@ func Judge(ctx context.Context, rules []Rule, planJSON []byte, summary Summary, 
 		msg := r.Message
 		if err != nil {
 			matched = r.Action != infrav1.PlanActionAllow
-			msg = fmt.Sprintf("%s (the rule could not be evaluated: %v)", r.Message, err)
+			msg = r.Message + " (the rule could not be evaluated; the runner's log says why)"
+			if failed != nil {
+				failed(r, err)
+			}
 		}
 		if matched && rank[r.Action] > rank[v.Action] {
 			v.Action, v.Policy, v.Rule, v.Message = r.Action, r.Policy, r.Name, msg

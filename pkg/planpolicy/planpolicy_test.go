@@ -85,6 +85,15 @@ func TestJudge(t *testing.T) {
 			rules: []Rule{rule("p", "missing-key", infrav1.PlanActionDeny, `object.labels["env"] == "prod"`)},
 			plan:  planOf(), want: infrav1.PlanActionDeny, rule: "missing-key", failed: true,
 		},
+		"a deny whose error would quote a plan's value: the value stays out of the verdict": {
+			rules: []Rule{rule("p", "bad-time", infrav1.PlanActionDeny, `plan.resource_changes.exists(r, timestamp(r.change.after.password) > timestamp("2020-01-01T00:00:00Z"))`)},
+			plan:  []byte(`{"resource_changes":[{"change":{"actions":["create"],"after":{"password":"secret-value"}}}]}`),
+			want:  infrav1.PlanActionDeny, rule: "bad-time", failed: true,
+		},
+		"a plan without changes: its lists are empty, not missing": {
+			rules: []Rule{rule("p", "no-db-destroy", infrav1.PlanActionDeny, destroysDatabase)},
+			plan:  []byte(`{"format_version":"1.2"}`),
+		},
 		"an allow that fails to evaluate does not allow": {
 			rules: []Rule{rule("p", "missing-key", infrav1.PlanActionAllow, `object.labels["env"] == "dev"`)},
 			plan:  planOf(),
@@ -101,12 +110,16 @@ func TestJudge(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			v := Judge(context.Background(), tc.rules, tc.plan, tc.summary, tc.obj)
+			var errs []error
+			v := Judge(context.Background(), tc.rules, tc.plan, tc.summary, tc.obj, func(_ Rule, err error) { errs = append(errs, err) })
 			if v.Action != tc.want || v.Rule != tc.rule {
 				t.Fatalf("verdict %+v, want %q by rule %q", v, tc.want, tc.rule)
 			}
-			if failed := strings.Contains(v.Message, "could not be evaluated"); failed != tc.failed {
-				t.Errorf("message %q: failed %v, want %v", v.Message, failed, tc.failed)
+			if failed := strings.Contains(v.Message, "could not be evaluated"); failed != tc.failed || (len(errs) > 0) != tc.failed && v.Rule != "" {
+				t.Errorf("message %q, errors %v: failed %v, want %v", v.Message, errs, failed, tc.failed)
+			}
+			if strings.Contains(v.Message, "secret-value") {
+				t.Errorf("the verdict %q quotes a value of the plan", v.Message)
 			}
 			if v.Rules != Digest(tc.rules) {
 				t.Errorf("the verdict's rules %q, want their digest %q", v.Rules, Digest(tc.rules))

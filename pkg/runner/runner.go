@@ -356,7 +356,11 @@ func (r *Runner) judge(ctx context.Context, plan *run.Plan) *planpolicy.Verdict 
 	if in == nil || len(in.Rules) == 0 {
 		return nil
 	}
-	v := planpolicy.Judge(ctx, in.Rules, r.planJSON, planpolicy.Summary{PlanSummary: plan.Summary, Protected: plan.Protected}, in.Object)
+	failed := func(rule planpolicy.Rule, err error) {
+		// The error may quote the plan's values: redacted, and only here.
+		klog.FromContext(ctx).Info("A plan policy rule could not be evaluated", "policy", rule.Policy, "rule", rule.Name, "err", r.redact.String(err.Error()))
+	}
+	v := planpolicy.Judge(ctx, in.Rules, r.planJSON, planpolicy.Summary{PlanSummary: plan.Summary, Protected: plan.Protected}, in.Object, failed)
 	if v.Action == infrav1.PlanActionRequireApproval && r.Config.Gate == "" {
 		v.Action = infrav1.PlanActionDeny
 		v.Message += fmt.Sprintf(" (the rule requires an approval, and a %s takes none)", r.Config.ObjectKind)

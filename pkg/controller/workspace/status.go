@@ -161,6 +161,7 @@ func learnModule(st *infrav1.WorkspaceStatus, res *run.Result) {
 // again after whatever wait came before (an owner, a pause, a restore).
 func (e *engine) upToDate(r *Sync) {
 	e.noPlanWaiting(r)
+	noPlanDenied(r.Obj)
 	if c := meta.FindStatusCondition(r.Obj.WorkspaceStatus().Conditions, infrav1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonApplied {
 		return
 	}
