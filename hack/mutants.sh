@@ -658,7 +658,7 @@ mutant plan-policy-error-opens pkg/planpolicy/planpolicy.go \
 mutant plan-policy-weakest-wins pkg/planpolicy/planpolicy.go \
 	'if matched && rank[r.Action] > rank[v.Action] {' 'if matched {'
 mutant plan-policy-namespace-unselected pkg/planpolicy/planpolicy.go \
-	'			if !s.Matches(labels.Set(nsLabels)) {' '			if !s.Matches(labels.Set(nsLabels)) && false {'
+	'			if !s.Matches(labels.Set(l)) {' '			if !s.Matches(labels.Set(l)) && false {'
 
 if $check; then
 	echo "$total mutants, $((total - caught)) stale"

@@ -123,27 +123,34 @@ func Compile(expr string) (cel.Program, error) {
 }
 
 // Select is the rules of policies that select an object of a namespace
-// labelled nsLabels naming catalog entry ("" for none), in policy and
-// rule order: what its apply Jobs judge their plans by.
-func Select(policies []*infrav1.TerraformPlanPolicy, nsLabels map[string]string, entry string) ([]Rule, error) {
+// whose labels nsLabels reads (once, and only when a selector needs them)
+// naming catalog entry ("" for none), in policy and rule order: what its
+// apply Jobs judge their plans by. A selector that does not parse is an
+// error, not a policy skipped: a Deny must not fail open.
+func Select(policies []*infrav1.TerraformPlanPolicy, nsLabels func() (map[string]string, error), entry string) ([]Rule, error) {
 	policies = slices.Clone(policies)
 	slices.SortFunc(policies, func(a, b *infrav1.TerraformPlanPolicy) int { return cmp.Compare(a.Name, b.Name) })
+	nsLabels = sync.OnceValues(nsLabels)
 	var out []Rule
 	for _, p := range policies {
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil || len(p.Spec.CatalogEntries) > 0 && !slices.Contains(p.Spec.CatalogEntries, entry) {
 			continue
 		}
+		s := labels.Everything() // unset selects every namespace
 		if sel := p.Spec.NamespaceSelector; sel != nil {
-			s, err := metav1.LabelSelectorAsSelector(sel)
-			if err != nil {
+			var err error
+			if s, err = metav1.LabelSelectorAsSelector(sel); err != nil {
 				return nil, fmt.Errorf("TerraformPlanPolicy %s: spec.namespaceSelector: %w", p.Name, err)
 			}
-			if !s.Matches(labels.Set(nsLabels)) {
+		}
+		if !s.Empty() {
+			l, err := nsLabels()
+			if err != nil {
+				return nil, err
+			}
+			if !s.Matches(labels.Set(l)) {
 				continue
 			}
-		}
-		if len(p.Spec.CatalogEntries) > 0 && !slices.Contains(p.Spec.CatalogEntries, entry) {
-			continue
 		}
 		for _, r := range p.Spec.Rules {
 			out = append(out, Rule{Policy: p.Name, PlanRule: r})
@@ -183,16 +190,11 @@ func Judge(ctx context.Context, rules []Rule, planJSON []byte, summary Summary, 
 	}
 	var plan map[string]any
 	perr := json.Unmarshal(planJSON, &plan)
-	if perr == nil {
-		// Terraform leaves out the lists a plan has nothing in: a rule
-		// over them reads an empty list, not a missing key.
-		for _, key := range []string{"resource_changes", "output_changes", "resource_drift"} {
-			if _, ok := plan[key]; !ok {
-				plan[key] = map[string]any{}
-				if key != "output_changes" {
-					plan[key] = []any{}
-				}
-			}
+	// Terraform leaves out what a plan has nothing in: a rule over it
+	// reads an empty list (or map), not a missing key.
+	for key, empty := range map[string]any{"resource_changes": []any{}, "resource_drift": []any{}, "output_changes": map[string]any{}} {
+		if _, ok := plan[key]; perr == nil && !ok {
+			plan[key] = empty
 		}
 	}
 	vars := map[string]any{"plan": plan, "summary": summaryVars(summary), "object": objectVars(obj)}

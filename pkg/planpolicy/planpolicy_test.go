@@ -164,7 +164,11 @@ func TestSelect(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			rules, err := Select(policies, tc.ns, tc.entry)
+			reads := 0
+			rules, err := Select(policies, func() (map[string]string, error) { reads++; return tc.ns, nil }, tc.entry)
+			if reads > 1 {
+				t.Errorf("the namespace's labels read %d times, want once at most", reads)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

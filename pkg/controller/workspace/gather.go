@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -224,16 +223,12 @@ func (e *engine) gatherPlanPolicy(ctx context.Context, r *Sync) (*planpolicy.Inp
 		return nil, err
 	}
 	obj := r.Obj
-	var nsLabels map[string]string
-	if slices.ContainsFunc(policies, func(p *infrav1.TerraformPlanPolicy) bool {
-		sel := p.Spec.NamespaceSelector
-		return sel != nil && (len(sel.MatchLabels) > 0 || len(sel.MatchExpressions) > 0)
-	}) {
+	nsLabels := func() (map[string]string, error) {
 		ns, err := e.Kube.CoreV1().Namespaces().Get(ctx, obj.GetNamespace(), metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("reading namespace %s for its plan policies: %w", obj.GetNamespace(), err)
 		}
-		nsLabels = ns.Labels
+		return ns.Labels, nil
 	}
 	o := planpolicy.Object{Kind: e.GVK.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Labels: obj.GetLabels()}
 	if ref := obj.Workspace().Module.CatalogRef; ref != nil {
